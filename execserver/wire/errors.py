@@ -1,0 +1,95 @@
+"""JSON-RPC error codes of the exec-server protocol and the one exception type
+that carries them.
+
+Handlers raise :class:`RpcError`; only the dispatcher turns it into a wire
+error object, so the code/message pair is spelled in exactly one place.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Final
+
+PARSE_OR_INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+NOT_FOUND: Final = -32004
+SESSION_ALREADY_ATTACHED: Final = -32010
+
+# Alias with the JSON-RPC name, for readers who know the standard.
+INVALID_REQUEST: Final = PARSE_OR_INVALID_REQUEST
+
+
+class RpcError(Exception):
+    """An error that becomes a JSON-RPC error response ``{"code", "message"}``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"RpcError({self.code}, {self.message!r})"
+
+    @classmethod
+    def invalid_request(cls, message: str) -> RpcError:
+        return cls(PARSE_OR_INVALID_REQUEST, message)
+
+    @classmethod
+    def invalid_params(cls, message: str) -> RpcError:
+        return cls(INVALID_PARAMS, message)
+
+    @classmethod
+    def internal(cls, message: str) -> RpcError:
+        return cls(INTERNAL_ERROR, message)
+
+    @classmethod
+    def not_found(cls, message: str) -> RpcError:
+        return cls(NOT_FOUND, message)
+
+
+# The reference prints OS errors the way Rust's std::io::Error does:
+# "<strerror text> (os error N)". Rust's strerror texts differ from glibc's in
+# a few places, so the common ones are spelled here as Rust spells them.
+_RUST_OS_ERROR_TEXT: Final[dict[int, str]] = {
+    errno.ENOENT: "No such file or directory",
+    errno.EACCES: "Permission denied",
+    errno.EPERM: "Operation not permitted",
+    errno.EROFS: "Read-only file system",
+    errno.EEXIST: "File exists",
+    errno.ENOTDIR: "Not a directory",
+    errno.EISDIR: "Is a directory",
+    errno.ENOTEMPTY: "Directory not empty",
+    errno.ELOOP: "Symbolic link loop",
+    errno.EBADF: "Bad file descriptor",
+    errno.EINVAL: "Invalid argument",
+    errno.ENOSPC: "No space left on device",
+    errno.EXDEV: "Invalid cross-device link",
+    errno.ENAMETOOLONG: "File name too long",
+    errno.ETXTBSY: "Text file busy",
+    errno.ENOEXEC: "Exec format error",
+    errno.E2BIG: "Argument list too long",
+    errno.EMFILE: "Too many open files",
+    errno.ENOMEM: "Out of memory",
+    errno.EAGAIN: "Resource temporarily unavailable",
+}
+
+
+def os_error_text(err: int) -> str:
+    """``"No such file or directory (os error 2)"`` for errno 2, as Rust prints it."""
+    import os
+
+    text = _RUST_OS_ERROR_TEXT.get(err) or os.strerror(err)
+    return f"{text} (os error {err})"
+
+
+def rpc_error_from_os_error(exc: OSError) -> RpcError:
+    """Map an OSError of an fs operation to the reference's code + message (protocol §6.2)."""
+    err = exc.errno if exc.errno is not None else errno.EIO
+    message = os_error_text(err)
+    if err == errno.ENOENT:
+        return RpcError(NOT_FOUND, message)
+    if err == errno.EACCES:
+        return RpcError(PARSE_OR_INVALID_REQUEST, message)
+    return RpcError(INTERNAL_ERROR, message)
