@@ -1,0 +1,110 @@
+"""Start real exec-servers for tests: ours (``python -m execserver serve``) and the
+reference ``codex exec-server`` 0.169.0 (installed from npm on first use).
+
+Both are real child processes listening on 127.0.0.1; the first stdout line
+of each is its ws:// URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+REFERENCE_TOOL = PROJECT_ROOT.parent / "shared" / "tools" / "reference-server"
+
+
+@dataclass
+class RunningServer:
+    kind: str  # "execserver" | "reference"
+    url: str
+    process: asyncio.subprocess.Process
+
+    @property
+    def http_url(self) -> str:
+        return "http://" + self.url.removeprefix("ws://")
+
+
+def reference_binary() -> str:
+    """Path of the reference codex binary, installing it via npm when missing."""
+    override = os.environ.get("CODEX_BIN")
+    if override:
+        return override
+    if not REFERENCE_TOOL.exists():
+        raise RuntimeError(f"reference-server tool not found at {REFERENCE_TOOL}")
+    out = subprocess.run(
+        [str(REFERENCE_TOOL), "--path"], check=True, capture_output=True, text=True, timeout=600
+    )
+    return out.stdout.strip()
+
+
+def execserver_command(extra: Sequence[str] = ()) -> list[str]:
+    return [sys.executable, "-m", "execserver", "serve", *extra]
+
+
+def reference_command(extra: Sequence[str] = ()) -> list[str]:
+    return [reference_binary(), "exec-server", *extra]
+
+
+async def _read_url(proc: asyncio.subprocess.Process) -> str:
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    url = line.decode().strip()
+    if not url.startswith("ws://"):
+        raise RuntimeError(f"server did not print a ws:// URL first, got {url!r}")
+    return url
+
+
+async def stop_process(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def start_server(
+    kind: str, extra: Sequence[str] = (), env: dict[str, str] | None = None
+) -> AsyncIterator[RunningServer]:
+    """Start one server on ws://127.0.0.1:<free port> and stop it afterwards."""
+    listen = ["--listen", "ws://127.0.0.1:0"]
+    if kind == "execserver":
+        cmd = execserver_command([*listen, *extra])
+    elif kind == "reference":
+        cmd = reference_command([*listen, *extra])
+    else:
+        raise ValueError(kind)
+    full_env = dict(os.environ if env is None else env)
+    if kind == "reference":
+        home = Path.home() / ".cache" / "execserver-reference" / "codex-home"
+        home.mkdir(parents=True, exist_ok=True)
+        full_env.setdefault("CODEX_HOME", str(home))
+    proc = await asyncio.create_subprocess_exec(
+        *cmd,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=None,
+        env=full_env,
+        cwd=str(PROJECT_ROOT),
+    )
+    try:
+        url = await _read_url(proc)
+        yield RunningServer(kind, url, proc)
+    finally:
+        await stop_process(proc)
+
+
+def reference_available() -> bool:
+    return bool(os.environ.get("CODEX_BIN")) or (REFERENCE_TOOL.exists() and shutil.which("npm") is not None)
