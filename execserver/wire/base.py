@@ -1,0 +1,17 @@
+"""Base classes for wire structs: camelCase on the wire, unknown fields accepted."""
+
+import msgspec
+
+
+class WireStruct(msgspec.Struct, rename="camel", forbid_unknown_fields=False):
+    """A protocol object. Every key is written, ``null`` included (as the reference does)."""
+
+
+class OptionalFieldsStruct(
+    msgspec.Struct, rename="camel", forbid_unknown_fields=False, omit_defaults=True
+):
+    """A protocol object whose defaulted members are left out when encoding."""
+
+
+class Empty(WireStruct):
+    """``{}``: the result of methods that return nothing, and params that carry nothing."""

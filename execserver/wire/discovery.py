@@ -1,0 +1,77 @@
+"""Capability discovery and executor config reading (protocol §8.3, §8.22, §8.23)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from execserver.wire.base import WireStruct
+
+
+class CapabilitiesDiscoverV2Params(WireStruct):
+    cwd: str
+    sandbox: msgspec.Raw = msgspec.Raw()
+
+
+class CapabilitiesDiscoverV2Response(WireStruct):
+    plugins: list[dict[str, object]]
+    skills: list[dict[str, object]]
+    warnings: list[object]
+
+
+class CapabilityRoot(WireStruct):
+    id: str
+    path: str
+    sandbox: msgspec.Raw = msgspec.Raw()
+
+
+class CapabilityRootsDiscoverV1Params(WireStruct):
+    roots: list[CapabilityRoot]
+
+
+class SkillInstructions(WireStruct):
+    path: str
+    contents: str
+
+
+class DiscoveredSkill(WireStruct):
+    instructions: SkillInstructions
+    metadata: dict[str, object] | None
+
+
+class DiscoveredRoot(WireStruct):
+    id: str
+    path: str
+    plugin: dict[str, object] | None
+    skills: list[DiscoveredSkill]
+    namespace_manifests: list[object]
+    warnings: list[object]
+    error: str | None
+
+
+class CapabilityRootsDiscoverV1Response(WireStruct):
+    roots: list[DiscoveredRoot]
+
+
+class EnvironmentConfigReadParams(WireStruct):
+    cwd: str
+    config_paths: list[list[str]]
+    requirements_paths: list[list[str]]
+
+
+class ConfigLayer(WireStruct):
+    source: str
+    base_dir: str
+    toml: str
+
+
+class ConfigLayers(WireStruct):
+    layers: list[ConfigLayer]
+    cloud_insertion_index: int
+
+
+class EnvironmentConfigReadResponse(WireStruct):
+    user_home_dir: str
+    codex_home_dir: str
+    hostname: str
+    config: ConfigLayers
+    requirements: ConfigLayers

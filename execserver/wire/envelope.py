@@ -1,0 +1,246 @@
+"""The JSON-RPC envelope as the reference speaks it (protocol §3): no ``jsonrpc``
+member, ids that are integers or strings, and one message per frame.
+
+Incoming frames are classified in one msgspec pass (params stay raw bytes and
+are decoded later with the method's own type). Only when that fast pass fails
+do we take the slow path that reproduces the reference's serde error texts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+RequestId = int | str
+
+# The id the reference uses for errors about messages it could not parse.
+PARSE_ERROR_ID = -1
+
+
+class _Incoming(msgspec.Struct, forbid_unknown_fields=False):
+    id: int | str | msgspec.UnsetType = msgspec.UNSET
+    method: str | msgspec.UnsetType = msgspec.UNSET
+    params: msgspec.Raw = msgspec.Raw()
+    result: msgspec.Raw = msgspec.Raw()
+    error: msgspec.Raw = msgspec.Raw()
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingRequest:
+    id: RequestId
+    method: str
+    params: msgspec.Raw  # empty Raw when omitted
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingNotification:
+    method: str
+    params: msgspec.Raw
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingResponse:
+    id: RequestId
+    result: msgspec.Raw
+    error: msgspec.Raw  # empty when it is a success
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedMessage:
+    """Could not be decoded into any message shape; ``reason`` is serde's wording."""
+
+    reason: str
+
+
+Incoming = IncomingRequest | IncomingNotification | IncomingResponse | MalformedMessage
+
+_incoming_decoder = msgspec.json.Decoder(_Incoming)
+
+
+def decode_incoming(frame: bytes | str) -> Incoming:
+    """Classify one frame. Never raises."""
+    try:
+        msg = _incoming_decoder.decode(frame)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return _slow_classify(frame)
+    if not isinstance(msg.method, msgspec.UnsetType):
+        if isinstance(msg.id, msgspec.UnsetType):
+            return IncomingNotification(msg.method, msg.params)
+        if _present(msg.result) or _present(msg.error):
+            # A request shape takes precedence for the reference as well.
+            pass
+        return IncomingRequest(msg.id, msg.method, msg.params)
+    if isinstance(msg.id, msgspec.UnsetType):
+        if _present(msg.result):
+            return MalformedMessage("missing field `id`")
+        return MalformedMessage("missing field `error`")
+    if _present(msg.error):
+        return IncomingResponse(msg.id, msgspec.Raw(), msg.error)
+    if _present(msg.result):
+        return IncomingResponse(msg.id, msg.result, msgspec.Raw())
+    return MalformedMessage("missing field `error`")
+
+
+def _present(raw: msgspec.Raw) -> bool:
+    return len(raw) > 0
+
+
+def _slow_classify(frame: bytes | str) -> MalformedMessage:
+    text = frame.decode("utf-8", errors="replace") if isinstance(frame, bytes) else frame
+    if isinstance(frame, bytes):
+        try:
+            frame.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return MalformedMessage(f"invalid unicode code point at line 1 column {exc.start + 1}")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return MalformedMessage(serde_syntax_error(text, exc))
+    except RecursionError:
+        return MalformedMessage("recursion limit exceeded at line 1 column 1")
+    if not isinstance(value, dict):
+        return MalformedMessage("expected a JSON-RPC object")
+    if "id" in value and not _valid_id(value["id"]):
+        return MalformedMessage("data did not match any variant of untagged enum RequestId")
+    if "method" in value and not isinstance(value["method"], str):
+        return MalformedMessage(f"invalid type: {describe_value(value['method'])}, expected a string")
+    # Python accepted what msgspec refused (NaN, huge integers, ...): serde refuses it too.
+    return MalformedMessage("expected value at line 1 column 1")
+
+
+def _valid_id(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
+    return isinstance(value, str)
+
+
+def describe_value(value: Any) -> str:
+    """serde's ``Unexpected`` wording for a JSON value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean `{'true' if value else 'false'}`"
+    if isinstance(value, int):
+        return f"integer `{value}`"
+    if isinstance(value, float):
+        return f"floating point `{value}`"
+    if isinstance(value, str):
+        return f"string {json.dumps(value, ensure_ascii=False)}"
+    if isinstance(value, list):
+        return "sequence"
+    return "map"
+
+
+def _line_col(text: str, pos: int, at_eof: bool) -> tuple[int, int]:
+    line = text.count("\n", 0, pos) + 1
+    line_start = text.rfind("\n", 0, pos) + 1
+    col_bytes = len(text[line_start:pos].encode("utf-8"))
+    return line, col_bytes if at_eof else col_bytes + 1
+
+
+def serde_syntax_error(text: str, exc: json.JSONDecodeError) -> str:
+    """Translate Python's JSON error into serde_json's wording and position."""
+    pos = exc.pos
+    at_eof = text[pos:].strip() == ""
+    msg = exc.msg
+    if msg.startswith("Expecting value"):
+        reason = "EOF while parsing a value" if at_eof else "expected value"
+        if not at_eof and text[pos] in "]}" and text[:pos].rstrip().endswith(","):
+            reason = "trailing comma"
+    elif msg.startswith("Extra data"):
+        reason = "trailing characters"
+    elif msg.startswith("Expecting ',' delimiter"):
+        in_object = _innermost_container(text, pos) == "{"
+        if at_eof:
+            reason = "EOF while parsing an object" if in_object else "EOF while parsing a list"
+        else:
+            reason = "expected `,` or `}`" if in_object else "expected `,` or `]`"
+    elif msg.startswith("Expecting ':' delimiter"):
+        reason = "EOF while parsing an object" if at_eof else "expected `:`"
+    elif msg.startswith("Expecting property name"):
+        if at_eof:
+            reason = "EOF while parsing an object"
+        elif text[pos] == "}":
+            reason = "trailing comma"
+        else:
+            reason = "key must be a string"
+    elif msg.startswith("Unterminated string"):
+        reason = "EOF while parsing a string"
+        pos, at_eof = len(text), True
+    elif msg.startswith("Invalid control character"):
+        reason = "control character (\\u0000-\\u001F) found while parsing a string"
+    elif msg.startswith("Invalid \\escape") or msg.startswith("Invalid \\uXXXX"):
+        reason = "invalid escape"
+    else:
+        reason = "expected value"
+    line, col = _line_col(text, pos, at_eof)
+    return f"{reason} at line {line} column {col}"
+
+
+def _innermost_container(text: str, pos: int) -> str:
+    """Best-effort: which bracket encloses ``pos`` (ignores brackets inside strings)."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in text[:pos]:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            stack.append(ch)
+        elif ch in "]}" and stack:
+            stack.pop()
+    return stack[-1] if stack else "{"
+
+
+# ---- outgoing -----------------------------------------------------------------
+
+
+class ErrorObject(msgspec.Struct):
+    code: int
+    message: str
+
+
+class ResponseMessage(msgspec.Struct):
+    id: RequestId
+    result: Any
+
+
+class ErrorMessage(msgspec.Struct):
+    # The reference writes "error" before "id"; keep its order for byte-equal transcripts.
+    error: ErrorObject
+    id: RequestId
+
+
+class NotificationMessage(msgspec.Struct):
+    method: str
+    params: Any
+
+
+class RequestMessage(msgspec.Struct):
+    id: RequestId
+    method: str
+    params: Any
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode_message(
+    message: ResponseMessage | ErrorMessage | NotificationMessage | RequestMessage,
+) -> bytes:
+    return _encoder.encode(message)
+
+
+def encode_error(request_id: RequestId, code: int, message: str) -> bytes:
+    return _encoder.encode(ErrorMessage(ErrorObject(code, message), request_id))

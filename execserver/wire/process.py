@@ -1,0 +1,161 @@
+"""process/* requests, results and notifications (protocol §8.4-8.8, §9.1-9.3)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from execserver.wire.base import OptionalFieldsStruct, WireStruct
+
+ProcessStream = Literal["stdout", "stderr", "pty"]
+SandboxType = Literal["none", "linuxSeccomp", "macosSeatbelt", "windowsRestrictedToken"]
+WriteStatus = Literal["accepted", "unknownProcess", "stdinClosed", "starting"]
+
+
+class ExecEnvPolicy(WireStruct):
+    """Executor-side environment construction (protocol §8.4.2); every member is required."""
+
+    inherit: Literal["all", "core", "none"]
+    ignore_default_excludes: bool
+    exclude: list[str]
+    set: dict[str, str]
+    include_only: list[str]
+
+
+class ShellInfoRequest(WireStruct):
+    name: str
+    path: str
+
+
+class ShellSnapshotRequest(WireStruct):
+    scope_id: str
+    shell: ShellInfoRequest
+
+
+class ExecMetadata(OptionalFieldsStruct):
+    thread_id: str | None = None
+    tool_call_id: str | None = None
+
+
+class NetworkProxyAuditMetadata(OptionalFieldsStruct):
+    conversation_id: str | None = None
+
+
+class RemoteNetworkProxyConfig(WireStruct):
+    enabled: bool
+    mode: Literal["limited", "full"]
+    enable_socks5: bool
+    enable_socks5_udp: bool
+    allow_upstream_proxy: bool
+    dangerously_allow_all_unix_sockets: bool
+    allow_local_binding: bool
+    domains: dict[str, Literal["none", "allow", "deny"]] | None = None
+    review_domains: list[str] | None = None
+    unix_sockets: dict[str, Literal["allow", "deny"]] | None = None
+    credential_masking: bool | None = None
+    credential_providers: dict[str, dict[str, object]] | None = None
+
+
+class RemoteNetworkProxyLaunchConfig(WireStruct):
+    proxy: RemoteNetworkProxyConfig
+    policy_decision_timeout_ms: int | None = None
+    execution_id: str | None = None
+    environment_id: str | None = None
+    audit_metadata: NetworkProxyAuditMetadata | None = None
+
+
+class ManagedNetworkSandboxContext(OptionalFieldsStruct):
+    loopback_ports: list[int] | None = None
+    allow_local_binding: bool | None = None
+    allow_unix_sockets: list[str] | None = None
+    dangerously_allow_all_unix_sockets: bool | None = None
+
+
+class ExecParams(WireStruct):
+    process_id: str
+    argv: list[str]
+    cwd: str  # PathUri
+    env: dict[str, str]
+    tty: bool
+    pipe_stdin: bool = False
+    arg0: str | None = None
+    env_policy: ExecEnvPolicy | None = None
+    # The sandbox context is decoded by execserver.sandbox (its own error texts),
+    # so it stays raw JSON here; see wire.sandbox.FileSystemSandboxContext.
+    sandbox: msgspec.Raw = msgspec.Raw()
+    enforce_managed_network: bool = False
+    managed_network: ManagedNetworkSandboxContext | None = None
+    network_proxy: RemoteNetworkProxyLaunchConfig | None = None
+    shell_snapshot: ShellSnapshotRequest | None = None
+    metadata: ExecMetadata | None = None
+
+
+class ExecResponse(WireStruct):
+    process_id: str
+    sandbox_type: SandboxType
+
+
+class ReadParams(WireStruct):
+    process_id: str
+    after_seq: int | None = None
+    max_bytes: int | None = None
+    wait_ms: int | None = None
+
+
+class ProcessOutputChunk(WireStruct):
+    seq: int
+    stream: ProcessStream
+    chunk: bytes  # base64 on the wire
+
+
+class ReadResponse(WireStruct):
+    chunks: list[ProcessOutputChunk]
+    next_seq: int
+    exited: bool
+    exit_code: int | None
+    closed: bool
+    failure: str | None
+    sandbox_denied: bool
+
+
+class WriteParams(WireStruct):
+    process_id: str
+    chunk: str  # base64; decoded with the reference's strictness by wire.base64
+    write_id: str
+
+
+class WriteResponse(WireStruct):
+    status: WriteStatus
+
+
+class SignalParams(WireStruct):
+    process_id: str
+    signal: Literal["interrupt"]
+
+
+class TerminateParams(WireStruct):
+    process_id: str
+
+
+class TerminateResponse(WireStruct):
+    running: bool
+
+
+class ProcessOutputNotification(WireStruct):
+    process_id: str
+    seq: int
+    stream: ProcessStream
+    chunk: bytes
+
+
+class ProcessExitedNotification(WireStruct):
+    process_id: str
+    seq: int
+    exit_code: int
+    sandbox_denied: bool
+
+
+class ProcessClosedNotification(WireStruct):
+    process_id: str
+    seq: int
