@@ -107,4 +107,6 @@ async def start_server(
 
 
 def reference_available() -> bool:
-    return bool(os.environ.get("CODEX_BIN")) or (REFERENCE_TOOL.exists() and shutil.which("npm") is not None)
+    return bool(os.environ.get("CODEX_BIN")) or (
+        REFERENCE_TOOL.exists() and shutil.which("npm") is not None
+    )

@@ -30,7 +30,7 @@ class ParamsDecoder(Generic[T]):
 
     def __init__(self, type_: type[T], rust_name: str | None = None) -> None:
         self.type = type_
-        self.rust_name = rust_name or getattr(type_, "__name__", "params")
+        self.rust_name: str = rust_name or str(getattr(type_, "__name__", "params"))
         self._decoder: msgspec.json.Decoder[T] = msgspec.json.Decoder(type_)
         self._info = mi.type_info(type_)
         self._is_unit = isinstance(self._info, mi.StructType) and not self._info.fields

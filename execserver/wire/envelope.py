@@ -106,7 +106,9 @@ def _slow_classify(frame: bytes | str) -> MalformedMessage:
     if "id" in value and not _valid_id(value["id"]):
         return MalformedMessage("data did not match any variant of untagged enum RequestId")
     if "method" in value and not isinstance(value["method"], str):
-        return MalformedMessage(f"invalid type: {describe_value(value['method'])}, expected a string")
+        return MalformedMessage(
+            f"invalid type: {describe_value(value['method'])}, expected a string"
+        )
     # Python accepted what msgspec refused (NaN, huge integers, ...): serde refuses it too.
     return MalformedMessage("expected value at line 1 column 1")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-
 from execserver.wire.base import WireStruct
 
 
@@ -42,5 +41,3 @@ class HttpRequestBodyDeltaNotification(WireStruct):
     delta_base64: bytes
     done: bool
     error: str | None
-
-

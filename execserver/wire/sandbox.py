@@ -436,8 +436,6 @@ def _file_system(value: object) -> ManagedFileSystemPermissions:
     return RestrictedFileSystem(entries=entries, glob_scan_max_depth=depth)
 
 
-
-
 def _permissions(value: object) -> ExecPermissionProfile:
     # The tag is read straight from the Value (RAW wording); the rest is buffered (CONTENT).
     kind, fields = _tagged(

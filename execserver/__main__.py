@@ -1,0 +1,5 @@
+import sys
+
+from execserver.cli import main
+
+sys.exit(main())

@@ -1,0 +1,257 @@
+"""One client connection, independent of its transport (websocket or stdio).
+
+The transport feeds frames in with :meth:`Connection.handle_frame` and gives
+a ``send_frame`` coroutine for the way out. Everything written goes through
+one bounded outbound queue and one writer task, so frames never interleave
+and a slow peer applies backpressure to producers (e.g. process output).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from execserver.server.rpc import RequestContext
+from execserver.server.runtime import ServerRuntime
+from execserver.server.scoped import ScopedState
+from execserver.server.sessions import Session
+from execserver.wire import methods as m
+from execserver.wire.envelope import (
+    PARSE_ERROR_ID,
+    ErrorMessage,
+    ErrorObject,
+    IncomingNotification,
+    IncomingRequest,
+    IncomingResponse,
+    MalformedMessage,
+    NotificationMessage,
+    RequestMessage,
+    ResponseMessage,
+    decode_incoming,
+    encode_error,
+    encode_message,
+)
+from execserver.wire.errors import INTERNAL_ERROR, METHOD_NOT_FOUND, RpcError
+
+log = logging.getLogger(__name__)
+
+SendFrame = Callable[[bytes], Awaitable[None]]
+
+
+class Lifecycle(enum.Enum):
+    NEW = "new"
+    INITIALIZING = "initializing"  # initialize answered, initialized not yet received
+    READY = "ready"
+
+
+class ProtocolViolation(Exception):
+    """The peer sent something after which the reference drops the connection (§3.5)."""
+
+
+class Connection:
+    def __init__(
+        self,
+        runtime: ServerRuntime,
+        send_frame: SendFrame,
+        *,
+        peer: str,
+        parse_error_prefix: str,
+    ) -> None:
+        self.runtime = runtime
+        self.peer = peer
+        self._send_frame = send_frame
+        self._parse_error_prefix = parse_error_prefix
+        self.lifecycle = Lifecycle.NEW
+        self.session: Session | None = None
+        self.state = ScopedState(f"connection {peer}")
+        self._outbound: asyncio.Queue[bytes] = asyncio.Queue(runtime.config.outbound_queue_messages)
+        self._slots = asyncio.Semaphore(runtime.config.concurrent_requests)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._initialize_task: asyncio.Task[None] | None = None
+        self._server_request_ids = itertools.count(1)
+        self._pending_server_requests: dict[int, asyncio.Future[Any]] = {}
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+        self.closed = False
+        self.close_reason: str | None = None
+        self._closed_event = asyncio.Event()
+
+    # ---- outbound -------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                frame = await self._outbound.get()
+                try:
+                    await self._send_frame(frame)
+                finally:
+                    self._outbound.task_done()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the transport is gone
+            log.debug("connection %s: write failed: %r", self.peer, exc)
+            self.abort("write failed")
+
+    async def _enqueue(self, frame: bytes) -> None:
+        if not self.closed:
+            await self._outbound.put(frame)
+
+    async def send_notification(self, method: str, params: Any) -> None:
+        await self._enqueue(encode_message(NotificationMessage(method, params)))
+
+    async def request(self, method: str, params: Any, timeout: float | None) -> Any:
+        """Send a server->client request and wait for its result (raises RpcError on error)."""
+        request_id = next(self._server_request_ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending_server_requests[request_id] = future
+        try:
+            await self._enqueue(encode_message(RequestMessage(request_id, method, params)))
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            self._pending_server_requests.pop(request_id, None)
+
+    # ---- inbound --------------------------------------------------------------
+
+    async def handle_frame(self, frame: bytes | str) -> None:
+        """Process one inbound frame. Raises ProtocolViolation when the connection must drop."""
+        message = decode_incoming(frame)
+        if isinstance(message, IncomingRequest):
+            self._start_request(message)
+        elif isinstance(message, IncomingNotification):
+            await self._handle_notification(message)
+        elif isinstance(message, IncomingResponse):
+            self._handle_response(message)
+        elif isinstance(message, MalformedMessage):
+            text = f"{self._parse_error_prefix}{message.reason}"
+            await self._enqueue(encode_error(PARSE_ERROR_ID, -32600, text))
+
+    def _start_request(self, request: IncomingRequest) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve_request(request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if request.method == m.INITIALIZE:
+            self._initialize_task = task
+
+    async def _handle_notification(self, note: IncomingNotification) -> None:
+        if note.method != m.INITIALIZED:
+            raise ProtocolViolation(f"unexpected notification {note.method!r}")
+        # A client may pipeline initialize + initialized; let initialize finish first.
+        pending = self._initialize_task
+        if pending is not None and not pending.done():
+            await asyncio.shield(pending)
+        if self.lifecycle is Lifecycle.NEW:
+            raise ProtocolViolation("initialized before initialize")
+        self.lifecycle = Lifecycle.READY
+
+    def _handle_response(self, response: IncomingResponse) -> None:
+        future = (
+            self._pending_server_requests.pop(response.id, None)
+            if isinstance(response.id, int)
+            else None
+        )
+        if future is None:
+            raise ProtocolViolation(f"response to unknown server request id {response.id!r}")
+        if future.done():
+            return
+        if len(response.error):
+            try:
+                err = msgspec.json.decode(response.error, type=ErrorObject)
+                future.set_exception(RpcError(err.code, err.message))
+            except msgspec.ValidationError:
+                future.set_exception(RpcError(INTERNAL_ERROR, "malformed error response"))
+        else:
+            future.set_result(msgspec.json.decode(response.result))
+
+    async def _serve_request(self, request: IncomingRequest) -> None:
+        try:
+            result = await self._dispatch(request)
+            frame = encode_message(ResponseMessage(request.id, result))
+        except RpcError as exc:
+            frame = encode_message(ErrorMessage(ErrorObject(exc.code, exc.message), request.id))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("internal error serving %s (id %r)", request.method, request.id)
+            frame = encode_error(request.id, INTERNAL_ERROR, "internal error")
+        await self._enqueue(frame)
+
+    async def _dispatch(self, request: IncomingRequest) -> Any:
+        # Order of checks as the reference: method known -> params -> lifecycle (§4.4).
+        spec = self.runtime.methods.get(request.method)
+        if spec is None:
+            raise RpcError(
+                METHOD_NOT_FOUND, f"exec-server stub does not implement `{request.method}` yet"
+            )
+        params = spec.decoder.decode(request.params)
+        if spec.validate is not None:
+            spec.validate(params)
+        async with self._slots:
+            if request.method != m.INITIALIZE:
+                self._check_lifecycle(spec.family)
+            ctx = RequestContext(self, self.runtime, self._slots)
+            return await spec.handler(ctx, params)
+
+    def _check_lifecycle(self, family: str) -> None:
+        if self.lifecycle is Lifecycle.NEW:
+            raise RpcError.invalid_request(
+                f"client must call initialize before using {family} methods"
+            )
+        if self.lifecycle is Lifecycle.INITIALIZING:
+            raise RpcError.invalid_request(
+                f"client must send initialized before using {family} methods"
+            )
+
+    # ---- session binding (used by the initialize handler) -----------------------
+
+    def bind_session(self, session: Session) -> None:
+        self.session = session
+        self.lifecycle = Lifecycle.INITIALIZING
+
+    # ---- teardown ---------------------------------------------------------------
+
+    def abort(self, reason: str) -> None:
+        """Mark the connection dead; the transport notices via wait_closed()."""
+        if self.close_reason is None:
+            self.close_reason = reason
+        self._closed_event.set()
+
+    async def wait_closed(self) -> None:
+        await self._closed_event.wait()
+
+    async def aclose(self) -> None:
+        """Tear down after the transport closed: detach the session, cancel work."""
+        if self.closed:
+            return
+        self.closed = True
+        self._closed_event.set()
+        for task in list(self._tasks):
+            task.cancel()
+        for future in self._pending_server_requests.values():
+            if not future.done():
+                future.set_exception(ConnectionError("connection closed"))
+        # Unblock producers waiting for queue space; nothing more will be written.
+        while not self._outbound.empty():
+            self._outbound.get_nowait()
+            self._outbound.task_done()
+        self._writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._writer
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.state.aclose()
+        if self.session is not None:
+            self.runtime.sessions.detach(self.session, self)
+
+    async def finish(self, timeout: float) -> None:
+        """Let in-flight requests answer and the queue drain (stdio EOF), up to ``timeout``."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                if self._tasks:
+                    await asyncio.gather(*list(self._tasks), return_exceptions=True)
+                await self._outbound.join()

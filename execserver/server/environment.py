@@ -1,0 +1,102 @@
+"""initialize, environment/info and environment/status (protocol §4.2, §8.1, §8.2)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import sys
+import tempfile
+
+from execserver import REFERENCE_VERSION, __version__
+from execserver.server.rpc import MethodTable, RequestContext
+from execserver.wire import methods as m
+from execserver.wire.base import Empty
+from execserver.wire.errors import RpcError
+from execserver.wire.lifecycle import (
+    EnvironmentCapabilities,
+    EnvironmentInfo,
+    EnvironmentStatusResponse,
+    InitializeParams,
+    InitializeResponse,
+    ShellInfo,
+)
+from execserver.wire.uri import path_to_uri
+
+# Clients gate features on executorVersion; we speak the 0.169.0 protocol.
+EXECUTOR_VERSION = REFERENCE_VERSION
+PROVIDER_ID = "sha256:" + hashlib.sha256(f"execserver {__version__}".encode()).hexdigest()
+
+
+def detect_shell() -> ShellInfo:
+    """The server user's default shell, as the reference reports it."""
+    path = os.environ.get("SHELL") or ""
+    if not path:
+        try:
+            path = pwd.getpwuid(os.getuid()).pw_shell
+        except KeyError:
+            path = ""
+    if not path or not os.path.exists(path):
+        path = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+    return ShellInfo(name=os.path.basename(path), path=path)
+
+
+def _home_dir() -> str | None:
+    home = os.environ.get("HOME")
+    if not home:
+        try:
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except KeyError:
+            return None
+    return os.path.abspath(home)
+
+
+def _platform_os() -> str:
+    return {"darwin": "macos", "win32": "windows"}.get(sys.platform, "linux")
+
+
+def build_environment_info(capabilities: set[str]) -> EnvironmentInfo:
+    home = _home_dir()
+    flags = EnvironmentCapabilities(**{name: True for name in sorted(capabilities)})
+    return EnvironmentInfo(
+        shell=detect_shell(),
+        executor_version=EXECUTOR_VERSION,
+        provider_id=PROVIDER_ID,
+        cwd=path_to_uri(os.getcwd()),
+        user_home_dir=path_to_uri(home) if home else None,
+        platform_os=_platform_os(),
+        prepend_path_dirs=[],
+        temporary_directories=[],
+        temp_dir=path_to_uri(tempfile.gettempdir()),
+        capabilities=flags,
+    )
+
+
+async def initialize(ctx: RequestContext, params: InitializeParams) -> InitializeResponse:
+    conn = ctx.connection
+    if conn.session is not None:
+        raise RpcError.invalid_request("initialize may only be sent once per connection")
+    sessions = ctx.runtime.sessions
+    if params.resume_session_id is not None:
+        session = sessions.resume(params.resume_session_id, conn)
+    else:
+        session = sessions.create(conn)
+    conn.bind_session(session)
+    for hook in list(session.on_attach):
+        await hook(session)
+    info = build_environment_info(ctx.runtime.methods.capabilities)
+    return InitializeResponse(session_id=session.id, environment_info=info)
+
+
+async def environment_info(ctx: RequestContext, params: Empty) -> EnvironmentInfo:
+    return build_environment_info(ctx.runtime.methods.capabilities)
+
+
+async def environment_status(ctx: RequestContext, params: Empty) -> EnvironmentStatusResponse:
+    return EnvironmentStatusResponse(status="ready")
+
+
+def register(table: MethodTable) -> None:
+    table.add(m.INITIALIZE, InitializeParams, initialize, family="initialize")
+    table.add(m.ENVIRONMENT_INFO, Empty, environment_info, family="environment info")
+    table.add(m.ENVIRONMENT_STATUS, Empty, environment_status, family="environment status")

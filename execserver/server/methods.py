@@ -1,0 +1,12 @@
+"""Assembles the method table from every service that registers methods."""
+
+from __future__ import annotations
+
+from execserver.server import environment
+from execserver.server.rpc import MethodTable
+
+
+def build_method_table() -> MethodTable:
+    table = MethodTable()
+    environment.register(table)
+    return table

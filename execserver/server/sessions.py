@@ -1,0 +1,125 @@
+"""Sessions: what survives a dropped connection (protocol §5).
+
+A session owns its processes (through its ScopedState). When its connection
+closes it is *detached* for ``ttl`` seconds, during which ``initialize`` with
+``resumeSessionId`` re-attaches it; when the TTL runs out its state is closed
+(processes killed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from execserver.server.scoped import ScopedState
+from execserver.wire.errors import SESSION_ALREADY_ATTACHED, RpcError
+
+if TYPE_CHECKING:
+    from execserver.server.connection import Connection
+
+log = logging.getLogger(__name__)
+
+
+class Session:
+    def __init__(self, session_id: str) -> None:
+        self.id = session_id
+        self.state = ScopedState(f"session {session_id}")
+        self.connection: Connection | None = None
+        self._expiry: asyncio.TimerHandle | None = None
+        self.closed = False
+        # Hooks run when a connection (re)attaches, e.g. to resume notification routing.
+        self.on_attach: list[Callable[[Session], Awaitable[None]]] = []
+
+    @property
+    def attached(self) -> bool:
+        return self.connection is not None
+
+    async def notify(self, method: str, params: Any) -> None:
+        """Send a notification to the attached connection; dropped while detached.
+
+        The reference does not queue notifications for a detached session
+        (protocol §5.2): what happened meanwhile is read back with process/read.
+        """
+        conn = self.connection
+        if conn is not None:
+            await conn.send_notification(method, params)
+
+    async def request(self, method: str, params: Any, timeout: float | None) -> Any:
+        """Send a server->client request on the attached connection (protocol §9.6)."""
+        conn = self.connection
+        if conn is None:
+            raise ConnectionError("session is detached")
+        return await conn.request(method, params, timeout)
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._expiry is not None:
+            self._expiry.cancel()
+        await self.state.aclose()
+
+
+class SessionRegistry:
+    def __init__(self, ttl_s: float) -> None:
+        self._ttl_s = ttl_s
+        self._sessions: dict[str, Session] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def sessions(self) -> list[Session]:
+        return list(self._sessions.values())
+
+    def create(self, conn: Connection) -> Session:
+        session = Session(str(uuid.uuid4()))
+        self._sessions[session.id] = session
+        session.connection = conn
+        log.info("session %s opened", session.id)
+        return session
+
+    def resume(self, session_id: str, conn: Connection) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None or session.closed:
+            raise RpcError.invalid_request(f"unknown session id {session_id}")
+        if session.connection is not None:
+            raise RpcError(
+                SESSION_ALREADY_ATTACHED,
+                f"session {session_id} is already attached to another connection",
+            )
+        if session._expiry is not None:
+            session._expiry.cancel()
+            session._expiry = None
+        session.connection = conn
+        log.info("session %s resumed", session.id)
+        return session
+
+    def detach(self, session: Session, conn: Connection) -> None:
+        if session.connection is not conn:
+            return
+        session.connection = None
+        if session.closed:
+            return
+        loop = asyncio.get_running_loop()
+        session._expiry = loop.call_later(self._ttl_s, self._expire, session)
+        log.info("session %s detached; expires in %.0f s", session.id, self._ttl_s)
+
+    def _expire(self, session: Session) -> None:
+        if session.connection is not None:
+            return
+        log.info("session %s expired", session.id)
+        self._sessions.pop(session.id, None)
+        task = asyncio.get_running_loop().create_task(session.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def aclose(self) -> None:
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+        await asyncio.gather(*(s.aclose() for s in sessions), return_exceptions=True)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
