@@ -1,0 +1,583 @@
+"""ExecServerClient: handshake, typed calls, notification routing, reconnect/resume.
+
+Lifecycle (core-client.md §1.9)::
+
+    connected --transport lost--> recovering --resume ok + catch-up--> connected
+                                       |
+                                       +--deadline / not retryable--> failed
+    any state --close()--> closed
+
+While recovering, every call waits for the one shared recovery attempt and
+then runs on the new connection. Of the calls that were in flight when the
+transport died, only ``process/read`` is sent again (once); everything else
+fails with ``ExecServerTransportClosed``, because a start, write or fs change
+may or may not have happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import itertools
+import logging
+import os
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+from execserver.client.errors import (
+    ExecServerConnectError,
+    ExecServerError,
+    ExecServerRpcError,
+    ExecServerSessionMismatch,
+    ExecServerTimeout,
+    ExecServerTransportClosed,
+    ExecServerUnavailable,
+    SessionAttached,
+)
+from execserver.client.events import Closed, Exited, Output
+from execserver.client.process import RemoteProcess
+from execserver.client.rpc import RpcConnection
+from execserver.client.transport import StdioTransport, Transport, WebSocketTransport
+from execserver.wire import methods
+from execserver.wire.lifecycle import (
+    EnvironmentInfo,
+    EnvironmentStatusResponse,
+    InitializeParams,
+    InitializeResponse,
+)
+from execserver.wire.process import (
+    ExecEnvPolicy,
+    ExecParams,
+    ExecResponse,
+    ProcessClosedNotification,
+    ProcessExitedNotification,
+    ProcessOutputNotification,
+    ReadParams,
+    ReadResponse,
+    WriteStatus,
+)
+from execserver.wire.uri import path_to_uri
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_CLIENT_NAME: Final = "execserver-client"
+CONNECT_TIMEOUT: Final = 10.0
+INITIALIZE_TIMEOUT: Final = 10.0
+REQUEST_TIMEOUT: Final = 60.0
+# A long-poll read may legitimately take waitMs; allow that plus this much.
+READ_TIMEOUT_SLACK: Final = 10.0
+RECOVERY_DEADLINE: Final = 25.0
+RECOVERY_RETRY_DELAY: Final = 0.1
+
+_NULL = msgspec.Raw(b"null")
+
+
+class _Default(enum.Enum):
+    TIMEOUT = enum.auto()
+
+
+Timeout = float | None | _Default
+DEFAULT_TIMEOUT: Final = _Default.TIMEOUT
+
+
+class ClientState(enum.Enum):
+    CONNECTED = "connected"
+    RECOVERING = "recovering"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class CompletedRemoteProcess:
+    """What :meth:`ExecServerClient.run` collected."""
+
+    exit_code: int
+    sandbox_denied: bool
+    stdout: bytes
+    stderr: bytes
+    pty: bytes
+
+
+Opener = Callable[[], Awaitable[Transport]]
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
+def decode_result(raw: msgspec.Raw, result_type: type[T]) -> T:
+    decoder = _decoders.get(result_type)
+    if decoder is None:
+        decoder = _decoders[result_type] = msgspec.json.Decoder(result_type)
+    try:
+        result: T = decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise ExecServerError(f"unexpected result shape: {exc}") from exc
+    return result
+
+
+def sandbox_param(sandbox: object) -> msgspec.Raw:
+    """A ``FileSystemSandboxContext`` (Struct or plain mapping) as raw JSON, or ``null``."""
+    if sandbox is None:
+        return _NULL
+    if isinstance(sandbox, msgspec.Raw):
+        return sandbox
+    return msgspec.Raw(msgspec.json.encode(sandbox))
+
+
+def to_uri(path: str | os.PathLike[str]) -> str:
+    """Accept a ``file:`` URI as is, otherwise an absolute native path."""
+    text = os.fspath(path)
+    if text.startswith("file:"):
+        return text
+    return path_to_uri(text)
+
+
+class ExecServerClient:
+    """A connection to one exec-server (ours or the reference), with session resume.
+
+    Create it with :meth:`connect` (websocket URL) or :meth:`spawn` (a program
+    speaking stdio); use it as an async context manager or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        opener: Opener,
+        *,
+        client_name: str = DEFAULT_CLIENT_NAME,
+        auto_reconnect: bool = True,
+        initialize_timeout: float | None = INITIALIZE_TIMEOUT,
+        request_timeout: float | None = REQUEST_TIMEOUT,
+        recovery_deadline: float = RECOVERY_DEADLINE,
+    ) -> None:
+        self._opener = opener
+        self.client_name = client_name
+        self.auto_reconnect = auto_reconnect
+        self._initialize_timeout = initialize_timeout
+        self._request_timeout = request_timeout
+        self._recovery_deadline = recovery_deadline
+        self._ids = itertools.count(1)
+        self._conn: RpcConnection | None = None
+        self._state = ClientState.CLOSED
+        self._failure: str | None = None
+        self._recovery: asyncio.Task[None] | None = None
+        self._processes: dict[str, RemoteProcess] = {}
+        self.session_id: str = ""
+        self.environment_info: EnvironmentInfo | None = None
+        self.reconnects = 0
+        from execserver.client.fs import RemoteFileSystem
+
+        self.fs = RemoteFileSystem(self)
+
+    # -- construction --------------------------------------------------------
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        token: str | None = None,
+        client_name: str = DEFAULT_CLIENT_NAME,
+        resume_session_id: str | None = None,
+        auto_reconnect: bool = True,
+        connect_timeout: float | None = CONNECT_TIMEOUT,
+        initialize_timeout: float | None = INITIALIZE_TIMEOUT,
+        request_timeout: float | None = REQUEST_TIMEOUT,
+        recovery_deadline: float = RECOVERY_DEADLINE,
+    ) -> ExecServerClient:
+        """Open a websocket to ``url`` (``ws://host:port``) and do the handshake.
+
+        ``token`` goes in ``Authorization: Bearer``. ``resume_session_id`` attaches a
+        detached session instead of creating one.
+        """
+
+        async def opener() -> Transport:
+            return await WebSocketTransport.connect(url, token=token, timeout=connect_timeout)
+
+        client = cls(
+            opener,
+            client_name=client_name,
+            auto_reconnect=auto_reconnect,
+            initialize_timeout=initialize_timeout,
+            request_timeout=request_timeout,
+            recovery_deadline=recovery_deadline,
+        )
+        await client._start(resume_session_id)
+        return client
+
+    @classmethod
+    async def spawn(
+        cls,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        client_name: str = DEFAULT_CLIENT_NAME,
+        initialize_timeout: float | None = INITIALIZE_TIMEOUT,
+        request_timeout: float | None = REQUEST_TIMEOUT,
+    ) -> ExecServerClient:
+        """Start ``argv`` (e.g. ``codex exec-server --listen stdio``) and speak stdio to it.
+
+        The child lives as long as the client; there is no reconnect (a new child
+        would be a new server).
+        """
+
+        async def opener() -> Transport:
+            return await StdioTransport.spawn(argv, env=env)
+
+        client = cls(
+            opener,
+            client_name=client_name,
+            auto_reconnect=False,
+            initialize_timeout=initialize_timeout,
+            request_timeout=request_timeout,
+        )
+        await client._start(None)
+        return client
+
+    async def _start(self, resume_session_id: str | None) -> None:
+        conn, init = await self._open(resume_session_id)
+        self._conn = conn
+        self.session_id = init.session_id
+        self.environment_info = init.environment_info
+        self._state = ClientState.CONNECTED
+
+    async def _open(self, resume_session_id: str | None) -> tuple[RpcConnection, InitializeResponse]:
+        transport = await self._opener()
+        conn = RpcConnection(
+            transport,
+            ids=self._ids,
+            on_notification=self._on_notification,
+            on_lost=self._on_lost,
+        )
+        conn.start()
+        try:
+            try:
+                raw = await conn.request(
+                    methods.INITIALIZE,
+                    InitializeParams(self.client_name, resume_session_id),
+                    timeout=self._initialize_timeout,
+                )
+            except ExecServerTimeout as exc:
+                raise ExecServerTimeout("initialize", "timed out waiting for initialize") from exc
+            init = decode_result(raw, InitializeResponse)
+            if resume_session_id is not None and init.session_id != resume_session_id:
+                raise ExecServerSessionMismatch(
+                    f"exec-server initialized an unexpected session {init.session_id!r} "
+                    f"(asked to resume {resume_session_id!r})"
+                )
+            await conn.notify(methods.INITIALIZED, {})
+        except BaseException:
+            await conn.close()
+            raise
+        return conn, init
+
+    async def __aenter__(self) -> ExecServerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connection. The server keeps the session (and its processes)
+        for a while, so another client may resume it with :attr:`session_id`."""
+        if self._state is ClientState.CLOSED:
+            return
+        self._state = ClientState.CLOSED
+        self._failure = "client closed"
+        recovery, self._recovery = self._recovery, None
+        if recovery is not None:
+            recovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await recovery
+        for proc in list(self._processes.values()):
+            proc._fail("exec-server client closed")
+        self._processes.clear()
+        if self._conn is not None:
+            await self._conn.close()
+
+    # -- state ---------------------------------------------------------------
+
+    @property
+    def state(self) -> ClientState:
+        return self._state
+
+    @property
+    def connection(self) -> RpcConnection | None:
+        """The current JSON-RPC connection (for diagnostics and tests)."""
+        return self._conn
+
+    async def _ready(self) -> RpcConnection:
+        while True:
+            if self._state is ClientState.CLOSED:
+                raise ExecServerUnavailable("exec-server client is closed")
+            if self._state is ClientState.FAILED:
+                raise ExecServerUnavailable(f"exec-server connection failed: {self._failure}")
+            if self._state is ClientState.RECOVERING:
+                assert self._recovery is not None
+                await asyncio.shield(self._recovery)
+                continue
+            conn = self._conn
+            assert conn is not None
+            if conn.is_lost:
+                # The reader has not reported the loss yet; it will, and the
+                # state changes then. Wait for that instead of failing the call.
+                await conn.wait_reader()
+                if self._conn is conn and self._state is ClientState.CONNECTED:
+                    # Reported, but not to us (e.g. closing): nothing will change.
+                    raise ExecServerTransportClosed(f"JSON-RPC transport closed: {conn.lost_reason}")
+                continue
+            return conn
+
+    def _on_lost(self, conn: RpcConnection, reason: str) -> None:
+        if conn is not self._conn or self._state is not ClientState.CONNECTED:
+            return
+        log.info("exec-server connection lost: %s", reason)
+        if self.auto_reconnect and self.session_id:
+            self._state = ClientState.RECOVERING
+            self._recovery = asyncio.create_task(self._recover(reason), name="execserver-recover")
+        else:
+            self._fail(f"JSON-RPC transport closed: {reason}")
+
+    def _fail(self, message: str) -> None:
+        self._state = ClientState.FAILED
+        self._failure = message
+        for proc in list(self._processes.values()):
+            proc._fail(message)
+        self._processes.clear()
+
+    async def _recover(self, reason: str) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._recovery_deadline
+        last_error = reason
+        while loop.time() < deadline:
+            try:
+                async with asyncio.timeout(max(deadline - loop.time(), 0.01)):
+                    conn, _ = await self._open(self.session_id)
+            except (
+                SessionAttached,
+                ExecServerTransportClosed,
+                ExecServerTimeout,
+                ExecServerConnectError,
+                TimeoutError,
+            ) as exc:
+                # Retryable: the server may not have noticed the old connection
+                # is gone yet (-32010), or is briefly unreachable.
+                last_error = str(exc) or type(exc).__name__
+                await asyncio.sleep(RECOVERY_RETRY_DELAY)
+                continue
+            except ExecServerError as exc:
+                self._fail(f"cannot resume exec-server session {self.session_id}: {exc}")
+                return
+            old, self._conn = self._conn, conn
+            if old is not None:
+                await old.close()
+            try:
+                await self._catch_up_all(conn)
+            except (ExecServerTransportClosed, ExecServerTimeout) as exc:
+                last_error = str(exc)
+                continue
+            if conn.is_lost:
+                continue
+            self.reconnects += 1
+            self._state = ClientState.CONNECTED
+            self._recovery = None
+            log.info("exec-server session %s resumed", self.session_id)
+            return
+        self._fail(f"cannot resume exec-server session {self.session_id}: {last_error}")
+
+    async def _catch_up_all(self, conn: RpcConnection) -> None:
+        async def read(params: ReadParams) -> ReadResponse:
+            raw = await conn.request(methods.PROCESS_READ, params, timeout=self._request_timeout)
+            return decode_result(raw, ReadResponse)
+
+        live = [p for p in self._processes.values() if p._live]
+        for proc in live:
+            try:
+                await proc.catch_up(read, always=True)
+            except ExecServerRpcError as exc:
+                proc._fail(f"cannot recover process {proc.process_id}: {exc}")
+
+    # -- calls ---------------------------------------------------------------
+
+    def _timeout_for(self, method: str, params: object, timeout: Timeout) -> float | None:
+        if not isinstance(timeout, _Default):
+            return timeout
+        if method == methods.PROCESS_READ and isinstance(params, ReadParams) and params.wait_ms:
+            return params.wait_ms / 1000 + READ_TIMEOUT_SLACK
+        return self._request_timeout
+
+    async def call(
+        self,
+        method: str,
+        params: object,
+        result_type: type[T],
+        *,
+        timeout: Timeout = DEFAULT_TIMEOUT,
+    ) -> T:
+        """Send any request and decode its result as ``result_type``."""
+        seconds = self._timeout_for(method, params, timeout)
+        conn = await self._ready()
+        try:
+            raw = await conn.request(method, params, timeout=seconds)
+        except ExecServerTransportClosed:
+            # Only a read is safe to repeat: it changes nothing on the server.
+            if method != methods.PROCESS_READ or not self.auto_reconnect:
+                raise
+            conn = await self._ready()
+            raw = await conn.request(method, params, timeout=seconds)
+        return decode_result(raw, result_type)
+
+    async def get_environment_info(self) -> EnvironmentInfo:
+        return await self.call(methods.ENVIRONMENT_INFO, {}, EnvironmentInfo)
+
+    async def environment_status(self) -> str:
+        result = await self.call(methods.ENVIRONMENT_STATUS, {}, EnvironmentStatusResponse)
+        return result.status
+
+    # -- processes -----------------------------------------------------------
+
+    async def start_process(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        env_policy: ExecEnvPolicy | None = None,
+        tty: bool = False,
+        pipe_stdin: bool = False,
+        arg0: str | None = None,
+        sandbox: object = None,
+        process_id: str | None = None,
+        timeout: Timeout = DEFAULT_TIMEOUT,
+    ) -> RemoteProcess:
+        """``process/start``. The route for its events exists before the request is sent.
+
+        ``env`` without ``env_policy`` is the child's *whole* environment (protocol
+        §8.4.2); ``cwd`` defaults to the server's cwd; ``sandbox`` is a
+        ``FileSystemSandboxContext`` passed through unchanged.
+        """
+        if cwd is None:
+            if self.environment_info is None or self.environment_info.cwd is None:
+                raise ValueError("cwd is required: the server did not report its cwd")
+            cwd_uri = self.environment_info.cwd
+        else:
+            cwd_uri = to_uri(cwd)
+        params = ExecParams(
+            process_id=process_id or f"proc-{uuid.uuid4().hex}",
+            argv=list(argv),
+            cwd=cwd_uri,
+            env=dict(env or {}),
+            tty=tty,
+            pipe_stdin=pipe_stdin,
+            arg0=arg0,
+            env_policy=env_policy,
+            sandbox=sandbox_param(sandbox),
+        )
+        return await self.start(params, timeout=timeout)
+
+    async def start(self, params: ExecParams, *, timeout: Timeout = DEFAULT_TIMEOUT) -> RemoteProcess:
+        """``process/start`` from ready-made params (``sandbox`` must be raw JSON or null)."""
+        if self._state in (ClientState.FAILED, ClientState.CLOSED):
+            await self._ready()  # raises ExecServerUnavailable
+        if params.process_id in self._processes:
+            raise ValueError(f"process id {params.process_id!r} is already in use by this client")
+        if not params.sandbox:
+            params.sandbox = _NULL
+        proc = RemoteProcess(self, params.process_id, tty=params.tty)
+        # Route first: events can arrive before the start response (protocol §8.4).
+        self._processes[params.process_id] = proc
+        try:
+            result = await self.call(methods.PROCESS_START, params, ExecResponse, timeout=timeout)
+        except BaseException:
+            if self._processes.get(params.process_id) is proc:
+                del self._processes[params.process_id]
+            raise
+        proc._mark_started(result.sandbox_type)
+        return proc
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        **kwargs: Any,
+    ) -> CompletedRemoteProcess:
+        """Start, feed ``stdin`` (if any), collect all output until ``Closed``."""
+        proc = await self.start_process(argv, pipe_stdin=stdin is not None, **kwargs)
+        if stdin is not None:
+            await proc.write(stdin)
+        out: dict[str, list[bytes]] = {"stdout": [], "stderr": [], "pty": []}
+        status: Exited | None = None
+        async for event in proc:
+            if isinstance(event, Output):
+                out[event.stream].append(event.data)
+            elif isinstance(event, Exited):
+                status = event
+            elif isinstance(event, Closed):
+                break
+        exit_status = await proc.wait()  # raises ProcessFailed after Failed
+        del status
+        return CompletedRemoteProcess(
+            exit_status.exit_code,
+            exit_status.sandbox_denied,
+            b"".join(out["stdout"]),
+            b"".join(out["stderr"]),
+            b"".join(out["pty"]),
+        )
+
+    async def read(
+        self,
+        process_id: str,
+        *,
+        after_seq: int | None = None,
+        max_bytes: int | None = None,
+        wait_ms: int | None = None,
+    ) -> ReadResponse:
+        return await self.read_params(
+            ReadParams(
+                process_id=process_id, after_seq=after_seq, max_bytes=max_bytes, wait_ms=wait_ms
+            )
+        )
+
+    async def read_params(self, params: ReadParams) -> ReadResponse:
+        return await self.call(methods.PROCESS_READ, params, ReadResponse)
+
+    async def write(self, process_id: str, data: bytes, *, write_id: str | None = None) -> WriteStatus:
+        proc = self._processes.get(process_id)
+        if proc is not None:
+            return await proc.write(data, write_id=write_id)
+        return await RemoteProcess(self, process_id, tty=False).write(data, write_id=write_id)
+
+    def process(self, process_id: str) -> RemoteProcess | None:
+        """The live process with this id, if this client started it."""
+        return self._processes.get(process_id)
+
+    def _forget(self, proc: RemoteProcess) -> None:
+        if self._processes.get(proc.process_id) is proc:
+            del self._processes[proc.process_id]
+
+    # -- notifications -------------------------------------------------------
+
+    def _on_notification(self, method: str, params: msgspec.Raw) -> None:
+        if method == methods.PROCESS_OUTPUT:
+            out = decode_result(params, ProcessOutputNotification)
+            self._route(out.process_id, Output(out.seq, out.stream, out.chunk))
+        elif method == methods.PROCESS_EXITED:
+            ex = decode_result(params, ProcessExitedNotification)
+            self._route(ex.process_id, Exited(ex.seq, ex.exit_code, ex.sandbox_denied))
+        elif method == methods.PROCESS_CLOSED:
+            cl = decode_result(params, ProcessClosedNotification)
+            self._route(cl.process_id, Closed(cl.seq))
+        else:
+            log.debug("ignoring notification %s", method)
+
+    def _route(self, process_id: str, event: Output | Exited | Closed) -> None:
+        proc = self._processes.get(process_id)
+        if proc is None:
+            log.debug("event for unknown process %s ignored", process_id)
+            return
+        proc._on_event(event)

@@ -1,0 +1,378 @@
+"""RemoteFileSystem: the fs/* methods with a pathlib-flavoured Python API.
+
+Paths are native absolute paths of the executor host (a ``file:`` URI is
+accepted too); conversion to and from ``PathUri`` happens here only. Server
+errors become ``OSError`` subclasses the way a local call would raise them
+(core-client.md §1.12): the OS error number in the message picks the subclass
+(``Directory not empty (os error 39)`` -> ``OSError(ENOTEMPTY)``), -32004 is
+``FileNotFoundError``, a lost transport is ``BrokenPipeError``. The original
+``ExecServerError`` is chained as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import os
+import posixpath
+import re
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+import msgspec
+
+from execserver.client.errors import (
+    ExecServerError,
+    ExecServerRpcError,
+    ExecServerTransportClosed,
+    ExecServerUnavailable,
+    NotFound,
+)
+from execserver.wire import methods
+from execserver.wire.base import Empty
+from execserver.wire.fs import (
+    CanonicalizeParams,
+    CanonicalizeResponse,
+    CloseParams,
+    CopyParams,
+    CreateDirectoryParams,
+    DirectoryEntry,
+    FileMetadata,
+    GetMetadataParams,
+    OpenParams,
+    OpenResponse,
+    ReadBlockParams,
+    ReadBlockResponse,
+    ReadDirectoryParams,
+    ReadDirectoryResponse,
+    ReadFileParams,
+    ReadFileResponse,
+    RemoveParams,
+    WalkOptions,
+    WalkOutcome,
+    WalkParams,
+    WriteBlockParams,
+    WriteFileParams,
+)
+from execserver.wire.uri import uri_to_path
+
+if TYPE_CHECKING:
+    from execserver.client.connection import ExecServerClient
+
+T = TypeVar("T")
+
+_OS_ERROR = re.compile(r"\(os error (\d+)\)\s*$")
+
+
+def _native(path: str | os.PathLike[str] | RemotePath) -> str:
+    if isinstance(path, RemotePath):
+        return path.path
+    text = os.fspath(path)
+    if text.startswith("file:"):
+        return uri_to_path(text)
+    if not text.startswith("/"):
+        raise ValueError(f"remote paths must be absolute: {text!r}")
+    return posixpath.normpath(text)
+
+
+def _uri(path: str) -> str:
+    from execserver.client.connection import to_uri
+
+    return to_uri(path)
+
+
+def fs_error(exc: ExecServerError, path: str) -> OSError:
+    """The ``OSError`` a local call would have raised for this server error."""
+    if isinstance(exc, ExecServerTransportClosed | ExecServerUnavailable):
+        return BrokenPipeError(errno.EPIPE, "exec-server transport closed")
+    if not isinstance(exc, ExecServerRpcError):
+        return OSError(errno.EIO, str(exc), path)
+    match = _OS_ERROR.search(exc.message)
+    if match:
+        # OSError(errno, ...) picks the subclass (FileExistsError, ...) itself.
+        text = exc.message[: match.start()].rstrip()
+        return OSError(int(match.group(1)), text, path)
+    if isinstance(exc, NotFound):
+        return FileNotFoundError(errno.ENOENT, exc.message, path)
+    return OSError(errno.EINVAL, exc.message, path)
+
+
+class RemoteFileSystem:
+    """fs/* calls of one client, optionally under a ``FileSystemSandboxContext``.
+
+    ``sandbox`` (a wire Struct or a plain mapping) is sent unchanged with every
+    call that accepts one; :meth:`with_sandbox` makes a sibling with another.
+    """
+
+    def __init__(self, client: ExecServerClient, sandbox: object = None) -> None:
+        self._client = client
+        self.sandbox = sandbox
+
+    def with_sandbox(self, sandbox: object) -> RemoteFileSystem:
+        return RemoteFileSystem(self._client, sandbox)
+
+    def path(self, path: str | os.PathLike[str]) -> RemotePath:
+        return RemotePath(self, _native(path))
+
+    def _sandbox(self) -> msgspec.Raw:
+        from execserver.client.connection import sandbox_param
+
+        return sandbox_param(self.sandbox)
+
+    async def _call(self, method: str, params: object, result_type: type[T], path: str) -> T:
+        try:
+            return await self._client.call(method, params, result_type)
+        except ExecServerError as exc:
+            raise fs_error(exc, path) from exc
+
+    async def read_file(
+        self, path: str | os.PathLike[str] | RemotePath, *, follow_symlinks: bool = True
+    ) -> bytes:
+        p = _native(path)
+        params = ReadFileParams(_uri(p), self._sandbox(), follow_symlinks)
+        result = await self._call(methods.FS_READ_FILE, params, ReadFileResponse, p)
+        return result.data_base64
+
+    async def write_file(
+        self,
+        path: str | os.PathLike[str] | RemotePath,
+        data: bytes,
+        *,
+        follow_symlinks: bool = True,
+    ) -> None:
+        """Create or truncate. The parent must exist (the server does not create it)."""
+        p = _native(path)
+        encoded = base64.b64encode(data).decode("ascii")
+        params = WriteFileParams(_uri(p), encoded, self._sandbox(), follow_symlinks)
+        await self._call(methods.FS_WRITE_FILE, params, Empty, p)
+
+    async def create_directory(
+        self,
+        path: str | os.PathLike[str] | RemotePath,
+        *,
+        recursive: bool = True,
+        follow_symlinks: bool = True,
+    ) -> None:
+        p = _native(path)
+        params = CreateDirectoryParams(_uri(p), recursive, self._sandbox(), follow_symlinks)
+        await self._call(methods.FS_CREATE_DIRECTORY, params, Empty, p)
+
+    async def get_metadata(
+        self, path: str | os.PathLike[str] | RemotePath, *, follow_symlinks: bool = True
+    ) -> FileMetadata:
+        p = _native(path)
+        params = GetMetadataParams(_uri(p), self._sandbox(), follow_symlinks)
+        return await self._call(methods.FS_GET_METADATA, params, FileMetadata, p)
+
+    async def canonicalize(self, path: str | os.PathLike[str] | RemotePath) -> str:
+        p = _native(path)
+        params = CanonicalizeParams(_uri(p), self._sandbox())
+        result = await self._call(methods.FS_CANONICALIZE, params, CanonicalizeResponse, p)
+        return uri_to_path(result.path)
+
+    async def read_directory(self, path: str | os.PathLike[str] | RemotePath) -> list[DirectoryEntry]:
+        p = _native(path)
+        params = ReadDirectoryParams(_uri(p), self._sandbox())
+        result = await self._call(methods.FS_READ_DIRECTORY, params, ReadDirectoryResponse, p)
+        return result.entries
+
+    async def walk(
+        self,
+        path: str | os.PathLike[str] | RemotePath,
+        *,
+        max_depth: int = 64,
+        max_directories: int = 10_000,
+        max_entries: int = 50_000,
+        follow_directory_symlinks: bool = False,
+        prune_hidden_directories: bool = False,
+    ) -> WalkOutcome:
+        p = _native(path)
+        options = WalkOptions(
+            max_depth, max_directories, max_entries, follow_directory_symlinks, prune_hidden_directories
+        )
+        params = WalkParams(_uri(p), options, self._sandbox())
+        return await self._call(methods.FS_WALK, params, WalkOutcome, p)
+
+    async def remove(
+        self,
+        path: str | os.PathLike[str] | RemotePath,
+        *,
+        recursive: bool = True,
+        force: bool = True,
+        follow_symlinks: bool = True,
+    ) -> None:
+        """Server defaults: a directory goes with its contents, a missing path is fine."""
+        p = _native(path)
+        params = RemoveParams(_uri(p), recursive, force, self._sandbox(), follow_symlinks)
+        await self._call(methods.FS_REMOVE, params, Empty, p)
+
+    async def copy(
+        self,
+        source: str | os.PathLike[str] | RemotePath,
+        destination: str | os.PathLike[str] | RemotePath,
+        *,
+        recursive: bool = False,
+    ) -> None:
+        src, dst = _native(source), _native(destination)
+        params = CopyParams(_uri(src), _uri(dst), recursive, self._sandbox())
+        await self._call(methods.FS_COPY, params, Empty, src)
+
+    @asynccontextmanager
+    async def open(
+        self, path: str | os.PathLike[str] | RemotePath, mode: Literal["read", "replace"] = "read"
+    ) -> AsyncIterator[RemoteFileHandle]:
+        """A random-access handle (``fs/open``); ``replace`` truncates at once.
+        Handles belong to the connection: a reconnect invalidates them."""
+        p = _native(path)
+        handle_id = uuid.uuid4().hex  # 32 bytes, the server's maximum
+        params = OpenParams(handle_id, _uri(p), mode, self._sandbox())
+        await self._call(methods.FS_OPEN, params, OpenResponse, p)
+        handle = RemoteFileHandle(self, handle_id, p)
+        try:
+            yield handle
+        finally:
+            await handle.close()
+
+
+class RemoteFileHandle:
+    """An open ``fs/open`` handle: absolute-offset block reads and writes."""
+
+    def __init__(self, fs: RemoteFileSystem, handle_id: str, path: str) -> None:
+        self._fs = fs
+        self.handle_id = handle_id
+        self.path = path
+
+    async def read_block(self, offset: int, length: int) -> tuple[bytes, bool]:
+        """``(data, eof)``; eof only on a short read (protocol §8.19)."""
+        params = ReadBlockParams(self.handle_id, offset, length)
+        result = await self._fs._call(methods.FS_READ_BLOCK, params, ReadBlockResponse, self.path)
+        return result.chunk, result.eof
+
+    async def write_block(self, offset: int, data: bytes) -> None:
+        params = WriteBlockParams(self.handle_id, offset, base64.b64encode(data).decode("ascii"))
+        await self._fs._call(methods.FS_WRITE_BLOCK, params, Empty, self.path)
+
+    async def close(self) -> None:
+        await self._fs._call(methods.FS_CLOSE, CloseParams(self.handle_id), Empty, self.path)
+
+
+class RemotePath:
+    """A path on the executor host, with awaitable pathlib-style methods."""
+
+    __slots__ = ("fs", "path")
+
+    def __init__(self, fs: RemoteFileSystem, path: str) -> None:
+        self.fs = fs
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"RemotePath({self.path!r})"
+
+    def __str__(self) -> str:
+        return self.path
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RemotePath) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    def __truediv__(self, other: str) -> RemotePath:
+        return RemotePath(self.fs, posixpath.normpath(posixpath.join(self.path, other)))
+
+    @property
+    def uri(self) -> str:
+        return _uri(self.path)
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+    @property
+    def parent(self) -> RemotePath:
+        return RemotePath(self.fs, posixpath.dirname(self.path))
+
+    @property
+    def suffix(self) -> str:
+        return posixpath.splitext(self.name)[1]
+
+    async def read_bytes(self) -> bytes:
+        return await self.fs.read_file(self.path)
+
+    async def read_text(self, encoding: str = "utf-8") -> str:
+        return (await self.read_bytes()).decode(encoding)
+
+    async def write_bytes(self, data: bytes) -> None:
+        await self.fs.write_file(self.path, data)
+
+    async def write_text(self, text: str, encoding: str = "utf-8") -> None:
+        await self.write_bytes(text.encode(encoding))
+
+    async def stat(self, *, follow_symlinks: bool = True) -> FileMetadata:
+        return await self.fs.get_metadata(self.path, follow_symlinks=follow_symlinks)
+
+    async def exists(self) -> bool:
+        try:
+            await self.stat()
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def is_file(self) -> bool:
+        try:
+            return (await self.stat()).is_file
+        except FileNotFoundError:
+            return False
+
+    async def is_dir(self) -> bool:
+        try:
+            return (await self.stat()).is_directory
+        except FileNotFoundError:
+            return False
+
+    async def is_symlink(self) -> bool:
+        try:
+            return (await self.stat()).is_symlink
+        except FileNotFoundError:
+            return False
+
+    async def mkdir(self, *, parents: bool = False, exist_ok: bool = False) -> None:
+        if parents and not exist_ok and await self.exists():
+            raise FileExistsError(errno.EEXIST, "File exists", self.path)
+        try:
+            await self.fs.create_directory(self.path, recursive=parents)
+        except FileExistsError:
+            if not (exist_ok and await self.is_dir()):
+                raise
+
+    async def iterdir(self) -> list[RemotePath]:
+        return [self / entry.file_name for entry in await self.fs.read_directory(self.path)]
+
+    async def unlink(self, *, missing_ok: bool = False) -> None:
+        try:
+            meta = await self.stat()
+        except FileNotFoundError:
+            if missing_ok:
+                return
+            raise
+        if meta.is_directory and not meta.is_symlink:
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", self.path)
+        await self.fs.remove(self.path, recursive=False, force=missing_ok)
+
+    async def rmdir(self) -> None:
+        if not await self.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", self.path)
+        await self.fs.remove(self.path, recursive=False, force=False)
+
+    async def rmtree(self) -> None:
+        await self.fs.remove(self.path, recursive=True, force=False)
+
+    async def resolve(self) -> RemotePath:
+        return RemotePath(self.fs, await self.fs.canonicalize(self.path))
+
+    async def copy_to(self, target: RemotePath | str, *, recursive: bool = False) -> RemotePath:
+        dest = target if isinstance(target, RemotePath) else self.fs.path(target)
+        await self.fs.copy(self.path, dest.path, recursive=recursive)
+        return dest

@@ -1,0 +1,268 @@
+"""JSON-RPC over one transport: request ids, the pending-call table, one reader task.
+
+The dialect is JSON-RPC 2.0 without the ``"jsonrpc"`` member (protocol §3).
+Responses are matched by id, never by position (a server may answer out of
+order). Notifications are handed to a synchronous callback straight from the
+reader so that routing never waits on a consumer. When the transport ends,
+every pending call fails with ``ExecServerTransportClosed`` and the owner is
+told once through ``on_lost``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Iterator
+
+import msgspec
+
+from execserver.client.errors import (
+    ExecServerTimeout,
+    ExecServerTransportClosed,
+    rpc_error,
+)
+from execserver.client.transport import Transport
+from execserver.wire import errors as codes
+
+log = logging.getLogger(__name__)
+
+NotificationHandler = Callable[[str, msgspec.Raw], None]
+LostHandler = Callable[["RpcConnection", str], None]
+
+_NO_PARAMS = msgspec.Raw(b"{}")
+
+
+class _ErrorObject(msgspec.Struct):
+    code: int
+    message: str
+    data: msgspec.Raw = msgspec.Raw()
+
+
+class _Incoming(msgspec.Struct):
+    """Any message the server can send; which members are present tells the kind.
+
+    An absent ``result`` decodes to an empty ``Raw``; a present ``null`` does not.
+    """
+
+    id: int | str | None = None
+    method: str | None = None
+    params: msgspec.Raw = msgspec.Raw()
+    result: msgspec.Raw = msgspec.Raw()
+    error: _ErrorObject | None = None
+
+
+class _Request(msgspec.Struct):
+    id: int
+    method: str
+    params: msgspec.Raw
+
+
+class _Notification(msgspec.Struct):
+    method: str
+    params: msgspec.Raw
+
+
+class _ErrorReply(msgspec.Struct):
+    id: int | str
+    error: _ErrorObject
+
+
+_decoder = msgspec.json.Decoder(_Incoming)
+_encoder = msgspec.json.Encoder()
+
+
+def encode_params(params: object) -> msgspec.Raw:
+    """Params as raw JSON, so a request is encoded once and can be re-sent as is."""
+    if params is None:
+        return _NO_PARAMS
+    if isinstance(params, msgspec.Raw):
+        return params
+    return msgspec.Raw(_encoder.encode(params))
+
+
+class RpcConnection:
+    """One live transport with its reader task. Not reusable after loss: make a new one."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        ids: Iterator[int] | None = None,
+        on_notification: NotificationHandler,
+        on_lost: LostHandler | None = None,
+    ) -> None:
+        self.transport = transport
+        self._ids = ids if ids is not None else itertools.count(1)
+        self._on_notification = on_notification
+        self._on_lost = on_lost
+        self._pending: dict[int, asyncio.Future[msgspec.Raw]] = {}
+        self._send_lock = asyncio.Lock()
+        self._lost: str | None = None
+        self._closing = False
+        self._closed = asyncio.Event()
+        self._reader: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        """Start reading. Must run before the first request (a resumed session can
+        push notifications ahead of the initialize answer)."""
+        if self._reader is None:
+            self._reader = asyncio.create_task(self._read_loop(), name="execserver-client-reader")
+
+    @property
+    def is_lost(self) -> bool:
+        return self._lost is not None
+
+    @property
+    def lost_reason(self) -> str | None:
+        return self._lost
+
+    async def wait_lost(self) -> None:
+        await self._closed.wait()
+
+    async def wait_reader(self) -> None:
+        """Until the reader task has ended (and ``on_lost`` has run)."""
+        if self._reader is not None and not self._reader.done():
+            await asyncio.wait([self._reader])
+
+    async def request(
+        self, method: str, params: object = None, *, timeout: float | None = None
+    ) -> msgspec.Raw:
+        """Send one request and wait for its result (raw JSON)."""
+        if self._lost is not None:
+            raise ExecServerTransportClosed(f"JSON-RPC transport closed: {self._lost}")
+        request_id = next(self._ids)
+        future: asyncio.Future[msgspec.Raw] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            frame = _encoder.encode(_Request(request_id, method, encode_params(params)))
+            try:
+                await self._send(frame)
+            except (ConnectionError, RuntimeError, OSError) as exc:
+                raise ExecServerTransportClosed(f"JSON-RPC transport closed: {exc}") from exc
+            try:
+                async with asyncio.timeout(timeout):
+                    return await future
+            except TimeoutError as exc:
+                if future.done() and future.exception() is not None:
+                    raise
+                raise ExecServerTimeout("request", f"{method} timed out after {timeout} s") from exc
+        finally:
+            self._pending.pop(request_id, None)
+
+    async def notify(self, method: str, params: object = None) -> None:
+        if self._lost is not None:
+            raise ExecServerTransportClosed(f"JSON-RPC transport closed: {self._lost}")
+        try:
+            await self._send(_encoder.encode(_Notification(method, encode_params(params))))
+        except (ConnectionError, RuntimeError, OSError) as exc:
+            raise ExecServerTransportClosed(f"JSON-RPC transport closed: {exc}") from exc
+
+    async def close(self) -> None:
+        """Close the transport and wait for the reader to finish failing pending calls."""
+        self._closing = True
+        self._mark_lost("closed by client")
+        with contextlib.suppress(Exception):
+            await self.transport.close()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        self._fail_pending()
+
+    def abort(self, reason: str = "aborted") -> None:
+        """Drop the transport without a goodbye; the reader notices and reports the loss."""
+        self.transport.abort()
+        self._mark_lost(reason)
+
+    async def _send(self, frame: bytes) -> None:
+        async with self._send_lock:
+            await self.transport.send(frame)
+
+    async def _read_loop(self) -> None:
+        reason = "connection closed by server"
+        try:
+            while True:
+                data = await self.transport.receive()
+                if data is None:
+                    break
+                try:
+                    message = _decoder.decode(data)
+                except msgspec.DecodeError as exc:
+                    # A frame we cannot understand means we may have lost a
+                    # response or an event: drop the transport and recover.
+                    reason = f"undecodable message from server: {exc}"
+                    log.warning("%s", reason)
+                    self.transport.abort()
+                    break
+                self._dispatch(message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            reason = f"transport error: {exc!r}"
+            log.debug("reader stopped", exc_info=True)
+        finally:
+            self._mark_lost(reason)
+            self._fail_pending()
+            if not self._closing and self._on_lost is not None:
+                self._on_lost(self, self._lost or reason)
+
+    def _dispatch(self, message: _Incoming) -> None:
+        if message.method is not None:
+            if message.id is None:
+                try:
+                    self._on_notification(message.method, message.params)
+                except Exception:
+                    log.exception("notification handler failed for %s", message.method)
+            else:
+                self._refuse_server_request(message.id, message.method)
+            return
+        if not isinstance(message.id, int):
+            # Parse errors come back with id -1; a string id is never ours.
+            if message.error is not None:
+                log.warning("server error without a request: %s", message.error.message)
+            return
+        future = self._pending.get(message.id)
+        if future is None or future.done():
+            log.debug("response for unknown or abandoned request id %s", message.id)
+            return
+        if message.error is not None:
+            data = msgspec.json.decode(message.error.data) if message.error.data else None
+            future.set_exception(rpc_error(message.error.code, message.error.message, data))
+        else:
+            future.set_result(message.result if message.result else msgspec.Raw(b"null"))
+
+    def _refuse_server_request(self, request_id: int | str, method: str) -> None:
+        # The server only asks (network/policyRequest) for processes that use an
+        # executor-launched proxy, which this client never requests. Answering
+        # with an error denies at once and keeps the connection (protocol §9.6);
+        # leaving it unanswered would make the server wait for its timeout.
+        reply = _ErrorReply(
+            request_id,
+            _ErrorObject(codes.METHOD_NOT_FOUND, f"client does not handle `{method}`"),
+        )
+
+        async def send() -> None:
+            with contextlib.suppress(Exception):
+                await self._send(_encoder.encode(reply))
+
+        task = asyncio.create_task(send())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _mark_lost(self, reason: str) -> bool:
+        if self._lost is not None:
+            return False
+        self._lost = reason
+        self._closed.set()
+        return True
+
+    def _fail_pending(self) -> None:
+        reason = self._lost or "closed"
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(
+                    ExecServerTransportClosed(f"JSON-RPC transport closed: {reason}")
+                )
