@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"execserver {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(subparsers)
+    from execserver.client.cli_tools import register as register_client_tools
+
+    register_client_tools(subparsers)
     return parser
 
 

@@ -245,7 +245,9 @@ class ExecServerClient:
         self.environment_info = init.environment_info
         self._state = ClientState.CONNECTED
 
-    async def _open(self, resume_session_id: str | None) -> tuple[RpcConnection, InitializeResponse]:
+    async def _open(
+        self, resume_session_id: str | None
+    ) -> tuple[RpcConnection, InitializeResponse]:
         transport = await self._opener()
         conn = RpcConnection(
             transport,
@@ -328,7 +330,9 @@ class ExecServerClient:
                 await conn.wait_reader()
                 if self._conn is conn and self._state is ClientState.CONNECTED:
                     # Reported, but not to us (e.g. closing): nothing will change.
-                    raise ExecServerTransportClosed(f"JSON-RPC transport closed: {conn.lost_reason}")
+                    raise ExecServerTransportClosed(
+                        f"JSON-RPC transport closed: {conn.lost_reason}"
+                    )
                 continue
             return conn
 
@@ -479,7 +483,9 @@ class ExecServerClient:
         )
         return await self.start(params, timeout=timeout)
 
-    async def start(self, params: ExecParams, *, timeout: Timeout = DEFAULT_TIMEOUT) -> RemoteProcess:
+    async def start(
+        self, params: ExecParams, *, timeout: Timeout = DEFAULT_TIMEOUT
+    ) -> RemoteProcess:
         """``process/start`` from ready-made params (``sandbox`` must be raw JSON or null)."""
         if self._state in (ClientState.FAILED, ClientState.CLOSED):
             await self._ready()  # raises ExecServerUnavailable
@@ -546,7 +552,9 @@ class ExecServerClient:
     async def read_params(self, params: ReadParams) -> ReadResponse:
         return await self.call(methods.PROCESS_READ, params, ReadResponse)
 
-    async def write(self, process_id: str, data: bytes, *, write_id: str | None = None) -> WriteStatus:
+    async def write(
+        self, process_id: str, data: bytes, *, write_id: str | None = None
+    ) -> WriteStatus:
         proc = self._processes.get(process_id)
         if proc is not None:
             return await proc.write(data, write_id=write_id)

@@ -172,7 +172,9 @@ class RemoteFileSystem:
         result = await self._call(methods.FS_CANONICALIZE, params, CanonicalizeResponse, p)
         return uri_to_path(result.path)
 
-    async def read_directory(self, path: str | os.PathLike[str] | RemotePath) -> list[DirectoryEntry]:
+    async def read_directory(
+        self, path: str | os.PathLike[str] | RemotePath
+    ) -> list[DirectoryEntry]:
         p = _native(path)
         params = ReadDirectoryParams(_uri(p), self._sandbox())
         result = await self._call(methods.FS_READ_DIRECTORY, params, ReadDirectoryResponse, p)
@@ -190,7 +192,11 @@ class RemoteFileSystem:
     ) -> WalkOutcome:
         p = _native(path)
         options = WalkOptions(
-            max_depth, max_directories, max_entries, follow_directory_symlinks, prune_hidden_directories
+            max_depth,
+            max_directories,
+            max_entries,
+            follow_directory_symlinks,
+            prune_hidden_directories,
         )
         params = WalkParams(_uri(p), options, self._sandbox())
         return await self._call(methods.FS_WALK, params, WalkOutcome, p)
