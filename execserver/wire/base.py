@@ -15,3 +15,12 @@ class OptionalFieldsStruct(
 
 class Empty(WireStruct):
     """``{}``: the result of methods that return nothing, and params that carry nothing."""
+
+
+def absent_raw() -> msgspec.Raw:
+    """Default for raw JSON members (``sandbox``): an empty Raw means "absent".
+
+    Used through ``msgspec.field(default_factory=...)`` so schema generation
+    does not try to serialise a Raw default.
+    """
+    return msgspec.Raw()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import msgspec
 
-from execserver.wire.base import WireStruct
+from execserver.wire.base import WireStruct, absent_raw
 
 
 class CapabilitiesDiscoverV2Params(WireStruct):
     cwd: str
-    sandbox: msgspec.Raw = msgspec.Raw()
+    sandbox: msgspec.Raw = msgspec.field(default_factory=absent_raw)
 
 
 class CapabilitiesDiscoverV2Response(WireStruct):
@@ -21,7 +21,7 @@ class CapabilitiesDiscoverV2Response(WireStruct):
 class CapabilityRoot(WireStruct):
     id: str
     path: str
-    sandbox: msgspec.Raw = msgspec.Raw()
+    sandbox: msgspec.Raw = msgspec.field(default_factory=absent_raw)
 
 
 class CapabilityRootsDiscoverV1Params(WireStruct):

@@ -10,9 +10,9 @@ from typing import Literal
 
 import msgspec
 
-from execserver.wire.base import WireStruct
+from execserver.wire.base import WireStruct, absent_raw
 
-_NO_SANDBOX = msgspec.Raw()
+_NO_SANDBOX: msgspec.Raw = msgspec.field(default_factory=absent_raw)
 
 
 class ReadFileParams(WireStruct):

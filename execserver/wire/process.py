@@ -6,7 +6,7 @@ from typing import Literal
 
 import msgspec
 
-from execserver.wire.base import OptionalFieldsStruct, WireStruct
+from execserver.wire.base import OptionalFieldsStruct, WireStruct, absent_raw
 
 ProcessStream = Literal["stdout", "stderr", "pty"]
 SandboxType = Literal["none", "linuxSeccomp", "macosSeatbelt", "windowsRestrictedToken"]
@@ -83,7 +83,7 @@ class ExecParams(WireStruct):
     env_policy: ExecEnvPolicy | None = None
     # The sandbox context is decoded by execserver.sandbox (its own error texts),
     # so it stays raw JSON here; see wire.sandbox.FileSystemSandboxContext.
-    sandbox: msgspec.Raw = msgspec.Raw()
+    sandbox: msgspec.Raw = msgspec.field(default_factory=absent_raw)
     enforce_managed_network: bool = False
     managed_network: ManagedNetworkSandboxContext | None = None
     network_proxy: RemoteNetworkProxyLaunchConfig | None = None
