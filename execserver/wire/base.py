@@ -1,5 +1,7 @@
 """Base classes for wire structs: camelCase on the wire, unknown fields accepted."""
 
+from typing import Annotated
+
 import msgspec
 
 
@@ -24,3 +26,7 @@ def absent_raw() -> msgspec.Raw:
     does not try to serialise a Raw default.
     """
     return msgspec.Raw()
+
+
+# Rust u64 fields: serde names them "u64" in its errors and rejects negatives.
+U64 = Annotated[int, msgspec.Meta(ge=0)]

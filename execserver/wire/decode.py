@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 from msgspec import inspect as mi
 
-from execserver.wire.envelope import describe_value
+from execserver.wire.envelope import describe_value as _describe_exact
 from execserver.wire.errors import RpcError
 
 T = TypeVar("T")
@@ -23,6 +23,16 @@ _PATH_RE = re.compile(r"- at `\$(.*)`$")
 _SEGMENT_RE = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
 _MISSING_RE = re.compile(r"^Object missing required field `([^`]+)`")
 _ENUM_RE = re.compile(r"^Invalid enum value (.*?)(?: - at|$)")
+_NEGATIVE_RE = re.compile(r"^Expected `int` >= 0")
+
+
+def describe_value(value: Any) -> str:
+    """serde's wording for a params value: the reference parses params into a
+    ``serde_json::Value`` with arbitrary-precision numbers, so every number
+    reads ``number`` (``invalid type: number, expected a string``)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return "number"
+    return _describe_exact(value)
 
 
 class ParamsDecoder(Generic[T]):
@@ -42,9 +52,34 @@ class ParamsDecoder(Generic[T]):
         try:
             return self._decoder.decode(data)
         except msgspec.ValidationError as exc:
+            if data[:1] == b"[" and isinstance(self._info, mi.StructType):
+                return self._decode_sequence(data)
             raise RpcError.invalid_params(self._translate(str(exc), data)) from None
         except msgspec.DecodeError as exc:  # pragma: no cover - the envelope already parsed it
             raise RpcError.invalid_params(str(exc)) from None
+
+    def _decode_sequence(self, data: bytes) -> T:
+        """serde also accepts a struct as an array of its fields in declaration order."""
+        assert isinstance(self._info, mi.StructType)
+        items = msgspec.json.decode(data)
+        fields = self._info.fields
+        as_map = {f.encode_name: item for f, item in zip(fields, items, strict=False)}
+        try:
+            value = msgspec.convert(as_map, self.type)
+        except msgspec.ValidationError as exc:
+            message = str(exc)
+            if not _MISSING_RE.match(message):
+                raise RpcError.invalid_params(
+                    self._translate(message, msgspec.json.encode(as_map))
+                ) from None
+            value = None
+        if (len(items) < len(fields) and value is None) or len(items) > len(fields):
+            raise RpcError.invalid_params(
+                f"invalid length {len(items)}, expected struct {self.rust_name} "
+                f"with {len(fields)} elements"
+            )
+        assert value is not None
+        return value
 
     def _decode_unit(self, data: bytes) -> T:
         """Methods without params accept null, {} (and nothing else)."""
@@ -61,6 +96,8 @@ class ParamsDecoder(Generic[T]):
             return f"missing field `{missing.group(1)}`"
         info = _type_at(self._info, path)
         offending = _value_at(value, path)
+        if _NEGATIVE_RE.match(message):
+            return f"invalid value: integer `{offending}`, expected u64"
         enum = _ENUM_RE.match(message)
         if enum and isinstance(info, mi.LiteralType | mi.EnumType):
             return _unknown_variant(offending, info)

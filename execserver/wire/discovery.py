@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from execserver.wire.base import WireStruct, absent_raw
@@ -13,9 +15,9 @@ class CapabilitiesDiscoverV2Params(WireStruct):
 
 
 class CapabilitiesDiscoverV2Response(WireStruct):
-    plugins: list[dict[str, object]]
-    skills: list[dict[str, object]]
-    warnings: list[object]
+    plugins: list[dict[str, Any]]
+    skills: list[dict[str, Any]]
+    warnings: list[Any]
 
 
 class CapabilityRoot(WireStruct):
@@ -35,16 +37,16 @@ class SkillInstructions(WireStruct):
 
 class DiscoveredSkill(WireStruct):
     instructions: SkillInstructions
-    metadata: dict[str, object] | None
+    metadata: dict[str, Any] | None
 
 
 class DiscoveredRoot(WireStruct):
     id: str
     path: str
-    plugin: dict[str, object] | None
+    plugin: dict[str, Any] | None
     skills: list[DiscoveredSkill]
-    namespace_manifests: list[object]
-    warnings: list[object]
+    namespace_manifests: list[Any]
+    warnings: list[Any]
     error: str | None
 
 

@@ -10,7 +10,7 @@ from typing import Literal
 
 import msgspec
 
-from execserver.wire.base import WireStruct, absent_raw
+from execserver.wire.base import U64, WireStruct, absent_raw
 
 _NO_SANDBOX: msgspec.Raw = msgspec.field(default_factory=absent_raw)
 
@@ -79,9 +79,9 @@ class ReadDirectoryResponse(WireStruct):
 
 
 class WalkOptions(WireStruct):
-    max_depth: int
-    max_directories: int
-    max_entries: int
+    max_depth: U64
+    max_directories: U64
+    max_entries: U64
     follow_directory_symlinks: bool
     prune_hidden_directories: bool = False
 
@@ -136,8 +136,8 @@ class OpenResponse(WireStruct):
 
 class ReadBlockParams(WireStruct):
     handle_id: str
-    offset: int
-    len: int
+    offset: U64
+    len: U64
 
 
 class ReadBlockResponse(WireStruct):
@@ -147,7 +147,7 @@ class ReadBlockResponse(WireStruct):
 
 class WriteBlockParams(WireStruct):
     handle_id: str
-    offset: int
+    offset: U64
     chunk: str  # base64, decoded by wire.base64 (-32602 on bad input)
 
 
@@ -156,7 +156,7 @@ class CloseParams(WireStruct):
 
 
 class WatchMissingParams(WireStruct):
-    watch_id: int
+    watch_id: U64
     missing: list[str]
     present: str | None = None
 
@@ -166,4 +166,4 @@ class WatchMissingResponse(WireStruct):
 
 
 class MissingChangedNotification(WireStruct):
-    watch_id: int
+    watch_id: U64

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from execserver.wire.base import WireStruct
+from execserver.wire.base import U64, WireStruct
 
 
 class HttpHeader(WireStruct):
@@ -24,7 +24,7 @@ class HttpRequestParams(WireStruct):
     request_id: str
     headers: list[HttpHeader] | None = None
     body_base64: str | None = None
-    timeout_ms: int | None = None
+    timeout_ms: U64 | None = None
     redirect_policy: Literal["follow", "stop"] = "follow"
     stream_response: bool = False
 
@@ -37,7 +37,7 @@ class HttpRequestResponse(WireStruct):
 
 class HttpRequestBodyDeltaNotification(WireStruct):
     request_id: str
-    seq: int
+    seq: U64
     delta_base64: bytes
     done: bool
     error: str | None

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
-from execserver.wire.base import OptionalFieldsStruct, WireStruct, absent_raw
+from execserver.wire.base import U64, OptionalFieldsStruct, WireStruct, absent_raw
 
 ProcessStream = Literal["stdout", "stderr", "pty"]
 SandboxType = Literal["none", "linuxSeccomp", "macosSeatbelt", "windowsRestrictedToken"]
@@ -54,12 +54,12 @@ class RemoteNetworkProxyConfig(WireStruct):
     review_domains: list[str] | None = None
     unix_sockets: dict[str, Literal["allow", "deny"]] | None = None
     credential_masking: bool | None = None
-    credential_providers: dict[str, dict[str, object]] | None = None
+    credential_providers: dict[str, dict[str, Any]] | None = None
 
 
 class RemoteNetworkProxyLaunchConfig(WireStruct):
     proxy: RemoteNetworkProxyConfig
-    policy_decision_timeout_ms: int | None = None
+    policy_decision_timeout_ms: U64 | None = None
     execution_id: str | None = None
     environment_id: str | None = None
     audit_metadata: NetworkProxyAuditMetadata | None = None
@@ -98,20 +98,20 @@ class ExecResponse(WireStruct):
 
 class ReadParams(WireStruct):
     process_id: str
-    after_seq: int | None = None
-    max_bytes: int | None = None
-    wait_ms: int | None = None
+    after_seq: U64 | None = None
+    max_bytes: U64 | None = None
+    wait_ms: U64 | None = None
 
 
 class ProcessOutputChunk(WireStruct):
-    seq: int
+    seq: U64
     stream: ProcessStream
     chunk: bytes  # base64 on the wire
 
 
 class ReadResponse(WireStruct):
     chunks: list[ProcessOutputChunk]
-    next_seq: int
+    next_seq: U64
     exited: bool
     exit_code: int | None
     closed: bool
@@ -144,18 +144,18 @@ class TerminateResponse(WireStruct):
 
 class ProcessOutputNotification(WireStruct):
     process_id: str
-    seq: int
+    seq: U64
     stream: ProcessStream
     chunk: bytes
 
 
 class ProcessExitedNotification(WireStruct):
     process_id: str
-    seq: int
+    seq: U64
     exit_code: int
     sandbox_denied: bool
 
 
 class ProcessClosedNotification(WireStruct):
     process_id: str
-    seq: int
+    seq: U64

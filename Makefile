@@ -1,0 +1,69 @@
+# execserver — the two commands that matter: `make run` and `make test`.
+# Everything else is set up on demand: a private virtualenv (.venv), the
+# Python packages, and (when running as root) bubblewrap for the sandbox.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+LISTEN ?= ws://127.0.0.1:8765
+PYTEST_ARGS ?=
+
+.PHONY: run test lint format typecheck schema vectors interop bench bench-smoke reliability system-deps venv clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP)
+
+# The sandbox needs bubblewrap; install it when missing and we may (root + apt).
+system-deps:
+	@if ! command -v bwrap >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing bubblewrap (sandbox backend)"; \
+	    (apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+	     (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1)) || \
+	     echo "warning: could not install bubblewrap; sandboxed requests will fail closed"; \
+	  else \
+	    echo "warning: bwrap not found; sandboxed requests will fail closed (install bubblewrap)"; \
+	  fi; \
+	fi
+
+run: $(STAMP) system-deps
+	$(BIN)/execserver serve --listen $(LISTEN)
+
+lint: $(STAMP)
+	$(BIN)/ruff check execserver tests benchmarks
+	$(BIN)/ruff format --check execserver tests benchmarks
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix execserver tests benchmarks
+	$(BIN)/ruff format execserver tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy execserver
+
+test: $(STAMP) system-deps lint typecheck
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+schema: $(STAMP)
+	$(BIN)/python -m execserver.wire.schema protocol/schema
+
+# Re-record protocol/vectors from the reference server (installs it from npm when missing).
+vectors: $(STAMP)
+	$(BIN)/python -m tests.vectors record
+
+interop: $(STAMP) system-deps
+	$(BIN)/pytest -m interop $(PYTEST_ARGS)
+
+bench: $(STAMP) system-deps
+	$(BIN)/python -m benchmarks.run
+
+bench-smoke: $(STAMP) system-deps
+	$(BIN)/python -m benchmarks.run --smoke
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
