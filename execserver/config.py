@@ -13,6 +13,38 @@ MAX_INBOUND_MESSAGE_BYTES = 64 * 1024 * 1024
 PING_INTERVAL_S = 30.0
 
 
+# --ws-max-clock-skew-seconds default of the reference (protocol §2.4).
+DEFAULT_WS_MAX_CLOCK_SKEW_S = 30
+
+
+@dataclass(frozen=True)
+class WsAuthConfig:
+    """WebSocket authentication flags as given (protocol §2); validated and loaded by
+    ``execserver.server.auth``. ``max_clock_skew_s`` is None when the flag was not given,
+    because the reference rejects it (even at its default value) in capability-token mode."""
+
+    mode: str | None = None  # "capability-token" | "signed-bearer-token"
+    token_file: str | None = None
+    token_sha256: str | None = None
+    shared_secret_file: str | None = None
+    issuer: str | None = None
+    audience: str | None = None
+    max_clock_skew_s: int | None = None
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """Resource limits (None = unlimited). Refusals name the limit (execserver.server.limits).
+    The defaults are far above what one agent uses, so they only stop runaways."""
+
+    max_connections: int | None = 1024
+    max_inflight_requests: int | None = 1024  # per connection
+    max_frame_bytes: int | None = None  # below the transport's 64 MiB hard limit
+    max_processes_per_session: int | None = 1024
+    max_open_files: int | None = 1024  # fs/open handles per scope
+    max_concurrent_http_requests: int | None = 64  # server-wide http/request
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     listen: str = DEFAULT_LISTEN
@@ -23,5 +55,12 @@ class ServerConfig:
     max_message_bytes: int = MAX_INBOUND_MESSAGE_BYTES
     ping_interval_s: float = PING_INTERVAL_S
     outbound_queue_messages: int = 1024
+    ws_auth: WsAuthConfig = field(default_factory=WsAuthConfig)
+    # Listening on a non-loopback address without --ws-auth needs this explicit opt-in.
+    allow_unauthenticated: bool = False
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    audit_log: str | None = None  # JSON-lines audit file (execserver.server.audit)
+    log_format: str = "text"  # "text" | "json"
+    metrics: bool = False  # serve Prometheus text on GET /metrics
     # Filled in by later features (auth, limits, audit); kept here so there is one config.
     extra: dict[str, object] = field(default_factory=dict)
