@@ -1,0 +1,212 @@
+"""Parity with the reference: the same policy x command matrix through the codex
+0.169.0 exec-server (process/start with ``sandbox``) and through our launch plan.
+
+Compared per case: exit code, ``sandboxDenied``, which effects happened (the
+``*_OK``/``*_FAIL``/``CONNECTED`` markers) and whether the denial texts
+(``Read-only file system``, ``Permission denied``, ``Operation not permitted``)
+appear. Both sides get the same files, the same env and a HOME without a .bashrc.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from execserver.sandbox import plan_process_launch
+from execserver.wire.sandbox import decode_sandbox_context
+from tests.integration.test_sandbox_support import (
+    MINIMAL_READ,
+    ROOT_READ,
+    Tree,
+    child_env,
+    context_json,
+    entry,
+    make_tree,
+    managed,
+    markers,
+    run_plan,
+    tcp_listener,
+    uri,
+)
+from tests.servers import RunningServer
+
+pytestmark = pytest.mark.interop
+
+DENIAL_TEXTS = ("Read-only file system", "Permission denied", "Operation not permitted")
+
+
+class ReferenceClient:
+    """A plain websocket JSON-RPC client: initialize, initialized, process/start."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.ids = itertools.count(1)
+        self.notes: list[dict[str, Any]] = []
+
+    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        request_id = next(self.ids)
+        await self.ws.send_json({"id": request_id, "method": method, "params": params})
+        while True:
+            message = await self.ws.receive_json(timeout=60)
+            if message.get("id") == request_id:
+                return dict(message)
+            self.notes.append(message)
+
+    async def handshake(self) -> None:
+        reply = await self.call("initialize", {"clientName": "execserver-sandbox-parity"})
+        assert "result" in reply, reply
+        await self.ws.send_json({"method": "initialized", "params": {}})
+
+    async def run(
+        self, process_id: str, argv: list[str], cwd: Path, env: dict[str, str], sandbox: Any
+    ) -> tuple[int, bool, str]:
+        reply = await self.call(
+            "process/start",
+            {
+                "processId": process_id,
+                "argv": argv,
+                "cwd": uri(cwd),
+                "env": env,
+                "tty": False,
+                "sandbox": sandbox,
+            },
+        )
+        assert reply.get("result", {}).get("sandboxType") == "linuxSeccomp", reply
+        output = b""
+        exited: dict[str, Any] | None = None
+        pending, self.notes = self.notes, []
+        while True:
+            for note in pending:
+                params = note.get("params", {})
+                if params.get("processId") != process_id:
+                    continue
+                if note["method"] == "process/output":
+                    output += base64.b64decode(params["chunk"])
+                elif note["method"] == "process/exited":
+                    exited = params
+                elif note["method"] == "process/closed":
+                    assert exited is not None
+                    return (
+                        exited["exitCode"],
+                        exited["sandboxDenied"],
+                        output.decode(errors="replace"),
+                    )
+            pending = [await self.ws.receive_json(timeout=60)]
+
+
+def policies(tree: Tree) -> dict[str, dict[str, Any]]:
+    return {
+        "read-only": managed([ROOT_READ]),
+        "workspace-write + deny secret": managed(
+            [
+                ROOT_READ,
+                entry(tree.ws, "write"),
+                entry(tree.secret, "none"),
+                entry(tree.secret_file, "deny"),
+            ]
+        ),
+        "workspace-write, network enabled": managed(
+            [ROOT_READ, entry(tree.ws, "write")], network="enabled"
+        ),
+        "minimal read + ws write": managed([MINIMAL_READ, entry(tree.ws, "write")]),
+        "unrestricted fs, network restricted": {
+            "type": "managed",
+            "file_system": {"type": "unrestricted"},
+            "network": "restricted",
+        },
+        "external, network restricted": {"type": "external", "network": "restricted"},
+        "disabled": {"type": "disabled"},
+    }
+
+
+def commands(tree: Tree, port: int) -> dict[str, str]:
+    ws, out = tree.ws, tree.outside
+    return {
+        "writes": (
+            f"echo x > {ws}/n_$$ && echo WS_OK || echo WS_FAIL; "
+            f"echo x > {out}/o_$$ && echo OUT_OK || echo OUT_FAIL; "
+            f"echo x > {ws}/.git/HEAD && echo GIT_OK || echo GIT_FAIL; "
+            f"mkdir -p {ws}/.codex/x && echo CODEX_OK || echo CODEX_FAIL; "
+            f"mv {ws}/n_$$ {ws}/.git/moved && echo MVGIT_OK || echo MVGIT_FAIL; "
+            f"ln {ws}/.git/HEAD {ws}/hl_$$ && echo LNGIT_OK || echo LNGIT_FAIL; "
+            f"echo x > {ws}/link_out/l_$$ && echo LINK_OK || echo LINK_FAIL"
+        ),
+        "reads": (
+            f"cat {tree.secret}/s.txt >/dev/null && echo SECRET_OK || echo SECRET_FAIL; "
+            f"cat {tree.secret_file} >/dev/null && echo SFILE_OK || echo SFILE_FAIL; "
+            f"ls {out} >/dev/null && echo LS_OK || echo LS_FAIL"
+        ),
+        "net": (
+            'python3 -c "import socket; s=socket.socket(); '
+            f"s.connect(('127.0.0.1',{port})); print('CONNECTED')\""
+        ),
+        "touch outside": f"touch {out}/t",
+        "SIGSYS": "kill -SYS $$",
+    }
+
+
+async def test_sandbox_matrix_matches_reference(reference: RunningServer, tmp_path: Path) -> None:
+    tree = make_tree(tmp_path)
+    env = child_env(tree)
+    mismatches: list[str] = []
+    with tcp_listener() as port:
+        async with aiohttp.ClientSession() as session, session.ws_connect(reference.url) as ws:
+            client = ReferenceClient(ws)
+            await client.handshake()
+            n = 0
+            for pname, perms in policies(tree).items():
+                sandbox = context_json(perms, cwd=uri(tree.ws), workspaceRoots=[uri(tree.ws)])
+                for cname, script in commands(tree, port).items():
+                    n += 1
+                    argv = ["bash", "-c", script]
+                    ref_code, ref_denied, ref_out = await client.run(
+                        f"p{n}", argv, tree.ws, env, sandbox
+                    )
+                    plan = plan_process_launch(
+                        decode_sandbox_context(sandbox),
+                        argv=argv,
+                        cwd=str(tree.ws),
+                        env=env,
+                        tty=False,
+                    )
+                    ours = await run_plan(plan, tree.ws)
+                    ref = (ref_code, ref_denied, markers(ref_out), _texts(ref_out))
+                    got = (ours.exit_code, ours.denied, markers(ours.output), _texts(ours.output))
+                    if ref != got:
+                        mismatches.append(f"{pname} / {cname}: reference {ref} != ours {got}")
+    assert not mismatches, "\n".join(mismatches)
+
+
+async def test_unrunnable_commands_match_reference(
+    reference: RunningServer, tmp_path: Path
+) -> None:
+    """A missing program, and useLegacyLandlock with a restricted file system: the
+    reference's helper exits 101 with a text that counts as a denial."""
+    tree = make_tree(tmp_path)
+    env = child_env(tree)
+    read_only = context_json(managed([ROOT_READ]))
+    legacy = context_json(managed([ROOT_READ]), useLegacyLandlock=True)
+    cases = [
+        (["/nonexistent/prog"], read_only),
+        (["no-such-program-xyz"], read_only),
+        (["true"], legacy),
+    ]
+    async with aiohttp.ClientSession() as session, session.ws_connect(reference.url) as ws:
+        client = ReferenceClient(ws)
+        await client.handshake()
+        for n, (argv, sandbox) in enumerate(cases):
+            ref_code, ref_denied, _ = await client.run(f"u{n}", argv, tree.ws, env, sandbox)
+            plan = plan_process_launch(
+                decode_sandbox_context(sandbox), argv=argv, cwd=str(tree.ws), env=env, tty=False
+            )
+            ours = await run_plan(plan, tree.ws)
+            assert (ours.exit_code, ours.denied) == (ref_code, ref_denied), (argv, ours.output)
+
+
+def _texts(output: str) -> tuple[str, ...]:
+    return tuple(t for t in DENIAL_TEXTS if t in output)
