@@ -196,9 +196,7 @@ def load_vectors() -> list[dict[str, Any]]:
 
 
 def comparable(results: list[StepResult], work: str) -> list[dict[str, Any]]:
-    return [
-        {"received": normalise(r.received, work), "dropped": r.dropped} for r in results
-    ]
+    return [{"received": normalise(r.received, work), "dropped": r.dropped} for r in results]
 
 
 @contextlib.contextmanager
