@@ -69,7 +69,7 @@ def normalise(value: Any, work: str) -> Any:
         out: dict[str, Any] = {}
         for key, item in value.items():
             if key == "environmentInfo" or (key == "result" and _looks_like_env_info(item)):
-                out[key] = _env_info_shape(item if key != "result" else item)
+                out[key] = _env_info_shape(item)
             elif key in ("modifiedAtMs", "createdAtMs") and isinstance(item, int):
                 out[key] = "<MS>"
             else:
