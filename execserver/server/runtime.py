@@ -1,10 +1,14 @@
-"""Server-wide state shared by all connections: config, sessions, methods."""
+"""Server-wide state shared by all connections: config, sessions, methods, and the
+operational hooks services use (``audit``, ``metrics``, ``limits``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from execserver.config import ServerConfig
+from execserver.server.audit import AuditLog
+from execserver.server.limits import ServerLimits
+from execserver.server.metrics import Metrics
 from execserver.server.rpc import MethodTable
 from execserver.server.scoped import ScopedState
 from execserver.server.sessions import SessionRegistry
@@ -18,7 +22,19 @@ class ServerRuntime:
     # Server-wide service state (e.g. the sandbox backend), closed at shutdown.
     state: ScopedState = field(default_factory=lambda: ScopedState("server"))
     connections: set[object] = field(default_factory=set)
+    # `runtime.audit.emit("process.start", ...)`: a no-op unless --audit-log is set.
+    audit: AuditLog = field(default_factory=AuditLog)
+    metrics: Metrics = field(default_factory=Metrics)
+    limits: ServerLimits = field(init=False)
+    # Set once shutdown begins: /readyz turns 503, session closes are audited as shutdown.
+    shutting_down: bool = False
+
+    def __post_init__(self) -> None:
+        self.limits = ServerLimits(self.config.limits)
+        self.metrics.track_sessions(lambda: len(self.sessions))
 
     async def aclose(self) -> None:
+        self.shutting_down = True
         await self.sessions.aclose()
         await self.state.aclose()
+        await self.audit.aclose()

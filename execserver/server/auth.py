@@ -1,0 +1,290 @@
+"""WebSocket authentication, as the reference does it (protocol §2).
+
+The token travels only in the upgrade request's ``Authorization: Bearer``
+header and is checked before the socket is upgraded: a rejected client gets
+``401`` with a plain-text reason and never sees a session. Start-up
+validation happens in the reference's order (flag combinations, then the
+listen URL, then stdio, then the secret files) so the same bad command line
+prints the same ``Error:`` line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import logging
+import string
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import jwt
+import msgspec
+from aiohttp import web
+
+from execserver.config import DEFAULT_WS_MAX_CLOCK_SKEW_S, ServerConfig, WsAuthConfig
+from execserver.server.listen import ListenAddress, parse_listen
+from execserver.server.transport_ws import UpgradeCheck
+from execserver.wire.errors import os_error_text
+
+log = logging.getLogger(__name__)
+
+CAPABILITY_TOKEN: Final = "capability-token"
+SIGNED_BEARER_TOKEN: Final = "signed-bearer-token"
+AUTH_MODES: Final = (CAPABILITY_TOKEN, SIGNED_BEARER_TOKEN)
+MIN_SHARED_SECRET_BYTES: Final = 32
+
+# 401 bodies, word for word (protocol §2.2).
+MISSING_TOKEN: Final = "missing websocket bearer token"
+INVALID_HEADER: Final = "invalid authorization header"
+INVALID_TOKEN: Final = "invalid websocket bearer token"
+INVALID_JWT: Final = "invalid websocket jwt"
+EXPIRED_JWT: Final = "expired websocket jwt"
+JWT_NOT_YET_VALID: Final = "websocket jwt is not valid yet"
+ISSUER_MISMATCH: Final = "websocket jwt issuer mismatch"
+AUDIENCE_MISMATCH: Final = "websocket jwt audience mismatch"
+
+_I64_MAX: Final = 2**63 - 1
+_BEARER_PREFIX: Final = "bearer "
+
+
+class AuthConfigError(ValueError):
+    """A start-up error; its text is what the reference prints after ``Error: ``."""
+
+
+class TokenVerifier(Protocol):
+    @property
+    def mode(self) -> str: ...
+
+    def verify(self, token: str) -> str | None:
+        """None when the token is accepted, else the 401 body."""
+
+
+# ---- start-up ---------------------------------------------------------------------
+
+
+def validate_flags(auth: WsAuthConfig) -> None:
+    """Flag combinations and the digest format; no file is read yet."""
+    token_flags = auth.token_file is not None or auth.token_sha256 is not None
+    signed_flags = any(
+        value is not None
+        for value in (auth.shared_secret_file, auth.issuer, auth.audience, auth.max_clock_skew_s)
+    )
+    if auth.mode is None:
+        if token_flags or signed_flags:
+            raise AuthConfigError(
+                "websocket auth flags require `--ws-auth capability-token` or "
+                "`--ws-auth signed-bearer-token`"
+            )
+        return
+    if auth.mode == CAPABILITY_TOKEN:
+        if signed_flags:
+            raise AuthConfigError(
+                "`--ws-shared-secret-file`, `--ws-issuer`, `--ws-audience`, and "
+                "`--ws-max-clock-skew-seconds` require `--ws-auth signed-bearer-token`"
+            )
+        if auth.token_file is not None and auth.token_sha256 is not None:
+            raise AuthConfigError(
+                "`--ws-token-file` and `--ws-token-sha256` are mutually exclusive"
+            )
+        if auth.token_file is None and auth.token_sha256 is None:
+            raise AuthConfigError(
+                "`--ws-token-file` or `--ws-token-sha256` is required when "
+                "`--ws-auth capability-token` is set"
+            )
+        if auth.token_sha256 is not None and not _is_sha256_hex(auth.token_sha256):
+            raise AuthConfigError("--ws-token-sha256 must be a 64-character hex SHA-256 digest")
+    elif auth.mode == SIGNED_BEARER_TOKEN:
+        if token_flags:
+            raise AuthConfigError(
+                "`--ws-token-file` and `--ws-token-sha256` require `--ws-auth capability-token`, "
+                "not `signed-bearer-token`"
+            )
+        if auth.shared_secret_file is None:
+            raise AuthConfigError(
+                "`--ws-shared-secret-file` is required when `--ws-auth signed-bearer-token` is set"
+            )
+    else:
+        raise AuthConfigError(f"unknown --ws-auth mode `{auth.mode}`")
+
+
+def _is_sha256_hex(text: str) -> bool:
+    return len(text) == 64 and all(c in string.hexdigits for c in text)
+
+
+def check_exposure(config: ServerConfig, address: ListenAddress) -> None:
+    """Refuse an unauthenticated listener that other hosts can reach (our rule, not the
+    reference's: it serves anyone who can connect, and that means running commands)."""
+    if address.kind != "ws" or config.ws_auth.mode is not None or config.allow_unauthenticated:
+        return
+    if not ipaddress.ip_address(address.host).is_loopback:
+        raise AuthConfigError(
+            f"refusing to listen on non-loopback address {address.url()} without "
+            "authentication; set --ws-auth, or pass --allow-unauthenticated to accept "
+            "unauthenticated connections"
+        )
+
+
+def _read_secret(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        detail = os_error_text(exc.errno) if exc.errno is not None else str(exc)
+        raise AuthConfigError(f"failed to read websocket auth secret {path}: {detail}") from None
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise AuthConfigError(
+            f"failed to read websocket auth secret {path}: stream did not contain valid UTF-8"
+        ) from None
+    if not text:
+        raise AuthConfigError(f"websocket auth secret {path} must not be empty")
+    return text
+
+
+def load_verifier(auth: WsAuthConfig) -> TokenVerifier | None:
+    """Read the token or secret file (once, at start-up) and build the verifier."""
+    if auth.mode == CAPABILITY_TOKEN:
+        if auth.token_sha256 is not None:
+            return CapabilityTokenVerifier(bytes.fromhex(auth.token_sha256))
+        assert auth.token_file is not None  # validate_flags guarantees one of the two
+        token = _read_secret(auth.token_file)
+        return CapabilityTokenVerifier(hashlib.sha256(token.encode()).digest())
+    if auth.mode == SIGNED_BEARER_TOKEN:
+        assert auth.shared_secret_file is not None
+        secret = _read_secret(auth.shared_secret_file).encode()
+        if len(secret) < MIN_SHARED_SECRET_BYTES:
+            raise AuthConfigError(
+                f"signed websocket bearer secret {auth.shared_secret_file} must be at least "
+                f"{MIN_SHARED_SECRET_BYTES} bytes"
+            )
+        skew = auth.max_clock_skew_s
+        return SignedBearerVerifier(
+            secret,
+            issuer=auth.issuer,
+            audience=auth.audience,
+            max_clock_skew_s=DEFAULT_WS_MAX_CLOCK_SKEW_S if skew is None else skew,
+        )
+    return None
+
+
+def startup_checks(config: ServerConfig) -> TokenVerifier | None:
+    """Everything that can stop the daemon from starting, in the reference's order.
+    Raises AuthConfigError or ListenError (both ValueError: print ``Error: <text>``)."""
+    validate_flags(config.ws_auth)
+    address = parse_listen(config.listen)
+    if address.kind == "stdio" and config.ws_auth.mode is not None:
+        raise AuthConfigError("WebSocket auth requires a WebSocket listener, not stdio")
+    check_exposure(config, address)
+    return load_verifier(config.ws_auth)
+
+
+# ---- verifiers --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CapabilityTokenVerifier:
+    """Only the SHA-256 of the token is kept; comparison is constant-time."""
+
+    digest: bytes
+    mode: str = CAPABILITY_TOKEN
+
+    def verify(self, token: str) -> str | None:
+        presented = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+        return None if hmac.compare_digest(presented, self.digest) else INVALID_TOKEN
+
+
+class _Claims(msgspec.Struct, forbid_unknown_fields=False):
+    """The claims the reference reads, typed as it types them: a present claim of the
+    wrong type makes the whole token invalid; other claims are ignored."""
+
+    exp: int
+    nbf: int | None = None
+    iss: str | None = None
+    aud: str | list[str] | None = None
+
+
+_claims_decoder = msgspec.json.Decoder(_Claims)
+
+
+@dataclass(frozen=True)
+class SignedBearerVerifier:
+    """HS256 JWT: signature (pyjwt, constant-time HMAC check), then exp, nbf, iss, aud
+    in that order - the order in which the reference reports the first failure."""
+
+    secret: bytes
+    issuer: str | None
+    audience: str | None
+    max_clock_skew_s: int
+    clock: Callable[[], float] = time.time
+    mode: str = SIGNED_BEARER_TOKEN
+
+    def verify(self, token: str) -> str | None:
+        # The reference accepts only unpadded base64url segments; pyjwt tolerates "=".
+        if "=" in token:
+            return INVALID_JWT
+        try:
+            decoded = jwt.PyJWS().decode_complete(token, self.secret, algorithms=["HS256"])
+            claims = _claims_decoder.decode(decoded["payload"])
+        except (jwt.PyJWTError, msgspec.DecodeError, msgspec.ValidationError):
+            return INVALID_JWT
+        if not -_I64_MAX - 1 <= claims.exp <= _I64_MAX:
+            return INVALID_JWT
+        now = int(self.clock())
+        skew = self.max_clock_skew_s
+        if now > claims.exp + skew:
+            return EXPIRED_JWT
+        if claims.nbf is not None and now < claims.nbf - skew:
+            return JWT_NOT_YET_VALID
+        if self.issuer is not None and claims.iss != self.issuer:
+            return ISSUER_MISMATCH
+        if self.audience is not None and not _audience_matches(claims.aud, self.audience):
+            return AUDIENCE_MISMATCH
+        return None
+
+
+def _audience_matches(aud: str | list[str] | None, expected: str) -> bool:
+    if isinstance(aud, str):
+        return aud == expected
+    return aud is not None and expected in aud
+
+
+# ---- the upgrade check ------------------------------------------------------------
+
+
+def bearer_token(request: web.Request) -> tuple[str | None, str | None]:
+    """(token, None) or (None, 401 body). Only the first Authorization header counts,
+    the scheme is case-insensitive and the token is trimmed (protocol §2.1)."""
+    values = request.headers.getall("Authorization", [])
+    if not values:
+        return None, MISSING_TOKEN
+    value = values[0]
+    if value[: len(_BEARER_PREFIX)].lower() != _BEARER_PREFIX:
+        return None, INVALID_HEADER
+    token = value[len(_BEARER_PREFIX) :].strip()
+    if not token:
+        return None, INVALID_HEADER
+    return token, None
+
+
+RejectHook = Callable[[web.Request, str], None]
+
+
+def make_upgrade_check(
+    verifier: TokenVerifier, on_reject: RejectHook | None = None
+) -> UpgradeCheck:
+    async def check(request: web.Request) -> web.StreamResponse | None:
+        token, refusal = bearer_token(request)
+        if token is not None:
+            refusal = verifier.verify(token)
+        if refusal is None:
+            return None
+        if on_reject is not None:
+            on_reject(request, refusal)
+        log.info("websocket upgrade refused: %s", refusal)
+        return web.Response(status=401, text=refusal)
+
+    return check

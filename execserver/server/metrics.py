@@ -1,0 +1,138 @@
+"""Prometheus metrics of one daemon (served on ``GET /metrics`` with ``--metrics``).
+
+Each runtime has its own registry rather than prometheus-client's global one,
+so several servers in one process (tests) never share counters. Services
+reach the metric objects through ``ctx.runtime.metrics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+# Requests range from sub-millisecond fs calls to long-poll reads of many seconds.
+_REQUEST_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+)
+_PROCESS_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+
+# Method label for names that are not in the method table: clients must not be
+# able to create unbounded label values.
+UNKNOWN_METHOD = "unknown"
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.connections = Gauge("execserver_connections", "Open client connections.", registry=r)
+        self.connections_opened = Counter(
+            "execserver_connections_opened", "Client connections accepted.", registry=r
+        )
+        self.connections_rejected = Counter(
+            "execserver_connections_rejected",
+            "WebSocket upgrades refused, by reason (auth, limit).",
+            ["reason"],
+            registry=r,
+        )
+        self.auth_failures = Counter(
+            "execserver_auth_failures",
+            "Rejected websocket credentials, by 401 body.",
+            ["reason"],
+            registry=r,
+        )
+        self.requests = Counter(
+            "execserver_requests",
+            "JSON-RPC requests answered, by method and result (ok or the error code).",
+            ["method", "result"],
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            "execserver_request_duration_seconds",
+            "Time from receiving a request to queueing its answer.",
+            ["method"],
+            buckets=_REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.limit_rejections = Counter(
+            "execserver_limit_rejections",
+            "Requests or connections refused by a configured limit.",
+            ["limit"],
+            registry=r,
+        )
+        self.sessions = Gauge("execserver_sessions", "Sessions (attached or detached).", registry=r)
+        self.sessions_opened = Counter(
+            "execserver_sessions_opened", "Sessions created by initialize.", registry=r
+        )
+        self.sessions_resumed = Counter(
+            "execserver_sessions_resumed", "Sessions re-attached with resumeSessionId.", registry=r
+        )
+        self.sessions_expired = Counter(
+            "execserver_sessions_expired", "Detached sessions closed after their TTL.", registry=r
+        )
+        self.processes_live = Gauge(
+            "execserver_processes_live", "Child processes currently running.", registry=r
+        )
+        self.processes_started = Counter(
+            "execserver_processes_started", "Child processes started.", registry=r
+        )
+        self.process_seconds = Histogram(
+            "execserver_process_duration_seconds",
+            "Wall-clock lifetime of child processes.",
+            buckets=_PROCESS_BUCKETS,
+            registry=r,
+        )
+        self.sandbox_denials = Counter(
+            "execserver_sandbox_denials",
+            "Process exits classified as sandbox denials (sandboxDenied).",
+            registry=r,
+        )
+        self.bytes_streamed = Counter(
+            "execserver_bytes_streamed",
+            "Bytes produced for clients, by stream (stdout, stderr, pty, http).",
+            ["stream"],
+            registry=r,
+        )
+
+    def track_sessions(self, count: Callable[[], int]) -> None:
+        self.sessions.set_function(lambda: float(count()))
+
+    def observe_request(self, method: str, result: str, seconds: float) -> None:
+        self.requests.labels(method, result).inc()
+        self.request_seconds.labels(method).observe(seconds)
+
+    def process_started(self) -> None:
+        self.processes_started.inc()
+        self.processes_live.inc()
+
+    def process_exited(self, wall_s: float, sandbox_denied: bool) -> None:
+        self.processes_live.dec()
+        self.process_seconds.observe(wall_s)
+        if sandbox_denied:
+            self.sandbox_denials.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
