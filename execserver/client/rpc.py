@@ -64,9 +64,14 @@ class _Notification(msgspec.Struct):
     params: msgspec.Raw
 
 
+class _OutgoingError(msgspec.Struct):
+    code: int
+    message: str
+
+
 class _ErrorReply(msgspec.Struct):
     id: int | str
-    error: _ErrorObject
+    error: _OutgoingError
 
 
 _decoder = msgspec.json.Decoder(_Incoming)
@@ -146,8 +151,6 @@ class RpcConnection:
                 async with asyncio.timeout(timeout):
                     return await future
             except TimeoutError as exc:
-                if future.done() and future.exception() is not None:
-                    raise
                 raise ExecServerTimeout("request", f"{method} timed out after {timeout} s") from exc
         finally:
             self._pending.pop(request_id, None)
@@ -241,7 +244,7 @@ class RpcConnection:
         # leaving it unanswered would make the server wait for its timeout.
         reply = _ErrorReply(
             request_id,
-            _ErrorObject(codes.METHOD_NOT_FOUND, f"client does not handle `{method}`"),
+            _OutgoingError(codes.METHOD_NOT_FOUND, f"client does not handle `{method}`"),
         )
 
         async def send() -> None:
