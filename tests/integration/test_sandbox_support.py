@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -173,3 +174,50 @@ def test_make_tree_builds_the_documented_layout(tmp_path: Path) -> None:
     assert (tree.ws / ".git" / "HEAD").read_text() == "ref\n"
     assert os.path.realpath(tree.ws / "link_out") == str(tree.outside)
     assert tree.secret_file.read_text() == "FILESECRET\n"
+
+
+# A container-like host without user namespaces (what Docker's default seccomp
+# profile does), for one process tree: unshare/setns and namespace-creating clone
+# fail with EPERM, clone3 with ENOSYS. Applied by a tiny wrapper, then exec.
+_NO_USERNS = r"""
+import ctypes, os, struct, sys
+nr = {"unshare": 272, "setns": 308, "clone": 56, "clone3": 435}
+ns_flags = 0x7E020000
+EPERM, ENOSYS, ALLOW = 0x00050000 | 1, 0x00050000 | 38, 0x7FFF0000
+code = [
+    (0x20, 0, 0, 0),                 # A = nr
+    (0x15, 0, 1, nr["unshare"]), (0x06, 0, 0, EPERM),
+    (0x15, 0, 1, nr["setns"]), (0x06, 0, 0, EPERM),
+    (0x15, 0, 1, nr["clone3"]), (0x06, 0, 0, ENOSYS),
+    (0x15, 0, 3, nr["clone"]),
+    (0x20, 0, 0, 16),                # A = low word of args[0] (flags)
+    (0x45, 0, 1, ns_flags),          # jset
+    (0x06, 0, 0, EPERM),
+    (0x06, 0, 0, ALLOW),
+]
+prog = b"".join(struct.pack("=HBBI", c, jt, jf, k) for c, jt, jf, k in code)
+class F(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+libc = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(prog, len(prog))
+assert libc.prctl(38, 1, 0, 0, 0) == 0
+f = F(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+assert libc.prctl(22, 2, ctypes.byref(f), 0, 0) == 0, ctypes.get_errno()
+os.execvp(sys.argv[1], sys.argv[1:])
+"""
+
+
+def without_user_namespaces(argv: list[str]) -> list[str]:
+    """``argv`` run on a simulated host that refuses namespaces (x86_64 numbers)."""
+    assert os.uname().machine == "x86_64", "the no-userns simulation knows x86_64 only"
+    return [sys.executable, "-c", _NO_USERNS, *argv]
+
+
+async def test_no_userns_wrapper_blocks_namespaces(tmp_path: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *without_user_namespaces(["unshare", "-r", "true"]),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode != 0, out
