@@ -11,6 +11,8 @@ import sys
 from aiohttp import web
 
 from execserver.config import ServerConfig
+from execserver.server import auth, limits
+from execserver.server.audit import AuditLog
 from execserver.server.listen import ListenAddress, parse_listen
 from execserver.server.methods import build_method_table
 from execserver.server.runtime import ServerRuntime
@@ -30,15 +32,48 @@ def build_runtime(config: ServerConfig) -> ServerRuntime:
         config=config,
         methods=build_method_table(),
         sessions=SessionRegistry(config.session_ttl_s),
+        audit=AuditLog(config.audit_log),
     )
+
+
+def operational_checks(
+    runtime: ServerRuntime, verifier: auth.TokenVerifier | None
+) -> list[UpgradeCheck]:
+    """Upgrade checks from the config: authentication first (an unauthenticated client
+    learns nothing, not even the load), then the connection limit."""
+    checks: list[UpgradeCheck] = []
+    if verifier is not None:
+
+        def rejected(request: web.Request, reason: str) -> None:
+            runtime.metrics.connections_rejected.labels("auth").inc()
+            runtime.metrics.auth_failures.labels(reason).inc()
+            runtime.audit.emit("auth.reject", peer=request.remote, reason=reason)
+
+        checks.append(auth.make_upgrade_check(verifier, rejected))
+
+    async def connection_limit(request: web.Request) -> web.StreamResponse | None:
+        refusal = limits.too_many_connections(runtime.config.limits, len(runtime.connections))
+        if refusal is not None:
+            runtime.metrics.connections_rejected.labels("limit").inc()
+            runtime.metrics.limit_rejections.labels("max_connections").inc()
+        return refusal
+
+    checks.append(connection_limit)
+    return checks
 
 
 class Server:
     def __init__(self, config: ServerConfig, upgrade_checks: list[UpgradeCheck] | None = None):
         self.config = config
         self.address: ListenAddress = parse_listen(config.listen)
+        # Fail closed: a config that asks for auth (or that must have it) never serves
+        # without it, however the Server was constructed.
+        verifier = auth.startup_checks(config)
         self.runtime = build_runtime(config)
-        self._upgrade_checks = upgrade_checks or []
+        self._upgrade_checks = [
+            *operational_checks(self.runtime, verifier),
+            *(upgrade_checks or []),
+        ]
         self._stop = asyncio.Event()
         self._exit_status = 0
         self.url: str | None = None
@@ -95,6 +130,7 @@ class Server:
             if stdin_watch is not None:
                 stdin_watch.cancel()
             log.info("shutting down")
+            self.runtime.shutting_down = True
             await self._close_connections()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(runner.cleanup(), SHUTDOWN_GRACE_S)

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import WSMsgType, web
 
 from execserver.server.connection import Connection, ProtocolViolation
+from execserver.server.metrics import CONTENT_TYPE
 from execserver.server.runtime import ServerRuntime
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,16 @@ async def refuse_browsers(
 
 
 async def readyz(request: web.Request) -> web.Response:
+    # 503 once shutdown begins, so a load balancer stops sending new clients here.
+    if request.app[RUNTIME_KEY].shutting_down:
+        return web.Response(status=503)
     return web.Response(status=200)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text format (only with --metrics; the reference answers 404 here)."""
+    body = request.app[RUNTIME_KEY].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
 async def livez(request: web.Request) -> web.Response:
@@ -131,4 +141,6 @@ def build_app(
     app.router.add_get("/", websocket_endpoint)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/livez", livez)
+    if runtime.config.metrics:
+        app.router.add_get("/metrics", metrics)
     return app
