@@ -94,6 +94,14 @@ class ScriptedPeer:
         data: dict[str, Any] = json.loads(msg.data)
         return data
 
+    async def recv_or_none(self) -> dict[str, Any] | None:
+        """The next message, or None once the client has closed the connection."""
+        msg = await self.ws.receive()
+        if msg.type != WSMsgType.TEXT:
+            return None
+        data: dict[str, Any] = json.loads(msg.data)
+        return data
+
     async def send(self, obj: dict[str, Any]) -> None:
         await self.ws.send_str(json.dumps(obj))
 
