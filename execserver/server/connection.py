@@ -13,11 +13,15 @@ import contextlib
 import enum
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
 
+from execserver.server import audit
+from execserver.server.limits import LimitExceeded
+from execserver.server.metrics import UNKNOWN_METHOD
 from execserver.server.rpc import RequestContext
 from execserver.server.runtime import ServerRuntime
 from execserver.server.scoped import ScopedState
@@ -81,6 +85,8 @@ class Connection:
         self.closed = False
         self.close_reason: str | None = None
         self._closed_event = asyncio.Event()
+        runtime.metrics.connections.inc()
+        runtime.metrics.connections_opened.inc()
 
     # ---- outbound -------------------------------------------------------------
 
@@ -120,8 +126,22 @@ class Connection:
 
     async def handle_frame(self, frame: bytes | str) -> None:
         """Process one inbound frame. Raises ProtocolViolation when the connection must drop."""
+        # ops: --max-frame-bytes (below the transport's hard limit) answers instead of dropping.
+        max_frame = self.runtime.config.limits.max_frame_bytes
+        if max_frame is not None and len(frame) > max_frame:
+            what = f"message of {len(frame)} bytes is too large"
+            refusal = LimitExceeded("max_frame_bytes", max_frame, what)
+            await self._refuse(_frame_id(frame), "", refusal)
+            return
         message = decode_incoming(frame)
         if isinstance(message, IncomingRequest):
+            # ops: --max-inflight-requests bounds the tasks one connection can pile up.
+            max_inflight = self.runtime.config.limits.max_inflight_requests
+            if max_inflight is not None and len(self._tasks) >= max_inflight:
+                what = "too many requests in flight on this connection"
+                refusal = LimitExceeded("max_inflight_requests", max_inflight, what)
+                await self._refuse(message.id, message.method, refusal)
+                return
             self._start_request(message)
         elif isinstance(message, IncomingNotification):
             await self._handle_notification(message)
@@ -169,17 +189,34 @@ class Connection:
             future.set_result(msgspec.json.decode(response.result))
 
     async def _serve_request(self, request: IncomingRequest) -> None:
+        started = time.perf_counter()
+        outcome = "ok"
         try:
             result = await self._dispatch(request)
             frame = encode_message(ResponseMessage(request.id, result))
         except RpcError as exc:
+            outcome = str(exc.code)
+            if isinstance(exc, LimitExceeded):
+                self.runtime.metrics.limit_rejections.labels(exc.limit).inc()
             frame = encode_message(ErrorMessage(ErrorObject(exc.code, exc.message), request.id))
         except asyncio.CancelledError:
             raise
         except Exception:
+            outcome = str(INTERNAL_ERROR)
             log.exception("internal error serving %s (id %r)", request.method, request.id)
             frame = encode_error(request.id, INTERNAL_ERROR, "internal error")
+        self._observe(request.method, outcome, started)
         await self._enqueue(frame)
+
+    def _observe(self, method: str, outcome: str, started: float) -> None:
+        # Unknown names share one label so clients cannot grow the metric without bound.
+        label = method if method in self.runtime.methods.methods else UNKNOWN_METHOD
+        self.runtime.metrics.observe_request(label, outcome, time.perf_counter() - started)
+
+    async def _refuse(self, request_id: Any, method: str, refusal: LimitExceeded) -> None:
+        self.runtime.metrics.limit_rejections.labels(refusal.limit).inc()
+        self._observe(method, str(refusal.code), time.perf_counter())
+        await self._enqueue(encode_error(request_id, refusal.code, refusal.message))
 
     async def _dispatch(self, request: IncomingRequest) -> Any:
         # Order of checks as the reference: method known -> params -> lifecycle (§4.4).
@@ -212,6 +249,7 @@ class Connection:
     def bind_session(self, session: Session) -> None:
         self.session = session
         self.lifecycle = Lifecycle.INITIALIZING
+        audit.session_attached(self.runtime, session, self.peer)
 
     # ---- teardown ---------------------------------------------------------------
 
@@ -245,8 +283,10 @@ class Connection:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.state.aclose()
+        self.runtime.metrics.connections.dec()
         if self.session is not None:
             self.runtime.sessions.detach(self.session, self)
+            audit.session_detached(self.runtime, self.session, self.peer)
 
     async def finish(self, timeout: float) -> None:
         """Let in-flight requests answer and the queue drain (stdio EOF), up to ``timeout``."""
@@ -255,3 +295,17 @@ class Connection:
                 if self._tasks:
                     await asyncio.gather(*list(self._tasks), return_exceptions=True)
                 await self._outbound.join()
+
+
+class _FrameId(msgspec.Struct, forbid_unknown_fields=False):
+    id: int | str | None = None
+
+
+def _frame_id(frame: bytes | str) -> int | str:
+    """The id of an oversized request, so its refusal reaches the caller waiting for it
+    (the transport's hard limit already bounds what is parsed here)."""
+    try:
+        found = msgspec.json.decode(frame, type=_FrameId).id
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return PARSE_ERROR_ID
+    return PARSE_ERROR_ID if found is None else found
