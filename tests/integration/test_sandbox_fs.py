@@ -1,0 +1,179 @@
+"""fs operations under a sandbox: the helper runs inside the real bwrap view and
+errors come back with the reference's codes and texts (protocol §6.2, §10.4)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from execserver.sandbox import needs_sandboxed_fs, run_sandboxed_fs_call
+from execserver.wire.errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    NOT_FOUND,
+    PARSE_OR_INVALID_REQUEST,
+    RpcError,
+)
+from tests.integration.test_sandbox_support import (
+    MINIMAL_READ,
+    ROOT_READ,
+    context,
+    entry,
+    make_tree,
+    managed,
+    special,
+    uri,
+)
+
+HERE = "tests.integration.test_sandbox_fs"
+
+
+# --- the operations the helper runs (imported by name inside the sandbox) ---
+def write_text(path: str, text: str) -> int:
+    with open(path, "w") as f:
+        return f.write(text)
+
+
+def read_text(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def raise_rpc(message: str) -> None:
+    raise RpcError(PARSE_OR_INVALID_REQUEST, message)
+
+
+def list_dir(path: str) -> list[str]:
+    return sorted(os.listdir(path))
+
+
+async def test_write_inside_writable_root_succeeds(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path)
+    ctx = context(managed([ROOT_READ, entry(tree.ws, "write")]))
+    target = str(tree.ws / "f.txt")
+    result = await run_sandboxed_fs_call(
+        ctx, func=f"{HERE}:write_text", args={"path": target, "text": "hello"}, write=True
+    )
+    assert result == 5
+    assert (tree.ws / "f.txt").read_text() == "hello"
+
+
+async def test_write_outside_writable_root_is_erofs(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path)
+    ctx = context(managed([ROOT_READ, entry(tree.ws, "write")]))
+    for target in (tree.outside / "o.txt", tree.ws / ".git" / "HEAD", tree.ws / "link_out" / "l"):
+        with pytest.raises(RpcError) as info:
+            await run_sandboxed_fs_call(
+                ctx,
+                func=f"{HERE}:write_text",
+                args={"path": str(target), "text": "x"},
+                write=True,
+            )
+        assert (info.value.code, info.value.message) == (
+            INTERNAL_ERROR,
+            "Read-only file system (os error 30)",
+        )
+    assert (tree.ws / ".git" / "HEAD").read_text() == "ref\n"
+    assert list(tree.outside.iterdir()) == []
+
+
+async def test_read_of_denied_file_is_eacces_and_missing_is_not_found(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path)
+    ctx = context(managed([ROOT_READ, entry(tree.secret_file, "deny")]))
+    with pytest.raises(RpcError) as info:
+        await run_sandboxed_fs_call(
+            ctx, func=f"{HERE}:read_text", args={"path": str(tree.secret_file)}, write=False
+        )
+    assert (info.value.code, info.value.message) == (
+        PARSE_OR_INVALID_REQUEST,
+        "Permission denied (os error 13)",
+    )
+    with pytest.raises(RpcError) as info:
+        await run_sandboxed_fs_call(
+            ctx, func=f"{HERE}:read_text", args={"path": str(tree.ws / "nope")}, write=False
+        )
+    assert (info.value.code, info.value.message) == (
+        NOT_FOUND,
+        "No such file or directory (os error 2)",
+    )
+
+
+async def test_restricted_read_view_shows_protected_mount_points(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path)
+    ctx = context(managed([MINIMAL_READ, entry(tree.ws, "write")]))
+    listing = await run_sandboxed_fs_call(
+        ctx, func=f"{HERE}:list_dir", args={"path": str(tree.ws)}, write=False
+    )
+    assert listing == [".agents", ".aws", ".codex", ".git", "link_out"]
+    with pytest.raises(RpcError) as info:
+        await run_sandboxed_fs_call(
+            ctx, func=f"{HERE}:read_text", args={"path": str(tree.secret / "s.txt")}, write=False
+        )
+    assert info.value.code == NOT_FOUND
+    assert not (tree.ws / ".codex").exists()
+
+
+async def test_rpc_error_raised_by_the_operation_keeps_code_and_message(tmp_path: Path) -> None:
+    ctx = context(managed([ROOT_READ]))
+    with pytest.raises(RpcError) as info:
+        await run_sandboxed_fs_call(
+            ctx, func=f"{HERE}:raise_rpc", args={"message": "path `/x` is not a file"}, write=False
+        )
+    assert (info.value.code, info.value.message) == (
+        PARSE_OR_INVALID_REQUEST,
+        "path `/x` is not a file",
+    )
+
+
+async def test_dynamic_entries_without_cwd_are_rejected_for_fs(tmp_path: Path) -> None:
+    ctx = context(managed([ROOT_READ, entry(special("current_working_directory"), "write")]))
+    with pytest.raises(RpcError) as info:
+        await run_sandboxed_fs_call(
+            ctx, func=f"{HERE}:read_text", args={"path": "/etc/hostname"}, write=False
+        )
+    assert (info.value.code, info.value.message) == (
+        INVALID_PARAMS,
+        "file system sandbox context with dynamic permissions requires cwd",
+    )
+
+
+async def test_cwd_in_context_satisfies_dynamic_entries(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path)
+    ctx = context(
+        managed([ROOT_READ, entry(special("project_roots"), "write")]),
+        cwd=uri(tree.ws),
+        workspaceRoots=[uri(tree.ws)],
+    )
+    await run_sandboxed_fs_call(
+        ctx,
+        func=f"{HERE}:write_text",
+        args={"path": str(tree.ws / "p"), "text": "x"},
+        write=True,
+    )
+    assert (tree.ws / "p").exists()
+
+
+@pytest.mark.parametrize(
+    ("permissions", "write", "expected"),
+    [
+        ({"type": "disabled"}, True, False),
+        ({"type": "external", "network": "restricted"}, True, False),
+        (
+            {"type": "managed", "file_system": {"type": "unrestricted"}, "network": "enabled"},
+            True,
+            False,
+        ),
+        (managed([ROOT_READ]), False, False),
+        (managed([ROOT_READ]), True, True),
+        (managed([entry(special("root"), "write")]), True, False),
+        (managed([entry(special("root"), "write"), entry("/x", "read")]), True, True),
+        (managed([ROOT_READ, entry("/secret", "deny")]), False, True),
+        (managed([MINIMAL_READ]), False, True),
+    ],
+)
+def test_needs_sandboxed_fs_only_when_the_access_is_restricted(
+    permissions: dict[str, object], write: bool, expected: bool
+) -> None:
+    assert needs_sandboxed_fs(context(permissions), write=write) is expected
