@@ -1,17 +1,21 @@
-"""Command line: ``execserver serve | run | shell``."""
+"""Command line: ``execserver serve | run | shell | doctor``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from collections.abc import Sequence
 
 from execserver import __version__
-from execserver.config import DEFAULT_LISTEN, DEFAULT_SESSION_TTL_S, ServerConfig
-from execserver.server.listen import ListenError, parse_listen
+from execserver.config import (
+    DEFAULT_LISTEN,
+    DEFAULT_SESSION_TTL_S,
+    LimitsConfig,
+    ServerConfig,
+    WsAuthConfig,
+)
 
 
 def _positive_int(text: str) -> int:
@@ -19,6 +23,82 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not in 1..")
     return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not in 0..")
+    return value
+
+
+def _add_auth_flags(p: argparse.ArgumentParser) -> None:
+    """The reference's websocket auth flags (protocol §2, §11)."""
+    from execserver.server.auth import AUTH_MODES
+
+    p.add_argument("--ws-auth", choices=AUTH_MODES, metavar="MODE", help="websocket auth mode")
+    p.add_argument("--ws-token-file", metavar="PATH", help="capability token file")
+    p.add_argument("--ws-token-sha256", metavar="HEX", help="SHA-256 of the capability token")
+    p.add_argument("--ws-shared-secret-file", metavar="PATH", help="HS256 secret (>= 32 bytes)")
+    p.add_argument("--ws-issuer", metavar="ISSUER", help="required JWT iss")
+    p.add_argument("--ws-audience", metavar="AUDIENCE", help="required JWT aud")
+    p.add_argument(
+        "--ws-max-clock-skew-seconds",
+        type=_non_negative_int,
+        metavar="SECONDS",
+        help="JWT exp/nbf leeway (default 30)",
+    )
+    p.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve a non-loopback address without --ws-auth (anyone who connects runs commands)",
+    )
+
+
+def _add_ops_flags(p: argparse.ArgumentParser) -> None:
+    """Limits (0 = unlimited), audit log, log format, metrics."""
+    defaults = LimitsConfig()
+    from execserver.server.limits import LIMIT_FLAGS
+
+    for name, flag in LIMIT_FLAGS.items():
+        default = getattr(defaults, name)
+        p.add_argument(
+            flag,
+            dest=name,
+            type=_non_negative_int,
+            default=0 if default is None else default,
+            metavar="N",
+            help="0 = unlimited (default %(default)s)",
+        )
+    p.add_argument("--audit-log", metavar="PATH", help="append JSON-lines audit records here")
+    p.add_argument("--log-format", choices=("text", "json"), default="text")
+    p.add_argument("--metrics", action="store_true", help="serve Prometheus metrics on /metrics")
+
+
+def _config_from_args(args: argparse.Namespace) -> ServerConfig:
+    from execserver.server.limits import LIMIT_FLAGS
+
+    limits = {name: getattr(args, name) or None for name in LIMIT_FLAGS}
+    return ServerConfig(
+        listen=args.listen,
+        concurrent_requests=args.concurrent_requests,
+        exit_on_stdin_close=args.exit_on_stdin_close,
+        session_ttl_s=args.session_ttl,
+        ws_auth=WsAuthConfig(
+            mode=args.ws_auth,
+            token_file=args.ws_token_file,
+            token_sha256=args.ws_token_sha256,
+            shared_secret_file=args.ws_shared_secret_file,
+            issuer=args.ws_issuer,
+            audience=args.ws_audience,
+            max_clock_skew_s=args.ws_max_clock_skew_seconds,
+        ),
+        allow_unauthenticated=args.allow_unauthenticated,
+        limits=LimitsConfig(**limits),
+        audit_log=args.audit_log,
+        log_format=args.log_format,
+        metrics=args.metrics,
+    )
 
 
 def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -49,27 +129,29 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help="how long a detached session can be resumed (default %(default)s)",
     )
     p.add_argument("--log-level", default=os.environ.get("EXECSERVER_LOG", "INFO"))
+    _add_auth_flags(p)
+    _add_ops_flags(p)
     p.set_defaults(func=_cmd_serve)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from execserver.server.audit import AuditLogError
+    from execserver.server.auth import startup_checks
+    from execserver.server.logs import configure_logging
+
+    configure_logging(args.log_level, args.log_format)
+    config = _config_from_args(args)
     try:
-        parse_listen(args.listen)
-    except ListenError as exc:
+        # Listen URL and auth flags, in the reference's order and with its texts.
+        startup_checks(config)
+    except ValueError as exc:
         sys.stderr.write(f"Error: {exc}\n")
         return 1
-    config = ServerConfig(
-        listen=args.listen,
-        concurrent_requests=args.concurrent_requests,
-        exit_on_stdin_close=args.exit_on_stdin_close,
-        session_ttl_s=args.session_ttl,
-    )
-    return run_server(config)
+    try:
+        return run_server(config)
+    except AuditLogError as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        return 1
 
 
 def run_server(config: ServerConfig) -> int:
@@ -94,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"execserver {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(subparsers)
+    from execserver.doctor import add_doctor_parser
+
+    add_doctor_parser(subparsers)
     from execserver.client.cli_tools import register as register_client_tools
 
     register_client_tools(subparsers)
