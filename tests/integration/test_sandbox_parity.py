@@ -17,7 +17,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from execserver.sandbox import plan_process_launch
+from execserver.sandbox import plan_process_launch, run_sandboxed_fs_call
+from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import decode_sandbox_context
 from tests.integration.test_sandbox_support import (
     MINIMAL_READ,
@@ -210,3 +211,48 @@ async def test_unrunnable_commands_match_reference(
 
 def _texts(output: str) -> tuple[str, ...]:
     return tuple(t for t in DENIAL_TEXTS if t in output)
+
+
+async def test_fs_errors_under_sandbox_match_reference(
+    reference: RunningServer, tmp_path: Path
+) -> None:
+    """fs/writeFile and fs/readFile with a sandbox on the reference vs our fs helper."""
+    tree = make_tree(tmp_path)
+    perms = managed([ROOT_READ, entry(tree.ws, "write"), entry(tree.secret_file, "deny")])
+    sandbox = context_json(perms, cwd=uri(tree.ws))
+    ctx = decode_sandbox_context(sandbox)
+    helpers = "tests.integration.test_sandbox_fs"
+    cases = [
+        ("fs/writeFile", tree.ws / "in.txt", True),
+        ("fs/writeFile", tree.outside / "out.txt", True),
+        ("fs/writeFile", tree.ws / ".git" / "HEAD", True),
+        ("fs/readFile", tree.secret_file, False),
+        ("fs/readFile", tree.ws / "missing", False),
+    ]
+    async with aiohttp.ClientSession() as session, session.ws_connect(reference.url) as ws:
+        client = ReferenceClient(ws)
+        await client.handshake()
+        for method, path, write in cases:
+            params: dict[str, Any] = {"path": uri(path), "sandbox": sandbox}
+            if write:
+                params["dataBase64"] = base64.b64encode(b"x").decode()
+            reply = await client.call(method, params)
+            ref = (reply["error"]["code"], reply["error"]["message"]) if "error" in reply else None
+            if write and path.exists():
+                path.unlink()  # let our side start from the same state
+            try:
+                if write:
+                    await run_sandboxed_fs_call(
+                        ctx,
+                        func=f"{helpers}:write_text",
+                        args={"path": str(path), "text": "x"},
+                        write=True,
+                    )
+                else:
+                    await run_sandboxed_fs_call(
+                        ctx, func=f"{helpers}:read_text", args={"path": str(path)}, write=False
+                    )
+                ours = None
+            except RpcError as exc:
+                ours = (exc.code, exc.message)
+            assert ours == ref, (method, path)
