@@ -1,0 +1,188 @@
+"""A one-shot command runtime: start on the executor, wait for it to finish,
+report its output (the reference's shell tool shape, IMMEDIATE network mode).
+
+It is the simplest complete :class:`~execserver.core.runtime.ToolRuntime` and
+the one the orchestrator's integration tests drive; unified exec (issue 8)
+differs in keeping processes alive across calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from execserver.client.connection import ExecServerClient
+from execserver.client.errors import ExecServerError
+from execserver.client.events import Closed, Exited, Failed, Output
+from execserver.core.approval_cache import ApprovalKey, ExecApprovalKey
+from execserver.core.approvals import ApprovalRequest
+from execserver.core.attempt import SandboxAttempt, exec_start_params
+from execserver.core.errors import ExecFailed, SandboxDenied, SandboxTimeout
+from execserver.core.network_approval import NetworkApprovalMode, NetworkApprovalSpec
+from execserver.core.permissions import AdditionalPermissions
+from execserver.core.policy import (
+    ApprovalMode,
+    AskForApproval,
+    ExecApprovalRequirement,
+    SandboxPermissions,
+)
+from execserver.core.runtime import ApprovalContext, BaseToolRuntime, TurnContext
+from execserver.wire.process import ExecEnvPolicy
+
+__all__ = ["ShellCommandRuntime", "ShellOutput", "ShellRequest"]
+
+
+@dataclass(frozen=True)
+class ShellRequest:
+    argv: tuple[str, ...]
+    # Native path on the executor; defaults to the turn's cwd.
+    cwd: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    env_policy: ExecEnvPolicy | None = None
+    sandbox_permissions: SandboxPermissions = SandboxPermissions.USE_DEFAULT
+    additional_permissions: AdditionalPermissions | None = None
+    justification: str | None = None
+    # An exec-policy verdict computed by the caller; None uses the default rules.
+    requirement: ExecApprovalRequirement | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class ShellOutput:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    process_id: str
+    sandbox_type: str
+
+    @property
+    def text(self) -> str:
+        """stdout followed by stderr, as the model sees it."""
+        return (self.stdout + self.stderr).decode(errors="replace")
+
+
+class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
+    """Runs one command to completion through an :class:`ExecServerClient`.
+
+    ``prompt_retry_on_request``: ask "retry without sandbox?" after a sandbox
+    denial under ON_REQUEST too. The reference's shell does not (only its
+    apply_patch runtime does, §4.4 table); runtimes that change files on the
+    user's behalf set it.
+    """
+
+    tool_name = "shell"
+
+    def __init__(self, client: ExecServerClient, *, prompt_retry_on_request: bool = False) -> None:
+        self._client = client
+        self._prompt_retry_on_request = prompt_retry_on_request
+
+    def _cwd(self, req: ShellRequest, turn: TurnContext) -> str:
+        return req.cwd or turn.environment.cwd
+
+    def approval_keys(self, req: ShellRequest, turn: TurnContext) -> Sequence[ApprovalKey]:
+        return [
+            ExecApprovalKey(
+                environment_id=turn.environment.environment_id,
+                command=req.argv,
+                cwd=self._cwd(req, turn),
+                tty=False,
+                sandbox_permissions=req.sandbox_permissions,
+                additional_permissions=req.additional_permissions,
+            )
+        ]
+
+    def approval_request(
+        self, req: ShellRequest, turn: TurnContext, ctx: ApprovalContext
+    ) -> ApprovalRequest:
+        return ApprovalRequest(
+            tool_name=self.tool_name,
+            environment_id=turn.environment.environment_id,
+            command=req.argv,
+            cwd=self._cwd(req, turn),
+            reason=ctx.reason or req.justification,
+            retry=ctx.retry,
+            review_only=ctx.review_only,
+            network_context=ctx.network_context,
+            proposed_execpolicy_amendment=ctx.proposed_execpolicy_amendment,
+            sandbox_permissions=req.sandbox_permissions,
+            additional_permissions=req.additional_permissions,
+            hook_names=("Bash",),
+        )
+
+    def exec_approval_requirement(
+        self, req: ShellRequest, turn: TurnContext
+    ) -> ExecApprovalRequirement | None:
+        return req.requirement
+
+    def sandbox_permissions(self, req: ShellRequest) -> SandboxPermissions:
+        return req.sandbox_permissions
+
+    def additional_permissions(self, req: ShellRequest) -> AdditionalPermissions | None:
+        return req.additional_permissions
+
+    def wants_no_sandbox_approval(self, policy: AskForApproval) -> bool:
+        if self._prompt_retry_on_request and policy.mode is ApprovalMode.ON_REQUEST:
+            return True
+        return super().wants_no_sandbox_approval(policy)
+
+    def network_approval_spec(
+        self, req: ShellRequest, turn: TurnContext
+    ) -> NetworkApprovalSpec | None:
+        if turn.managed_network is None:
+            return None
+        return NetworkApprovalSpec(NetworkApprovalMode.IMMEDIATE, command=shlex.join(req.argv))
+
+    async def run(
+        self, req: ShellRequest, attempt: SandboxAttempt, turn: TurnContext
+    ) -> ShellOutput:
+        params = exec_start_params(
+            attempt,
+            argv=req.argv,
+            cwd=self._cwd(req, turn),
+            env=req.env,
+            env_policy=req.env_policy,
+        )
+        try:
+            proc = await self._client.start(params)
+        except ExecServerError as exc:
+            raise ExecFailed(f"failed to start `{shlex.join(req.argv)}`: {exc}") from exc
+        out: dict[str, list[bytes]] = {"stdout": [], "stderr": [], "pty": []}
+        exit_code: int | None = None
+        denied = False
+
+        async def collect() -> None:
+            nonlocal exit_code, denied
+            async for event in proc:
+                if isinstance(event, Output):
+                    out[event.stream].append(event.data)
+                elif isinstance(event, Exited):
+                    exit_code, denied = event.exit_code, event.sandbox_denied
+                elif isinstance(event, Failed):
+                    raise ExecFailed(event.message)
+                elif isinstance(event, Closed):
+                    return
+
+        try:
+            async with asyncio.timeout(req.timeout):
+                await collect()
+        except TimeoutError:
+            with contextlib.suppress(ExecServerError):
+                await proc.terminate()
+            raise SandboxTimeout(
+                b"".join(out["stdout"] + out["stderr"]).decode(errors="replace")
+            ) from None
+        assert exit_code is not None  # Closed always follows Exited
+        result = ShellOutput(
+            exit_code=exit_code,
+            stdout=b"".join(out["stdout"] + out["pty"]),
+            stderr=b"".join(out["stderr"]),
+            process_id=proc.process_id,
+            sandbox_type=proc.sandbox_type,
+        )
+        # Remote: only the executor's flag counts as a denial (invariant 13).
+        if denied:
+            raise SandboxDenied(result.text, exit_code=exit_code)
+        return result
