@@ -36,6 +36,17 @@ async def refuse_browsers(
     return await handler(request)
 
 
+@web.middleware
+async def bare_not_found(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    # The reference answers unknown paths with an empty 404 (aiohttp's has a text body).
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return web.Response(status=404)
+
+
 async def readyz(request: web.Request) -> web.Response:
     # 503 once shutdown begins, so a load balancer stops sending new clients here.
     if request.app[RUNTIME_KEY].shutting_down:
@@ -135,7 +146,7 @@ async def _ping_loop(ws: web.WebSocketResponse, interval: float) -> None:
 def build_app(
     runtime: ServerRuntime, upgrade_checks: list[UpgradeCheck] | None = None
 ) -> web.Application:
-    app = web.Application(middlewares=[refuse_browsers], client_max_size=1024**2)
+    app = web.Application(middlewares=[refuse_browsers, bare_not_found], client_max_size=1024**2)
     app[RUNTIME_KEY] = runtime
     app[UPGRADE_CHECKS_KEY] = list(upgrade_checks or [])
     app.router.add_get("/", websocket_endpoint)
