@@ -25,6 +25,9 @@ Options:
   --landlock JSON       {"read": [...], "write": [...]} allow-list (everything else denied)
   --path PATH           search path for PROGRAM when the environment has no PATH
   --fail MESSAGE        print MESSAGE to stderr and exit 101 without running anything
+  --unset NAME          remove NAME from the environment before exec (repeatable): the
+                        interpreter's C-locale coercion (PEP 538) adds LC_CTYPE to our own
+                        environment, and the command must see exactly the request's env
 """
 
 from __future__ import annotations
@@ -206,6 +209,7 @@ def main(args: list[str]) -> int:
     seccomp_fd: int | None = None
     landlock: dict[str, list[str]] | None = None
     search_path: str | None = None
+    unset: list[str] = []
     i = 0
     while i < len(options):
         name, value = options[i], options[i + 1] if i + 1 < len(options) else ""
@@ -215,11 +219,15 @@ def main(args: list[str]) -> int:
             landlock = json.loads(value)
         elif name == "--path":
             search_path = value
+        elif name == "--unset":
+            unset.append(value)
         elif name == "--fail":
             return _fail(value)
         i += 2
     if not command:
         return _fail("execserver-sandbox: no command given")
+    for variable in unset:
+        os.environ.pop(variable, None)
     try:
         program = _resolve(command[0], search_path)
     except OSError as exc:

@@ -36,6 +36,15 @@ from execserver.wire.sandbox import FileSystemSandboxContext
 
 SANDBOX_TYPE: Final = "linuxSeccomp"
 LAUNCHER: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
+_PROXY_ENV: Final = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+_MANAGED_PROXY_MISSING: Final = (
+    "execserver-sandbox: failed to prepare host proxy routing bridge: managed proxy mode "
+    "requires proxy environment variables"
+)
+_MANAGED_PROXY_UNSUPPORTED: Final = (
+    "execserver-sandbox: managed proxy mode (enforceManagedNetwork) cannot be enforced by "
+    "this executor: routing the sandbox's traffic through the proxy is not implemented"
+)
 _LEGACY_LANDLOCK_REFUSAL: Final = (
     "execserver-sandbox: filesystem-restricted execution requires bubblewrap to isolate "
     "app-server sockets (useLegacyLandlock is not supported for restricted file systems)"
@@ -144,7 +153,14 @@ def _resolve_program(program: str, env: dict[str, str]) -> tuple[str | None, str
     return found, None
 
 
-def _launcher_argv(options: list[str], argv: list[str]) -> list[str]:
+# Variables the launcher's interpreter may add to its own environment at start-up.
+_INTERPRETER_ADDED_ENV: Final = ("LC_CTYPE",)
+
+
+def _launcher_argv(options: list[str], argv: list[str], env: dict[str, str]) -> list[str]:
+    for name in _INTERPRETER_ADDED_ENV:
+        if name not in env:
+            options = [*options, "--unset", name]
     return [sys.executable, "-I", "-S", LAUNCHER, *options, "--", *argv]
 
 
@@ -153,7 +169,7 @@ def _refused_plan(env: dict[str, str], message: str) -> LaunchPlan:
     the reference's sandbox helper does when it cannot exec (so the outcome,
     exit code and ``sandboxDenied``, is the same as there)."""
     return LaunchPlan(
-        argv=_launcher_argv(["--fail", message], ["false"]),
+        argv=_launcher_argv(["--fail", message], ["false"], env),
         env=env,
         pass_fds=(),
         sandbox_type=SANDBOX_TYPE,
@@ -175,7 +191,7 @@ def _launcher_plan(
     if landlock_rules is not None:
         options += ["--landlock", landlock_rules]
     return LaunchPlan(
-        argv=_launcher_argv(options, argv),
+        argv=_launcher_argv(options, argv, env),
         env=env,
         pass_fds=(fd,),
         sandbox_type=SANDBOX_TYPE,
@@ -311,6 +327,7 @@ def plan_process_launch(
     cwd: str,
     env: dict[str, str],
     tty: bool,
+    enforce_managed_network: bool = False,
     backend: SandboxBackend | None = None,
 ) -> LaunchPlan:
     """The launch plan for process/start with a ``sandbox``; raises RpcError when the
@@ -318,7 +335,17 @@ def plan_process_launch(
 
     ``tty`` needs nothing special: bwrap's ``--new-session`` leaves the command
     without a controlling terminal (as under the reference), which also blocks
-    TIOCSTI injection into the daemon's terminal."""
+    TIOCSTI injection into the daemon's terminal.
+
+    ``enforce_managed_network``: the request demands that all traffic goes through
+    a managed proxy. Like the reference, a request without proxy variables in its
+    env runs nothing and exits 101; with them we still refuse (exit 101), because
+    bridging the proxy into the sandbox is not implemented: fail closed."""
     del tty
     policy = resolve_policy(context, fallback_cwd=cwd)
+    if enforce_managed_network and not policy.enforces_nothing:
+        has_proxy = any(k.upper() in _PROXY_ENV for k in env)
+        return _refused_plan(
+            env, _MANAGED_PROXY_UNSUPPORTED if has_proxy else _MANAGED_PROXY_MISSING
+        )
     return plan_for_policy(policy, argv=argv, cwd=cwd, env=env, backend=backend or detect_backend())

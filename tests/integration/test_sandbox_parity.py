@@ -64,7 +64,13 @@ class ReferenceClient:
         await self.ws.send_json({"method": "initialized", "params": {}})
 
     async def run(
-        self, process_id: str, argv: list[str], cwd: Path, env: dict[str, str], sandbox: Any
+        self,
+        process_id: str,
+        argv: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        sandbox: Any,
+        extra: dict[str, Any] | None = None,
     ) -> tuple[int, bool, str]:
         reply = await self.call(
             "process/start",
@@ -75,6 +81,7 @@ class ReferenceClient:
                 "env": env,
                 "tty": False,
                 "sandbox": sandbox,
+                **(extra or {}),
             },
         )
         assert reply.get("result", {}).get("sandboxType") == "linuxSeccomp", reply
@@ -192,18 +199,24 @@ async def test_unrunnable_commands_match_reference(
     env = child_env(tree)
     read_only = context_json(managed([ROOT_READ]))
     legacy = context_json(managed([ROOT_READ]), useLegacyLandlock=True)
-    cases = [
-        (["/nonexistent/prog"], read_only),
-        (["no-such-program-xyz"], read_only),
-        (["true"], legacy),
+    cases: list[tuple[list[str], dict[str, Any], dict[str, Any]]] = [
+        (["/nonexistent/prog"], read_only, {}),
+        (["no-such-program-xyz"], read_only, {}),
+        (["true"], legacy, {}),
+        (["true"], read_only, {"enforceManagedNetwork": True}),
     ]
     async with aiohttp.ClientSession() as session, session.ws_connect(reference.url) as ws:
         client = ReferenceClient(ws)
         await client.handshake()
-        for n, (argv, sandbox) in enumerate(cases):
-            ref_code, ref_denied, _ = await client.run(f"u{n}", argv, tree.ws, env, sandbox)
+        for n, (argv, sandbox, extra) in enumerate(cases):
+            ref_code, ref_denied, _ = await client.run(f"u{n}", argv, tree.ws, env, sandbox, extra)
             plan = plan_process_launch(
-                decode_sandbox_context(sandbox), argv=argv, cwd=str(tree.ws), env=env, tty=False
+                decode_sandbox_context(sandbox),
+                argv=argv,
+                cwd=str(tree.ws),
+                env=env,
+                tty=False,
+                enforce_managed_network=bool(extra.get("enforceManagedNetwork")),
             )
             ours = await run_plan(plan, tree.ws)
             assert (ours.exit_code, ours.denied) == (ref_code, ref_denied), (argv, ours.output)
@@ -256,3 +269,26 @@ async def test_fs_errors_under_sandbox_match_reference(
             except RpcError as exc:
                 ours = (exc.code, exc.message)
             assert ours == ref, (method, path)
+
+
+async def test_child_environment_matches_reference(
+    reference: RunningServer, tmp_path: Path
+) -> None:
+    """Only the request's env reaches the child (bwrap adds PWD, as under codex)."""
+    tree = make_tree(tmp_path)
+    env = {"PATH": "/usr/bin:/bin", "A": "1"}
+    async with aiohttp.ClientSession() as session, session.ws_connect(reference.url) as ws:
+        client = ReferenceClient(ws)
+        await client.handshake()
+        for n, perms in enumerate(policies(tree).values()):
+            sandbox = context_json(perms, workspaceRoots=[uri(tree.ws)])
+            _, _, ref_out = await client.run(f"e{n}", ["/usr/bin/env"], tree.ws, env, sandbox)
+            plan = plan_process_launch(
+                decode_sandbox_context(sandbox),
+                argv=["/usr/bin/env"],
+                cwd=str(tree.ws),
+                env=env,
+                tty=False,
+            )
+            ours = await run_plan(plan, tree.ws)
+            assert sorted(ours.output.splitlines()) == sorted(ref_out.splitlines()), perms
