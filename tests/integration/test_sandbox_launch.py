@@ -4,6 +4,7 @@ outcomes the reference showed (exit code, sandboxDenied, EROFS/EACCES texts)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from execserver.sandbox import detect_backend, plan_process_launch
+from execserver.sandbox import detect_backend, is_sandbox_denied, plan_process_launch
 from execserver.wire.errors import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from execserver.wire.sandbox import FileSystemSandboxContext
 from tests.integration.test_sandbox_support import (
@@ -384,3 +385,46 @@ def test_plan_close_releases_fds_even_when_never_spawned(tmp_path: Path) -> None
     assert plan.wait_released(10)
     assert set(os.listdir("/proc/self/fd")) <= before
     assert not (tree.ws / ".codex").exists()
+
+
+async def test_tty_command_runs_inside_the_sandbox_without_controlling_terminal(
+    tmp_path: Path,
+) -> None:
+    tree = make_tree(tmp_path)
+    master, slave = os.openpty()
+    plan = plan_process_launch(
+        workspace_write(tree.ws),
+        argv=["bash", "-c", f"test -t 1 && echo IS_TTY; echo x > {tree.outside}/o"],
+        cwd=str(tree.ws),
+        env=child_env(tree),
+        tty=True,
+    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *plan.argv,
+            env=plan.env,
+            pass_fds=plan.pass_fds,
+            cwd=str(tree.ws),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,
+        )
+    finally:
+        plan.close()
+        os.close(slave)
+    code = await proc.wait()
+    output = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the slave side is closed and drained
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(master)
+    text = output.decode(errors="replace")
+    assert "IS_TTY" in text
+    assert "Read-only file system" in text
+    assert code == 1 and is_sandbox_denied(code, output)
