@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from execserver.processes import service as processes
 from execserver.server import environment
 from execserver.server.rpc import MethodTable
 
@@ -9,4 +10,5 @@ from execserver.server.rpc import MethodTable
 def build_method_table() -> MethodTable:
     table = MethodTable()
     environment.register(table)
+    processes.register(table)
     return table

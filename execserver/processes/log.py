@@ -1,0 +1,105 @@
+"""The retained output of one process, addressed by sequence number (protocol §8.4.3, §8.5).
+
+One counter per process numbers every event: output chunks, the exit and the
+close each take the next value. Only output chunks are kept here; the log
+retains the most recent ``cap_bytes`` of them and evicts the oldest whole
+chunks, so a reader that fell behind sees the loss as a seq gap and never as
+bytes missing inside a chunk.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import NamedTuple
+
+# The reference keeps roughly the last 1 MiB of output per process (§8.4.3).
+DEFAULT_RETAINED_BYTES = 1024 * 1024
+
+
+class Chunk(NamedTuple):
+    seq: int
+    stream: str
+    data: bytes
+
+
+def _seq_of(chunk: Chunk) -> int:
+    return chunk.seq
+
+
+class OutputLog:
+    __slots__ = ("_bytes", "_chunks", "_head", "cap_bytes", "next_seq")
+
+    def __init__(self, cap_bytes: int = DEFAULT_RETAINED_BYTES) -> None:
+        self.cap_bytes = cap_bytes
+        self.next_seq = 1  # the next unused seq (what process/read reports as nextSeq)
+        # A list with a moving head instead of a deque: reads bisect by seq.
+        self._chunks: list[Chunk] = []
+        self._head = 0
+        self._bytes = 0
+
+    @property
+    def retained_bytes(self) -> int:
+        return self._bytes
+
+    @property
+    def last_seq(self) -> int:
+        return self.next_seq - 1
+
+    def append(self, stream: str, data: bytes) -> int:
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        self._chunks.append(Chunk(seq, stream, data))
+        self._bytes += len(data)
+        if self._bytes > self.cap_bytes:
+            self._evict()
+        return seq
+
+    def reserve(self) -> int:
+        """Take a seq for a non-output event (exit, close)."""
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        return seq
+
+    def _evict(self) -> None:
+        chunks = self._chunks
+        head = self._head
+        while self._bytes > self.cap_bytes and head < len(chunks):
+            self._bytes -= len(chunks[head].data)
+            head += 1
+        # Compact now and then so the dead prefix never dominates memory.
+        if head > 256 and head * 2 > len(chunks):
+            del chunks[:head]
+            head = 0
+        self._head = head
+
+    def _index_after(self, after_seq: int) -> int:
+        return bisect.bisect_right(self._chunks, after_seq, lo=self._head, key=_seq_of)
+
+    def since(self, after_seq: int) -> list[Chunk]:
+        """Every retained chunk with seq > after_seq."""
+        return self._chunks[self._index_after(after_seq) :]
+
+    def has_after(self, after_seq: int) -> bool:
+        chunks = self._chunks
+        return len(chunks) > self._head and chunks[-1].seq > after_seq
+
+    def read(self, after_seq: int, max_bytes: int | None) -> tuple[list[Chunk], int]:
+        """Chunks after ``after_seq`` within ``max_bytes``, and the nextSeq to report.
+
+        As the reference: the first chunk is returned even when it alone exceeds
+        the budget; nextSeq is the seq after the last returned chunk when the
+        budget cut the result short, else the next unused seq.
+        """
+        start = self._index_after(after_seq)
+        chunks = self._chunks
+        if max_bytes is None:
+            return chunks[start:], self.next_seq
+        end = start
+        total = 0
+        while end < len(chunks):
+            size = len(chunks[end].data)
+            if end > start and total + size > max_bytes:
+                return chunks[start:end], chunks[end - 1].seq + 1
+            total += size
+            end += 1
+        return chunks[start:end], self.next_seq

@@ -1,0 +1,444 @@
+"""One managed child: output pumps, exit reaping, event delivery, stdin, signals.
+
+Hot path: the loop calls ``_on_readable`` when an output fd is readable; it
+reads up to the reference's chunk size per read, appends to the log (which
+assigns the seq) and wakes the sender. A single sender task per process turns
+log entries into notifications in seq order; when the connection's outbound
+queue is full the sender waits, the backlog grows and the pumps pause, so the
+pipe fills and the child blocks instead of the daemon growing. Exit is reaped
+from a pidfd callback that never waits for the sender, so ``process/read``
+sees the exit at once even under backpressure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from execserver.processes.launch import Spawned
+from execserver.processes.log import Chunk, OutputLog
+from execserver.wire import methods as m
+from execserver.wire.process import (
+    ProcessClosedNotification,
+    ProcessExitedNotification,
+    ProcessOutputNotification,
+    WriteStatus,
+)
+
+if TYPE_CHECKING:
+    from execserver.processes.supervisor import Supervisor
+    from execserver.processes.tree import ProcessTree
+    from execserver.server.sessions import Session
+
+log = logging.getLogger(__name__)
+
+# Read sizes of the reference (§8.4.3): pipes deliver <= 8192 bytes per chunk, a pty <= 4095.
+PIPE_CHUNK = 8192
+PTY_CHUNK = 4095
+# Reads per readiness callback before yielding to the loop (keeps one chatty child from
+# starving the others).
+READS_PER_WAKEUP = 16
+# Unsent chunks at which the pumps pause / resume. Kept well under the retention cap
+# (128 chunks of 8 KiB) so an attached client never loses output to eviction.
+PAUSE_BACKLOG = 64
+RESUME_BACKLOG = 16
+# Bytes of output kept for the sandbox-denial classifier.
+DENIAL_TAIL_BYTES = 16 * 1024
+# Remembered writeIds per process (de-duplication); the oldest are forgotten first.
+MAX_WRITE_IDS = 65536
+
+
+@dataclass
+class Accounting:
+    wall_s: float
+    cpu_s: float
+    max_rss_kib: int
+
+
+DenialClassifier = Callable[[int, bytes], bool]
+
+
+class ManagedProcess:
+    def __init__(
+        self,
+        process_id: str,
+        spawned: Spawned,
+        *,
+        session: Session,
+        supervisor: Supervisor,
+        tree: ProcessTree,
+        program: str,
+        retained_bytes: int,
+        drain_timeout_s: float,
+        pipe_stdin: bool,
+        classify_denial: DenialClassifier | None,
+        on_closed: Callable[[ManagedProcess], None],
+    ) -> None:
+        self.process_id = process_id
+        self.pid = spawned.pid
+        self.tty = spawned.pty_master is not None
+        self.pipe_stdin = pipe_stdin
+        self.program = program
+        self.log = OutputLog(retained_bytes)
+        self.exit_code: int | None = None
+        self.exit_seq: int | None = None
+        self.closed_seq: int | None = None
+        self.sandbox_denied = False
+        self.failure: str | None = None
+        self.accounting: Accounting | None = None
+        self._popen = spawned.popen
+        self._session = session
+        self._supervisor = supervisor
+        self.tree = tree
+        self._drain_timeout_s = drain_timeout_s
+        self._classify_denial = classify_denial
+        self._on_closed = on_closed
+        self._loop = asyncio.get_running_loop()
+        self._started = time.monotonic()
+        self._pty_master = spawned.pty_master
+        self._streams: dict[int, str] = dict(spawned.outputs)
+        self._paused = False
+        self._abandon = False
+        self._drain_timer: asyncio.TimerHandle | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        self._sent = 0  # highest seq handed to session.notify
+        self._stdin_fd = spawned.stdin_fd
+        self._stdin_queue: deque[memoryview] = deque()
+        self._stdin_writing = False
+        self._write_ids: dict[str, None] = {}
+        self._pidfd = os.pidfd_open(self.pid)
+        self._loop.add_reader(self._pidfd, self._on_exit)
+        for fd, stream in self._streams.items():
+            self._loop.add_reader(fd, self._on_readable, fd, stream)
+        self._sender = self._loop.create_task(self._send_loop())
+
+    # ---- state ---------------------------------------------------------------------
+
+    @property
+    def exited(self) -> bool:
+        return self.exit_code is not None
+
+    @property
+    def closed(self) -> bool:
+        return self.closed_seq is not None
+
+    def _wake(self) -> None:
+        waiters = self._waiters
+        if waiters:
+            self._waiters = []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def _wait_change(self, timeout: float | None = None) -> None:
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._waiters.append(fut)
+        if timeout is None:
+            await fut
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(fut, timeout)
+
+    async def wait_newer(self, after_seq: int, timeout: float) -> None:
+        """Long-poll: until output newer than ``after_seq`` exists, the child exited, or timeout."""
+        deadline = self._loop.time() + timeout
+        while not self.exited and not self.log.has_after(after_seq):
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
+                return
+            await self._wait_change(remaining)
+
+    async def wait_closed(self, timeout: float) -> None:
+        deadline = self._loop.time() + timeout
+        while not self.closed:
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
+                return
+            await self._wait_change(remaining)
+
+    # ---- output --------------------------------------------------------------------
+
+    def _on_readable(self, fd: int, stream: str) -> None:
+        size = PTY_CHUNK if stream == "pty" else PIPE_CHUNK
+        append = self.log.append
+        for _ in range(READS_PER_WAKEUP):
+            try:
+                data = os.read(fd, size)
+            except BlockingIOError:
+                break
+            except OSError:  # EIO: the pty's last slave fd was closed
+                data = b""
+            if not data:
+                self._close_stream(fd)
+                break
+            append(stream, data)
+            if len(data) < size:
+                break  # most likely drained; the next readiness callback reads the rest
+        self._wake()
+        if not self._paused and self.log.last_seq - self._sent > PAUSE_BACKLOG:
+            self._pause()
+
+    def _drain_now(self) -> None:
+        """Read what the child left in its pipes before we number its exit (bounded)."""
+        for fd, stream in list(self._streams.items()):
+            size = PTY_CHUNK if stream == "pty" else PIPE_CHUNK
+            for _ in range(128):
+                try:
+                    data = os.read(fd, size)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    data = b""
+                if not data:
+                    self._close_stream(fd)
+                    break
+                self.log.append(stream, data)
+
+    def _pause(self) -> None:
+        if self._session.connection is None:
+            return  # nobody to wait for: a detached session's output only goes to the log
+        self._paused = True
+        for fd in self._streams:
+            self._loop.remove_reader(fd)
+
+    def _resume(self) -> None:
+        self._paused = False
+        for fd, stream in self._streams.items():
+            self._loop.add_reader(fd, self._on_readable, fd, stream)
+
+    def _close_stream(self, fd: int) -> None:
+        if self._streams.pop(fd, None) is None:
+            return
+        self._loop.remove_reader(fd)
+        if fd == self._stdin_fd:  # the pty master is both output and input
+            self._close_stdin(close_fd=False)
+        os.close(fd)
+        if self.exited and not self._streams:
+            self._mark_closed()
+
+    def _abandon_streams(self) -> None:
+        self._drain_timer = None
+        for fd in list(self._streams):
+            self._close_stream(fd)
+        if self.exited and not self.closed:
+            self._mark_closed()
+
+    # ---- exit ----------------------------------------------------------------------
+
+    def _on_exit(self) -> None:
+        try:
+            pid, status, rusage = os.wait4(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status, rusage = self.pid, 0, None
+        if pid == 0:
+            return  # not yet (spurious wakeup)
+        self._loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self._pidfd = -1
+        if os.WIFSIGNALED(status):
+            # As the reference: 128+N through pipes; a pty child killed by a signal reports 1.
+            code = 1 if self.tty else 128 + os.WTERMSIG(status)
+        else:
+            code = os.WEXITSTATUS(status)
+        self._popen.returncode = code  # the Popen object must never wait() for it again
+        if rusage is not None:
+            self.accounting = Accounting(
+                time.monotonic() - self._started,
+                rusage.ru_utime + rusage.ru_stime,
+                rusage.ru_maxrss,
+            )
+        if not self._abandon:
+            self._drain_now()
+        self.exit_code = code
+        if self._classify_denial is not None and code != 0:
+            self.sandbox_denied = self._classify_denial(code, self._output_tail())
+        self.exit_seq = self.log.reserve()
+        self._supervisor.root_exited(self.tree)
+        self._wake()
+        if self._abandon or not self._streams:
+            # After process/terminate the reference abandons output collection at once.
+            self._abandon_streams()
+        else:
+            # A background grandchild may hold the pipes; bound how long we wait for EOF.
+            self._drain_timer = self._loop.call_later(
+                self._drain_timeout_s, self._abandon_streams
+            )
+
+    def _output_tail(self) -> bytes:
+        tail: list[bytes] = []
+        size = 0
+        for chunk in reversed(self.log.since(0)):
+            tail.append(chunk.data)
+            size += len(chunk.data)
+            if size >= DENIAL_TAIL_BYTES:
+                break
+        return b"".join(reversed(tail))[-DENIAL_TAIL_BYTES:]
+
+    def _mark_closed(self) -> None:
+        if self.closed:
+            return
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
+        self._close_stdin()
+        self.closed_seq = self.log.reserve()
+        self._wake()
+        acct = self.accounting
+        log.info(
+            "process %s closed: exit=%s program=%s wall=%.3fs cpu=%.3fs max_rss=%dKiB",
+            self.process_id,
+            self.exit_code,
+            os.path.basename(self.program),
+            acct.wall_s if acct else 0.0,
+            acct.cpu_s if acct else 0.0,
+            acct.max_rss_kib if acct else 0,
+        )
+        self._on_closed(self)
+
+    # ---- notifications -------------------------------------------------------------
+
+    def _pending(self, cursor: int) -> list[tuple[int, object]]:
+        events: list[tuple[int, object]] = []
+        exit_seq = self.exit_seq
+        pid = self.process_id
+        for chunk in self.log.since(cursor):
+            if exit_seq is not None and cursor < exit_seq < chunk.seq:
+                events.append((exit_seq, self._exited_note()))
+                exit_seq = None
+            events.append((chunk.seq, _output_note(pid, chunk)))
+        if exit_seq is not None and exit_seq > cursor:
+            events.append((exit_seq, self._exited_note()))
+        if self.closed_seq is not None and self.closed_seq > cursor:
+            events.append((self.closed_seq, ProcessClosedNotification(pid, self.closed_seq)))
+        return events
+
+    def _exited_note(self) -> ProcessExitedNotification:
+        assert self.exit_seq is not None and self.exit_code is not None
+        return ProcessExitedNotification(
+            self.process_id, self.exit_seq, self.exit_code, self.sandbox_denied
+        )
+
+    async def _send_loop(self) -> None:
+        notify = self._session.notify
+        methods = {
+            ProcessOutputNotification: m.PROCESS_OUTPUT,
+            ProcessExitedNotification: m.PROCESS_EXITED,
+            ProcessClosedNotification: m.PROCESS_CLOSED,
+        }
+        while True:
+            events = self._pending(self._sent)
+            if not events:
+                if self.closed:
+                    return
+                await self._wait_change()
+                continue
+            for seq, note in events:
+                await notify(methods[type(note)], note)
+                self._sent = seq
+                if self._paused and self.log.last_seq - seq <= RESUME_BACKLOG:
+                    self._resume()
+            if self._paused:
+                self._resume()
+
+    # ---- stdin -----------------------------------------------------------------------
+
+    def write(self, write_id: str, data: bytes) -> WriteStatus:
+        if not self.tty and not self.pipe_stdin:
+            return "stdinClosed"
+        if write_id in self._write_ids:
+            return "accepted"  # a retry of a write we already delivered
+        self._write_ids[write_id] = None
+        if len(self._write_ids) > MAX_WRITE_IDS:
+            del self._write_ids[next(iter(self._write_ids))]
+        if data and self._stdin_fd is not None:
+            self._stdin_queue.append(memoryview(data))
+            if not self._stdin_writing:
+                self._flush_stdin()
+        return "accepted"
+
+    def _flush_stdin(self) -> None:
+        fd = self._stdin_fd
+        queue = self._stdin_queue
+        while queue and fd is not None:
+            try:
+                n = os.write(fd, queue[0])
+            except BlockingIOError:
+                if not self._stdin_writing:
+                    self._stdin_writing = True
+                    self._loop.add_writer(fd, self._flush_stdin)
+                return
+            except OSError:  # EPIPE/EIO: the child closed its stdin; the bytes are dropped
+                queue.clear()
+                break
+            if n == len(queue[0]):
+                queue.popleft()
+            else:
+                queue[0] = queue[0][n:]
+        if self._stdin_writing and fd is not None:
+            self._stdin_writing = False
+            self._loop.remove_writer(fd)
+
+    def _close_stdin(self, *, close_fd: bool = True) -> None:
+        fd = self._stdin_fd
+        if fd is None:
+            return
+        self._stdin_fd = None
+        self._stdin_queue.clear()
+        if self._stdin_writing:
+            self._stdin_writing = False
+            self._loop.remove_writer(fd)
+        if close_fd and fd not in self._streams:  # a pty master closes with the output
+            os.close(fd)
+
+    # ---- signals ---------------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """SIGINT to the foreground process group (the child's own group for pipes)."""
+        if self.exited:
+            return
+        group = self.pid
+        if self._pty_master is not None and self._pty_master in self._streams:
+            with contextlib.suppress(OSError):
+                group = os.tcgetpgrp(self._pty_master)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGINT)
+
+    def terminate(self) -> bool:
+        """SIGKILL the direct child (as the reference); True if it was running."""
+        if self.exited:
+            return False
+        self._abandon = True
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        return True
+
+    # ---- teardown --------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Session gone: kill the whole tree, release every fd, stop the sender."""
+        self._abandon = True
+        self._supervisor.kill(self.tree)
+        if not self.exited:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    while not self.exited:
+                        await self._wait_change()
+        if not self.closed:
+            self._abandon_streams()
+        self._close_stdin()
+        self._sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._sender
+        self._wake()
+
+
+def _output_note(process_id: str, chunk: Chunk) -> ProcessOutputNotification:
+    return ProcessOutputNotification(process_id, chunk.seq, chunk.stream, chunk.data)  # type: ignore[arg-type]

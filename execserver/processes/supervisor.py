@@ -1,0 +1,97 @@
+"""Server-wide owner of every managed process tree: sweeps, orphan reaping, final kill.
+
+Lives in ``runtime.state`` so that it is closed at daemon shutdown after the
+sessions (which kill their own trees first); whatever is left then — a tree
+of a session that was mid-close, or an orphan — is killed here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from execserver.processes.tree import (
+    ProcessTree,
+    adopt_orphans,
+    enable_subreaper,
+    read_proc_table,
+    read_stat,
+    reap_orphans,
+)
+
+log = logging.getLogger(__name__)
+
+# How often descendants are recorded while trees are alive. A descendant that
+# escapes (setsid + parent exit) faster than this is still caught by the
+# adopt-at-exit scan and, at the latest, by the shutdown sweep.
+SWEEP_INTERVAL_S = 1.0
+
+
+class Supervisor:
+    def __init__(self) -> None:
+        self.subreaper = enable_subreaper()
+        if not self.subreaper:
+            log.warning("PR_SET_CHILD_SUBREAPER unavailable; setsid escapees may outlive sessions")
+        self._trees: set[ProcessTree] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    def track(self, pid: int) -> ProcessTree:
+        info = read_stat(pid)
+        tree = ProcessTree(pid, info.start if info is not None else 0)
+        self._trees.add(tree)
+        self._schedule()
+        return tree
+
+    def root_exited(self, tree: ProcessTree) -> None:
+        tree.root_alive = False
+        known = {t.root for t in self._trees if t.root_alive}
+        adopt_orphans(tree, known)
+        if tree.empty:
+            self._trees.discard(tree)
+
+    def kill(self, tree: ProcessTree) -> None:
+        """Kill the whole tree now; its orphans are reaped by the next sweeps."""
+        tree.kill()
+        if tree.empty:
+            self._trees.discard(tree)
+        else:
+            self._schedule(0.05)
+
+    def _schedule(self, delay: float = SWEEP_INTERVAL_S) -> None:
+        if self._closed:
+            return
+        if self._timer is not None:
+            if self._timer.when() - asyncio.get_running_loop().time() <= delay:
+                return
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(delay, self._sweep)
+
+    def _sweep(self) -> None:
+        self._timer = None
+        if not self._trees:
+            return
+        table = read_proc_table()
+        for tree in list(self._trees):
+            tree.refresh(table)
+        reap_orphans(self._trees, table)
+        for tree in [t for t in self._trees if t.empty]:
+            self._trees.discard(tree)
+        if self._trees:
+            self._schedule()
+
+    async def aclose(self) -> None:
+        """Daemon shutdown: nothing a session started may survive it."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for tree in list(self._trees):
+            tree.kill()
+        # Reap what we inherited; a SIGKILLed process dies within milliseconds.
+        for _ in range(50):
+            table = read_proc_table()
+            reap_orphans(self._trees, table)
+            if all(not t.tracked for t in self._trees):
+                break
+            await asyncio.sleep(0.02)
+        self._trees.clear()

@@ -1,0 +1,122 @@
+"""The processes of one session: the processId namespace, retention, teardown (protocol §5.1).
+
+A processId stays taken while the process runs and for the retention period
+after it closed (the reference keeps exited processes readable ~80 s), then
+it is forgotten and may be reused. Closing the table (session expiry, daemon
+shutdown) kills every process tree of the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from execserver.processes.launch import LaunchPlan, spawn
+from execserver.processes.managed import DenialClassifier, ManagedProcess
+from execserver.processes.supervisor import Supervisor
+from execserver.wire.errors import RpcError
+
+if TYPE_CHECKING:
+    from execserver.server.sessions import Session
+
+log = logging.getLogger(__name__)
+
+
+class ProcessTable:
+    def __init__(
+        self,
+        session: Session,
+        supervisor: Supervisor,
+        *,
+        retention_s: float,
+        retained_bytes: int,
+        drain_timeout_s: float,
+        max_processes: int | None,
+    ) -> None:
+        self._session = session
+        self._supervisor = supervisor
+        self._retention_s = retention_s
+        self._retained_bytes = retained_bytes
+        self._drain_timeout_s = drain_timeout_s
+        self._max_processes = max_processes
+        self._procs: dict[str, ManagedProcess] = {}
+        self._expiry: dict[str, asyncio.TimerHandle] = {}
+        self._closed = False
+
+    def get(self, process_id: str) -> ManagedProcess | None:
+        return self._procs.get(process_id)
+
+    def __len__(self) -> int:
+        return len(self._procs)
+
+    def check_available(self, process_id: str) -> None:
+        if process_id in self._procs:
+            raise RpcError.invalid_request(f"process {process_id} already exists")
+        if self._closed:
+            raise RpcError.invalid_request("session is closed")
+        if self._max_processes is not None:
+            running = sum(1 for p in self._procs.values() if not p.closed)
+            if running >= self._max_processes:
+                raise RpcError.invalid_request(
+                    f"too many processes: at most {self._max_processes} may run per session"
+                )
+
+    def start(
+        self,
+        process_id: str,
+        plan: LaunchPlan,
+        classify_denial: DenialClassifier | None,
+    ) -> ManagedProcess:
+        """Spawn and register synchronously: no await between fork and registration,
+        so a cancelled request can never leave an unowned child behind."""
+        self.check_available(process_id)
+        spawned = spawn(plan)
+        tree = self._supervisor.track(spawned.pid)
+        proc = ManagedProcess(
+            process_id,
+            spawned,
+            session=self._session,
+            supervisor=self._supervisor,
+            tree=tree,
+            program=plan.program,
+            retained_bytes=self._retained_bytes,
+            drain_timeout_s=self._drain_timeout_s,
+            pipe_stdin=plan.pipe_stdin,
+            classify_denial=classify_denial,
+            on_closed=self._on_closed,
+        )
+        self._procs[process_id] = proc
+        return proc
+
+    def _on_closed(self, proc: ManagedProcess) -> None:
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        self._expiry[proc.process_id] = loop.call_later(
+            self._retention_s, self._forget, proc.process_id, proc
+        )
+
+    def _forget(self, process_id: str, proc: ManagedProcess) -> None:
+        self._expiry.pop(process_id, None)
+        if self._procs.get(process_id) is proc:
+            del self._procs[process_id]
+            task = asyncio.get_running_loop().create_task(proc.aclose())
+            task.add_done_callback(_log_failure)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for timer in self._expiry.values():
+            timer.cancel()
+        self._expiry.clear()
+        procs = list(self._procs.values())
+        self._procs.clear()
+        if procs:
+            log.info("session %s closing: killing %d process tree(s)", self._session.id, len(procs))
+        await asyncio.gather(*(p.aclose() for p in procs), return_exceptions=True)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("closing a retained process failed", exc_info=task.exception())
+

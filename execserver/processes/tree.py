@@ -1,0 +1,176 @@
+"""Process trees of managed children, so that none of their descendants outlives its owner.
+
+The reference kills only the direct child; a grandchild that called setsid (or
+any background job) survives its session and even the daemon. We do better
+without cgroups: the daemon is a child subreaper (PR_SET_CHILD_SUBREAPER), so
+orphaned descendants are re-parented to it instead of init and stay visible
+in its process tree. A periodic sweep over /proc records each managed child's
+descendants (pid + start time, so a recycled pid is never mistaken for one);
+killing a tree SIGKILLs the child's session, its recorded descendants and
+whatever descends from them, and the daemon reaps the orphans it inherited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+log = logging.getLogger(__name__)
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+class ProcInfo(NamedTuple):
+    state: str
+    ppid: int
+    pgid: int
+    sid: int
+    start: int  # clock ticks since boot; (pid, start) identifies a process
+
+
+def enable_subreaper() -> bool:
+    """Make orphaned descendants re-parent to this process (Linux >= 3.4)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def read_stat(pid: int) -> ProcInfo | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses; fields follow the last ')'.
+    fields = data[data.rindex(b")") + 2 :].split()
+    return ProcInfo(
+        fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
+    )
+
+
+def read_proc_table() -> dict[int, ProcInfo]:
+    table: dict[int, ProcInfo] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            info = read_stat(int(name))
+            if info is not None:
+                table[int(name)] = info
+    return table
+
+
+def own_children() -> list[int]:
+    """Direct children of this process (all threads)."""
+    pids: list[int] = []
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return pids
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+                pids.extend(int(p) for p in f.read().split())
+        except OSError:
+            continue
+    return pids
+
+
+def descendants(roots: Iterable[int], table: dict[int, ProcInfo]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, info in table.items():
+        children.setdefault(info.ppid, []).append(pid)
+    found: set[int] = set()
+    stack = list(roots)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+@dataclass(eq=False)
+class ProcessTree:
+    """One managed child (session leader ``root``) and the descendants seen so far."""
+
+    root: int
+    root_start: int
+    root_alive: bool = True
+    tracked: dict[int, int] = field(default_factory=dict)  # pid -> start
+
+    def live_tracked(self, table: dict[int, ProcInfo]) -> list[int]:
+        return [
+            pid
+            for pid, start in self.tracked.items()
+            if (info := table.get(pid)) is not None and info.start == start
+        ]
+
+    def refresh(self, table: dict[int, ProcInfo]) -> None:
+        """Re-record the descendants; forget those that died (or whose pid was recycled)."""
+        alive = self.live_tracked(table)
+        roots = [self.root, *alive] if self.root_alive else alive
+        members = descendants(roots, table)
+        # Members of the child's own session, even if re-parented away from it.
+        members.update(pid for pid, info in table.items() if info.sid == self.root)
+        members.update(alive)
+        members.discard(self.root)
+        self.tracked = {pid: table[pid].start for pid in members if pid in table}
+
+    @property
+    def empty(self) -> bool:
+        return not self.root_alive and not self.tracked
+
+    def kill(self) -> int:
+        """SIGKILL every member still alive; returns how many were signalled."""
+        killed = 0
+        # A few rounds: a member may fork between the snapshot and the signal.
+        for _ in range(3):
+            table = read_proc_table()
+            self.refresh(table)
+            targets = list(self.tracked)
+            if self.root_alive:
+                targets.append(self.root)
+            targets = [p for p in targets if p in table and table[p].state != "Z"]
+            if not targets:
+                break
+            for pid in targets:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            killed += len(targets)
+        return killed
+
+
+def reap_orphans(trees: Iterable[ProcessTree], table: dict[int, ProcInfo]) -> None:
+    """Reap zombies the daemon inherited as subreaper (only pids known to be ours)."""
+    me = os.getpid()
+    for tree in trees:
+        for pid in list(tree.tracked):
+            info = table.get(pid)
+            if info is None:
+                tree.tracked.pop(pid, None)
+            elif info.ppid == me and info.state == "Z":
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+                tree.tracked.pop(pid, None)
+
+
+def adopt_orphans(tree: ProcessTree, known: set[int]) -> None:
+    """Right after ``tree.root`` exited: its orphans are now our children; record them.
+
+    Children we did not spawn as managed roots, started after the root, in a
+    session other than ours, can only come from a managed tree.
+    """
+    my_sid = os.getsid(0)
+    for pid in own_children():
+        if pid in known or pid in tree.tracked:
+            continue
+        info = read_stat(pid)
+        if info is not None and info.start >= tree.root_start and info.sid != my_sid:
+            tree.tracked[pid] = info.start
