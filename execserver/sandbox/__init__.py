@@ -1,14 +1,41 @@
 """The executor-side sandbox: a ``FileSystemSandboxContext`` turned into
 kernel-enforced isolation (bwrap + seccomp, Landlock fallback), and the
 ``sandboxDenied`` classification. See THREAT_MODEL.md for what it guarantees.
+
+The public names are loaded lazily (PEP 562): the sandboxed fs helper runs as
+``python -m execserver.sandbox.fs_runner``, which imports this package first,
+and must not pay for asyncio/msgspec/policy imports it never uses (that was
+~75 ms of every sandboxed fs call).
 """
 
-from execserver.sandbox.backend import SandboxBackend, detect_backend, probe_backend
-from execserver.sandbox.denial import is_sandbox_denied
-from execserver.sandbox.fs import needs_sandboxed_fs, run_sandboxed_fs_call
-from execserver.sandbox.plan import SANDBOX_TYPE, LaunchPlan, plan_process_launch
-from execserver.sandbox.policy import ResolvedPolicy, resolve_policy
-from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_context
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from execserver.sandbox.backend import SandboxBackend, detect_backend, probe_backend
+    from execserver.sandbox.denial import is_sandbox_denied
+    from execserver.sandbox.fs import needs_sandboxed_fs, run_sandboxed_fs_call
+    from execserver.sandbox.plan import SANDBOX_TYPE, LaunchPlan, plan_process_launch
+    from execserver.sandbox.policy import ResolvedPolicy, resolve_policy
+    from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_context
+
+_EXPORTS = {
+    "SandboxBackend": "execserver.sandbox.backend",
+    "detect_backend": "execserver.sandbox.backend",
+    "probe_backend": "execserver.sandbox.backend",
+    "is_sandbox_denied": "execserver.sandbox.denial",
+    "needs_sandboxed_fs": "execserver.sandbox.fs",
+    "run_sandboxed_fs_call": "execserver.sandbox.fs",
+    "SANDBOX_TYPE": "execserver.sandbox.plan",
+    "LaunchPlan": "execserver.sandbox.plan",
+    "plan_process_launch": "execserver.sandbox.plan",
+    "ResolvedPolicy": "execserver.sandbox.policy",
+    "resolve_policy": "execserver.sandbox.policy",
+    "FileSystemSandboxContext": "execserver.wire.sandbox",
+    "decode_sandbox_context": "execserver.wire.sandbox",
+}
 
 __all__ = [
     "SANDBOX_TYPE",
@@ -25,3 +52,16 @@ __all__ = [
     "resolve_policy",
     "run_sandboxed_fs_call",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
