@@ -1,0 +1,76 @@
+"""Limits: each one hit is answered with an error naming it, and the daemon (and the
+connection, where it survives) keeps working afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+
+from tests.ops_client import http_get, raw_request, rpc_socket
+from tests.servers import start_server
+
+
+async def test_connection_over_the_limit_gets_503_naming_it_then_a_slot_frees() -> None:
+    async with start_server("execserver", ["--max-connections", "2"]) as server:
+        async with rpc_socket(server.url) as first, rpc_socket(server.url) as second:
+            await first.handshake()
+            await second.handshake()
+            status, body = await raw_request(server.url)
+            assert status == 503
+            assert "--max-connections=2" in body
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                async with rpc_socket(server.url):
+                    pass
+            assert refused.value.status == 503
+        # Both closed: the daemon serves new clients again.
+        for _ in range(100):
+            async with rpc_socket(server.url) as again:
+                assert await again.handshake()
+                break
+        assert await http_get(server.url, "/readyz") == (200, "")
+
+
+async def test_oversized_request_is_answered_with_its_id_and_the_connection_lives_on() -> None:
+    async with start_server("execserver", ["--max-frame-bytes", "1000"]) as server:
+        async with rpc_socket(server.url) as rpc:
+            await rpc.handshake()
+            big = {"id": 7, "method": "environment/status", "params": {"pad": "x" * 2000}}
+            await rpc.send(big)
+            refused = await rpc.response(7)
+            assert refused["error"]["code"] == -32000
+            assert "--max-frame-bytes=1000" in refused["error"]["message"]
+            ok = await rpc.call("environment/status", None)
+            assert ok["result"] == {"status": "ready"}
+
+
+async def test_oversized_frame_without_an_id_is_answered_with_id_minus_one() -> None:
+    async with start_server("execserver", ["--max-frame-bytes", "100"]) as server:
+        async with rpc_socket(server.url) as rpc:
+            await rpc.ws.send_str("[" + "1," * 100 + "1]")
+            refused = await rpc.receive()
+            assert refused["id"] == -1
+            assert "--max-frame-bytes=100" in refused["error"]["message"]
+            assert await rpc.handshake()
+
+
+async def test_unlimited_when_set_to_zero() -> None:
+    async with start_server("execserver", ["--max-connections", "0"]) as server:
+        async with rpc_socket(server.url) as a, rpc_socket(server.url) as b:
+            assert await a.handshake() != await b.handshake()
+
+
+async def test_limit_refusals_do_not_break_json_rpc_ordering_of_other_replies() -> None:
+    # A refused frame is answered from the reader, before later requests are read:
+    # with concurrency 1 the refusal comes first, then the later reply.
+    async with start_server("execserver", ["--max-frame-bytes", "500"]) as server:
+        async with rpc_socket(server.url) as rpc:
+            await rpc.handshake()
+            await rpc.ws.send_str(json.dumps({"id": "big", "method": "x", "params": "y" * 600}))
+            await rpc.send({"id": "small", "method": "environment/status"})
+            first = await asyncio.wait_for(rpc.receive(), 10)
+            second = await asyncio.wait_for(rpc.receive(), 10)
+            assert [first["id"], second["id"]] == ["big", "small"]
+            assert "result" in second
