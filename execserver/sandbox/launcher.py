@@ -54,6 +54,8 @@ _FS_READ_DIR = 1 << 3
 _FS_REFER = 1 << 13  # ABI 2
 _FS_TRUNCATE = 1 << 14  # ABI 3
 _FS_IOCTL_DEV = 1 << 15  # ABI 5
+_SCOPE_ABSTRACT_UNIX = 1 << 0  # ABI 6
+_SCOPE_SIGNAL = 1 << 1  # ABI 6
 _FS_READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
 _FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
 # Devices a fresh bwrap /dev also offers read-write.
@@ -132,7 +134,12 @@ def _apply_landlock(libc: ctypes.CDLL, read: list[str], write: list[str]) -> Non
     if abi < 1:
         raise OSError(errno.ENOSYS, "Landlock is not available on this kernel")
     handled = _handled_fs(abi)
-    attr = struct.pack("=Q", handled)  # fs rights only: the network is seccomp's job
+    if abi >= 6:
+        # Scopes: no signals to, and no abstract unix sockets of, processes outside
+        # the sandbox (the daemon included). TCP stays seccomp's job (handled_net 0).
+        attr = struct.pack("=QQQ", handled, 0, _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL)
+    else:
+        attr = struct.pack("=Q", handled)
     attr_buf = ctypes.create_string_buffer(attr, len(attr))
     ruleset = _check(
         libc.syscall(

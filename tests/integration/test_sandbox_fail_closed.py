@@ -183,3 +183,20 @@ async def test_policies_without_fs_restriction_still_run_with_seccomp_only(
     )
     assert (tree.outside / "o").exists()
     assert "Operation not permitted" in out.output
+
+
+async def test_landlock_fallback_cannot_signal_processes_outside(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path)
+    outside = await asyncio.create_subprocess_exec("sleep", "30")
+    try:
+        out = await run_sandboxed(
+            context(managed([ROOT_READ])),
+            f"kill -TERM {outside.pid} && echo KILL_OK || echo KILL_FAIL",
+            tree,
+            backend=landlock_only(),
+        )
+        assert "KILL_FAIL" in out.output
+        assert outside.returncode is None
+    finally:
+        outside.kill()
+        await outside.wait()
