@@ -1,0 +1,665 @@
+"""Inputs of the apply_patch corpus: a patch and the tree it is applied to.
+
+This file only says what to try. What the reference `apply_patch` (codex
+0.169.0) does with each case is recorded by ``record.py`` into
+``cases/<name>.json``; the tests compare our engine with that record, never
+with expectations written here by hand.
+
+``<ROOT>`` in a patch stands for the (canonical) directory the patch runs in,
+so absolute-path cases work wherever the corpus is replayed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    description: str
+    patch: str
+    files: dict[str, str] = field(default_factory=dict)
+    dirs: tuple[str, ...] = ()
+
+
+def _p(*lines: str) -> str:
+    return "\n".join(lines)
+
+
+BEGIN = "*** Begin Patch"
+END = "*** End Patch"
+
+CASES: list[Case] = [
+    Case(
+        "001_add_file",
+        "add a new file",
+        _p(BEGIN, "*** Add File: hello.txt", "+hello", "+world", END),
+    ),
+    Case(
+        "002_add_file_creates_parent_dirs",
+        "add a file in directories that do not exist",
+        _p(BEGIN, "*** Add File: a/b/c/new.txt", "+deep", END),
+    ),
+    Case(
+        "003_add_empty_file",
+        "an Add hunk without + lines creates an empty file",
+        _p(BEGIN, "*** Add File: empty.txt", END),
+    ),
+    Case(
+        "004_add_overwrites_existing_file",
+        "Add over an existing file replaces it and is reported as A",
+        _p(BEGIN, "*** Add File: dup.txt", "+new content", END),
+        files={"dup.txt": "old content\n"},
+    ),
+    Case(
+        "005_delete_file",
+        "delete a file",
+        _p(BEGIN, "*** Delete File: gone.txt", END),
+        files={"gone.txt": "bye\n", "keep.txt": "stay\n"},
+    ),
+    Case(
+        "006_delete_missing_file_fails",
+        "deleting a file that does not exist fails",
+        _p(BEGIN, "*** Delete File: missing.txt", END),
+        files={"keep.txt": "stay\n"},
+    ),
+    Case(
+        "007_delete_directory_fails",
+        "a Delete hunk naming a directory fails",
+        _p(BEGIN, "*** Delete File: dir", END),
+        files={"dir/inner.txt": "x\n"},
+    ),
+    Case(
+        "008_update_simple",
+        "replace one line",
+        _p(BEGIN, "*** Update File: a.txt", "@@", " one", "-two", "+TWO", " three", END),
+        files={"a.txt": "one\ntwo\nthree\n"},
+    ),
+    Case(
+        "009_update_multiple_chunks",
+        "two chunks in one file",
+        _p(
+            BEGIN,
+            "*** Update File: m.txt",
+            "@@",
+            " a",
+            "-b",
+            "+B",
+            "@@",
+            " e",
+            "-f",
+            "+F",
+            END,
+        ),
+        files={"m.txt": "a\nb\nc\nd\ne\nf\ng\n"},
+    ),
+    Case(
+        "010_update_context_anchor",
+        "@@ <text> anchors the chunk after the named line",
+        _p(
+            BEGIN,
+            "*** Update File: code.py",
+            "@@ def second():",
+            "-    return 1",
+            "+    return 2",
+            END,
+        ),
+        files={"code.py": "def first():\n    return 1\n\ndef second():\n    return 1\n"},
+    ),
+    Case(
+        "011_update_anchor_not_found",
+        "an @@ anchor missing from the file fails",
+        _p(BEGIN, "*** Update File: code.py", "@@ def missing():", "-    return 1", "+    x", END),
+        files={"code.py": "def first():\n    return 1\n"},
+    ),
+    Case(
+        "012_update_expected_lines_not_found",
+        "old lines missing from the file fail with the lines quoted",
+        _p(BEGIN, "*** Update File: a.txt", "@@", " alpha", "-beta", "+BETA", END),
+        files={"a.txt": "one\ntwo\n"},
+    ),
+    Case(
+        "013_update_missing_file",
+        "updating a file that does not exist fails",
+        _p(BEGIN, "*** Update File: nope.txt", "@@", "-x", "+y", END),
+    ),
+    Case(
+        "014_update_first_chunk_without_marker",
+        "the first chunk may omit @@",
+        _p(BEGIN, "*** Update File: a.txt", " one", "-two", "+2", END),
+        files={"a.txt": "one\ntwo\nthree\n"},
+    ),
+    Case(
+        "015_update_chunk_continues_without_marker",
+        "lines after a chunk without a new @@ belong to the same chunk",
+        _p(BEGIN, "*** Update File: a.txt", "@@", "-one", "+1", " two", "-three", "+3", END),
+        files={"a.txt": "one\ntwo\nthree\nfour\n"},
+    ),
+    Case(
+        "016_update_pure_addition",
+        "a chunk with only + lines appends at the end of the file",
+        _p(BEGIN, "*** Update File: a.txt", "@@", "+appended", END),
+        files={"a.txt": "one\ntwo\n"},
+    ),
+    Case(
+        "017_update_deletion_only",
+        "a chunk with only - and context lines",
+        _p(BEGIN, "*** Update File: a.txt", "@@", " one", "-two", " three", END),
+        files={"a.txt": "one\ntwo\nthree\n"},
+    ),
+    Case(
+        "018_update_end_of_file_marker",
+        "*** End of File anchors the chunk at the end of the file",
+        _p(BEGIN, "*** Update File: t.txt", "@@", "-x", "+last", "*** End of File", END),
+        files={"t.txt": "x\nmiddle\nx\n"},
+    ),
+    Case(
+        "019_update_end_of_file_marker_not_at_end",
+        "*** End of File with old lines that only occur before the end",
+        _p(BEGIN, "*** Update File: t.txt", "@@", "-first", "+FIRST", "*** End of File", END),
+        files={"t.txt": "first\nsecond\nthird\n"},
+    ),
+    Case(
+        "020_update_appends_trailing_newline",
+        "a file without a final newline gets one",
+        _p(BEGIN, "*** Update File: n.txt", "@@", "-b", "+B", END),
+        files={"n.txt": "a\nb"},
+    ),
+    Case(
+        "021_update_crlf_file",
+        "CRLF file, LF patch",
+        _p(BEGIN, "*** Update File: w.txt", "@@", " one", "-two", "+TWO", " three", END),
+        files={"w.txt": "one\r\ntwo\r\nthree\r\n"},
+    ),
+    Case(
+        "022_update_crlf_patch",
+        "patch text with CRLF line endings on an LF file",
+        "\r\n".join([BEGIN, "*** Update File: a.txt", "@@", " one", "-two", "+TWO", " three", END]),
+        files={"a.txt": "one\ntwo\nthree\n"},
+    ),
+    Case(
+        "023_update_crlf_file_and_patch",
+        "CRLF file and CRLF patch",
+        "\r\n".join([BEGIN, "*** Update File: w.txt", "@@", "-two", "+TWO", END]),
+        files={"w.txt": "one\r\ntwo\r\nthree\r\n"},
+    ),
+    Case(
+        "024_update_file_trailing_whitespace",
+        "file lines carry trailing whitespace the patch does not",
+        _p(BEGIN, "*** Update File: s.txt", "@@", " keep", "-old", "+new", END),
+        files={"s.txt": "keep   \nold\t\t\nrest\n"},
+    ),
+    Case(
+        "025_update_patch_trailing_whitespace",
+        "patch lines carry trailing whitespace the file does not",
+        _p(BEGIN, "*** Update File: s.txt", "@@", " keep  ", "-old ", "+new", END),
+        files={"s.txt": "keep\nold\nrest\n"},
+    ),
+    Case(
+        "026_update_leading_whitespace_tolerance",
+        "indentation differs between file and patch",
+        _p(BEGIN, "*** Update File: i.py", "@@", " if x:", "-return 1", "+    return 2", END),
+        files={"i.py": "    if x:\n        return 1\n"},
+    ),
+    Case(
+        "027_update_unicode_punctuation",
+        "ASCII patch matches typographic dashes, quotes and nbsp in the file",
+        _p(BEGIN, "*** Update File: u.txt", "@@", '-say "hi" - it\'s here', "+replaced", END),
+        files={"u.txt": "top\nsay \u201chi\u201d \u2014 it\u2019s\u00a0here\nbottom\n"},
+    ),
+    Case(
+        "028_update_blank_line_in_chunk",
+        "an empty line inside a chunk is an empty context line",
+        _p(BEGIN, "*** Update File: b.txt", "@@", " a", "", "-c", "+C", END),
+        files={"b.txt": "a\n\nc\n"},
+    ),
+    Case(
+        "029_update_trailing_empty_old_line_retry",
+        "old lines ending with an empty line match the file end without it",
+        _p(BEGIN, "*** Update File: e.txt", "@@", "-last", "+LAST", "", END),
+        files={"e.txt": "first\nlast\n"},
+    ),
+    Case(
+        "030_move_file",
+        "update with Move to renames the file",
+        _p(
+            BEGIN,
+            "*** Update File: src.txt",
+            "*** Move to: dst.txt",
+            "@@",
+            "-content",
+            "+moved content",
+            END,
+        ),
+        files={"src.txt": "content\n"},
+    ),
+    Case(
+        "031_move_to_new_directory",
+        "Move to a destination in missing directories",
+        _p(
+            BEGIN,
+            "*** Update File: old/name.txt",
+            "*** Move to: renamed/dir/name.txt",
+            "@@",
+            "-from",
+            "+to",
+            END,
+        ),
+        files={"old/name.txt": "from\n", "old/other.txt": "other\n"},
+    ),
+    Case(
+        "032_move_overwrites_existing_destination",
+        "Move onto an existing file overwrites it",
+        _p(BEGIN, "*** Update File: a.txt", "*** Move to: b.txt", "@@", "-a", "+A", END),
+        files={"a.txt": "a\n", "b.txt": "b was here\n"},
+    ),
+    Case(
+        "033_move_missing_source_fails",
+        "Move of a file that does not exist fails",
+        _p(BEGIN, "*** Update File: none.txt", "*** Move to: x.txt", "@@", "-a", "+A", END),
+    ),
+    Case(
+        "034_multiple_operations",
+        "add, delete and update in one patch",
+        _p(
+            BEGIN,
+            "*** Add File: nested/new.txt",
+            "+created",
+            "*** Delete File: delete.txt",
+            "*** Update File: modify.txt",
+            "@@",
+            "-line2",
+            "+changed",
+            END,
+        ),
+        files={"delete.txt": "obsolete\n", "modify.txt": "line1\nline2\n"},
+    ),
+    Case(
+        "035_failure_after_partial_success",
+        "an add lands, then an update of a missing file fails: the add stays",
+        _p(
+            BEGIN,
+            "*** Add File: created.txt",
+            "+hello",
+            "*** Update File: missing.txt",
+            "@@",
+            "-old",
+            "+new",
+            END,
+        ),
+    ),
+    Case(
+        "036_failure_mid_patch_after_update_and_delete",
+        "update and delete land, then a context miss fails the third hunk",
+        _p(
+            BEGIN,
+            "*** Update File: one.txt",
+            "@@",
+            "-1",
+            "+one",
+            "*** Delete File: two.txt",
+            "*** Update File: three.txt",
+            "@@",
+            "-not there",
+            "+3",
+            "*** Add File: never.txt",
+            "+never",
+            END,
+        ),
+        files={"one.txt": "1\n", "two.txt": "2\n", "three.txt": "3\n"},
+    ),
+    Case(
+        "037_failure_after_move",
+        "a move lands, then a delete of a missing file fails",
+        _p(
+            BEGIN,
+            "*** Update File: from.txt",
+            "*** Move to: to/dest.txt",
+            "@@",
+            "-x",
+            "+y",
+            "*** Delete File: absent.txt",
+            END,
+        ),
+        files={"from.txt": "x\n"},
+    ),
+    Case(
+        "038_rejects_empty_patch",
+        "Begin and End only: nothing to do",
+        _p(BEGIN, END),
+        files={"foo.txt": "untouched\n"},
+    ),
+    Case(
+        "039_rejects_missing_begin",
+        "the first line must be *** Begin Patch",
+        _p("*** Add File: x.txt", "+x", END),
+    ),
+    Case(
+        "040_rejects_missing_end",
+        "the last line must be *** End Patch",
+        _p(BEGIN, "*** Add File: x.txt", "+x"),
+    ),
+    Case(
+        "041_rejects_lowercase_markers",
+        "markers are case-sensitive",
+        _p("*** begin patch", "*** Add File: x.txt", "+x", "*** end patch"),
+    ),
+    Case(
+        "042_rejects_invalid_hunk_header",
+        "an unknown hunk header",
+        _p(BEGIN, "*** Frobnicate File: foo.txt", END),
+        files={"foo.txt": "x\n"},
+    ),
+    Case(
+        "043_rejects_empty_update_hunk",
+        "an Update hunk without chunks",
+        _p(BEGIN, "*** Update File: foo.txt", END),
+        files={"foo.txt": "x\n"},
+    ),
+    Case(
+        "044_rejects_unexpected_line_in_update",
+        "a chunk line without a diff prefix",
+        _p(BEGIN, "*** Update File: foo.txt", "@@", "no prefix here", END),
+        files={"foo.txt": "x\n"},
+    ),
+    Case(
+        "045_whitespace_padded_patch_markers",
+        "Begin/End markers surrounded by whitespace",
+        _p("  *** Begin Patch  ", "*** Update File: f.txt", "@@", "-a", "+b", "\t*** End Patch "),
+        files={"f.txt": "a\n"},
+    ),
+    Case(
+        "046_whitespace_padded_hunk_header",
+        "hunk header surrounded by whitespace",
+        _p(BEGIN, "   *** Update File: f.txt  ", "@@", "-a", "+b", END),
+        files={"f.txt": "a\n"},
+    ),
+    Case(
+        "047_heredoc_single_quoted",
+        "patch wrapped in <<'EOF' ... EOF",
+        _p("<<'EOF'", BEGIN, "*** Add File: h.txt", "+heredoc", END, "EOF"),
+    ),
+    Case(
+        "048_heredoc_unquoted",
+        "patch wrapped in <<EOF ... EOF",
+        _p("<<EOF", BEGIN, "*** Add File: h.txt", "+heredoc", END, "EOF"),
+    ),
+    Case(
+        "049_heredoc_double_quoted",
+        'patch wrapped in <<"EOF" ... EOF',
+        _p('<<"EOF"', BEGIN, "*** Add File: h.txt", "+heredoc", END, "EOF"),
+    ),
+    Case(
+        "050_surrounding_whitespace",
+        "blank lines and spaces around the whole patch",
+        "\n\n  " + _p(BEGIN, "*** Add File: w.txt", "+w", END) + "\n\n\n",
+    ),
+    Case(
+        "051_absolute_paths",
+        "absolute paths in every hunk kind",
+        _p(
+            BEGIN,
+            "*** Add File: <ROOT>/abs_add.txt",
+            "+abs",
+            "*** Update File: <ROOT>/abs_upd.txt",
+            "@@",
+            "-u",
+            "+U",
+            "*** Delete File: <ROOT>/abs_del.txt",
+            END,
+        ),
+        files={"abs_upd.txt": "u\n", "abs_del.txt": "d\n"},
+    ),
+    Case(
+        "052_add_then_update_same_file",
+        "a later hunk sees the file an earlier hunk added",
+        _p(
+            BEGIN,
+            "*** Add File: seq.txt",
+            "+one",
+            "+two",
+            "*** Update File: seq.txt",
+            "@@",
+            "-two",
+            "+2",
+            END,
+        ),
+    ),
+    Case(
+        "053_update_interleaved_changes",
+        "context, removals and additions interleaved in one chunk",
+        _p(
+            BEGIN,
+            "*** Update File: il.txt",
+            "@@",
+            " a",
+            "-b",
+            "+B",
+            " c",
+            "-d",
+            "+D1",
+            "+D2",
+            " e",
+            "-f",
+            END,
+        ),
+        files={"il.txt": "a\nb\nc\nd\ne\nf\ng\n"},
+    ),
+    Case(
+        "054_update_chunks_out_of_order",
+        "a second chunk whose lines come before the first chunk's",
+        _p(BEGIN, "*** Update File: o.txt", "@@", "-d", "+D", "@@", "-b", "+B", END),
+        files={"o.txt": "a\nb\nc\nd\n"},
+    ),
+    Case(
+        "055_add_followed_by_non_plus_line",
+        "a line without + after an Add header must be a hunk header",
+        _p(BEGIN, "*** Add File: x.txt", "+ok", "oops", END),
+    ),
+    Case(
+        "056_two_updates_same_file",
+        "two Update hunks for the same file apply in sequence",
+        _p(
+            BEGIN,
+            "*** Update File: t.txt",
+            "@@",
+            "-a",
+            "+A",
+            "*** Update File: t.txt",
+            "@@",
+            "-A",
+            "+AA",
+            END,
+        ),
+        files={"t.txt": "a\nb\n"},
+    ),
+    Case(
+        "057_delete_then_update_fails",
+        "an update of a file deleted earlier in the same patch",
+        _p(BEGIN, "*** Delete File: d.txt", "*** Update File: d.txt", "@@", "-x", "+y", END),
+        files={"d.txt": "x\n"},
+    ),
+    Case(
+        "058_unicode_content",
+        "non-ASCII content is replaced byte-exactly",
+        _p(BEGIN, "*** Update File: uni.txt", "@@", " héllo", "-wörld ✓", "+мир 🌍", END),
+        files={"uni.txt": "héllo\nwörld ✓\n"},
+    ),
+    Case(
+        "059_anchor_with_trailing_whitespace",
+        "an @@ anchor differing only in trailing whitespace",
+        _p(BEGIN, "*** Update File: c.py", "@@ class Foo:   ", "-    x = 1", "+    x = 2", END),
+        files={"c.py": "class Foo:\n    x = 1\n"},
+    ),
+    Case(
+        "060_update_empty_file_pure_addition",
+        "pure addition into an empty file",
+        _p(BEGIN, "*** Update File: empty.txt", "@@", "+first line", END),
+        files={"empty.txt": ""},
+    ),
+    Case(
+        "061_whitespace_only_line_in_chunk",
+        "a line of a single tab inside a chunk",
+        _p(BEGIN, "*** Update File: t.txt", "@@", " a", "\t", "-b", "+B", END),
+        files={"t.txt": "a\n\t\nb\n"},
+    ),
+    Case(
+        "062_blank_lines_between_chunks",
+        "blank lines between two @@ chunks",
+        _p(BEGIN, "*** Update File: t.txt", "@@", "-a", "+A", "", "", "@@", "-c", "+C", END),
+        files={"t.txt": "a\n\n\nc\n"},
+    ),
+    Case(
+        "063_move_without_changes_is_empty",
+        "Move to with no chunk is an empty update hunk",
+        _p(BEGIN, "*** Update File: a.txt", "*** Move to: b.txt", END),
+        files={"a.txt": "a\n"},
+    ),
+    Case(
+        "064_crlf_mixed_file",
+        "a file mixing CRLF and LF lines",
+        _p(BEGIN, "*** Update File: mix.txt", "@@", "-b", "+B", END),
+        files={"mix.txt": "a\r\nb\nc\r\n"},
+    ),
+    Case(
+        "065_add_file_with_crlf_patch",
+        "Add hunk content from a CRLF patch",
+        "\r\n".join([BEGIN, "*** Add File: n.txt", "+x", "+y", END]),
+    ),
+    Case(
+        "066_end_of_file_marker_with_context",
+        "End of File chunk with context lines",
+        _p(BEGIN, "*** Update File: t.txt", "@@", " b", "-c", "+C", "+D", "*** End of File", END),
+        files={"t.txt": "a\nb\nc\n"},
+    ),
+    Case(
+        "067_context_anchor_then_second_anchor",
+        "two anchored chunks advance the cursor",
+        _p(
+            BEGIN,
+            "*** Update File: k.py",
+            "@@ def a():",
+            "-    pass",
+            "+    return 'a'",
+            "@@ def b():",
+            "-    pass",
+            "+    return 'b'",
+            END,
+        ),
+        files={"k.py": "def a():\n    pass\n\ndef b():\n    pass\n"},
+    ),
+    Case(
+        "068_update_hunk_only_marker",
+        "@@ with nothing after it",
+        _p(BEGIN, "*** Update File: f.txt", "@@", END),
+        files={"f.txt": "x\n"},
+    ),
+    Case(
+        "069_delete_empty_file",
+        "delete a 0-byte file",
+        _p(BEGIN, "*** Delete File: z.txt", END),
+        files={"z.txt": ""},
+    ),
+    Case(
+        "070_add_line_plus_space",
+        "add lines keep everything after the + (spaces, tabs, a lone +)",
+        _p(BEGIN, "*** Add File: sp.txt", "+  two spaces", "+\ttab", "+", "++plus", END),
+    ),
+    Case(
+        "071_crlf_minority_mixed_file",
+        "a file with more LF than CRLF line endings",
+        _p(BEGIN, "*** Update File: mix.txt", "@@", "-b", "+B", END),
+        files={"mix.txt": "a\r\nb\nc\n"},
+    ),
+    Case(
+        "072_crlf_tie_mixed_file",
+        "a file with as many LF as CRLF line endings",
+        _p(BEGIN, "*** Update File: mix.txt", "@@", "-b", "+B", END),
+        files={"mix.txt": "a\r\nb\n"},
+    ),
+    Case(
+        "073_crlf_file_without_final_newline",
+        "a CRLF file whose last line has no line ending",
+        _p(BEGIN, "*** Update File: w.txt", "@@", "-b", "+B", END),
+        files={"w.txt": "a\r\nb"},
+    ),
+    Case(
+        "074_add_over_crlf_file",
+        "Add over an existing CRLF file",
+        _p(BEGIN, "*** Add File: w.txt", "+x", "+y", END),
+        files={"w.txt": "a\r\nb\r\n"},
+    ),
+    Case(
+        "075_crlf_file_pure_addition",
+        "pure addition to a CRLF file",
+        _p(BEGIN, "*** Update File: w.txt", "@@", "+c", END),
+        files={"w.txt": "a\r\nb\r\n"},
+    ),
+    Case(
+        "076_crlf_file_move",
+        "move a CRLF file with a change",
+        _p(BEGIN, "*** Update File: w.txt", "*** Move to: moved.txt", "@@", "-a", "+A", END),
+        files={"w.txt": "a\r\nb\r\n"},
+    ),
+    Case(
+        "077_eof_marker_pattern_longer_than_file",
+        "End of File chunk with more old lines than the file has",
+        _p(BEGIN, "*** Update File: s.txt", "@@", "-a", "-b", "-c", "+x", "*** End of File", END),
+        files={"s.txt": "a\nb\n"},
+    ),
+    Case(
+        "078_update_directory_fails",
+        "an Update hunk naming a directory",
+        _p(BEGIN, "*** Update File: d", "@@", "-a", "+b", END),
+        files={"d/x.txt": "a\n"},
+    ),
+    Case(
+        "079_add_file_parent_is_a_file",
+        "Add under a path whose parent is a regular file",
+        _p(BEGIN, "*** Add File: f.txt/child.txt", "+x", END),
+        files={"f.txt": "x\n"},
+    ),
+    Case(
+        "080_end_of_file_marker_trailing_context",
+        "End of File chunk whose old lines end with an empty line",
+        _p(BEGIN, "*** Update File: t.txt", "@@", "-z", "+Z", "", "*** End of File", END),
+        files={"t.txt": "y\nz\n"},
+    ),
+    Case(
+        "081_crlf_first_ending_decides",
+        "a file whose first line ends in LF and a later one in CRLF",
+        _p(BEGIN, "*** Update File: m.txt", "@@", "-c", "+C", END),
+        files={"m.txt": "a\nb\r\nc\n"},
+    ),
+    Case(
+        "082_crlf_untouched_last_line_without_ending",
+        "CRLF file, unchanged last line without a line ending",
+        _p(BEGIN, "*** Update File: q.txt", "@@", "-a", "+A", END),
+        files={"q.txt": "a\r\nb"},
+    ),
+    Case(
+        "083_crlf_exact_match_preferred",
+        "CR is not part of the line when matching: the exact line wins over a padded one",
+        _p(BEGIN, "*** Update File: t.txt", "@@", "-foo", "+bar", END),
+        files={"t.txt": "foo \r\nfoo\r\n"},
+    ),
+    Case(
+        "084_context_lines_keep_file_text",
+        "context lines matched loosely keep the file's own text",
+        _p(BEGIN, "*** Update File: v.txt", "@@", " a", " ctx", "-b", "+B", END),
+        files={"v.txt": "a\n  ctx  \nb\n"},
+    ),
+    Case(
+        "085_exact_pass_before_rstrip_pass",
+        "an exact match later in the file beats a trailing-whitespace match earlier",
+        _p(BEGIN, "*** Update File: u.txt", "@@", "-foo", "+bar", END),
+        files={"u.txt": "foo \nfoo\n"},
+    ),
+    Case(
+        "086_crlf_added_empty_line",
+        "an added empty line in a CRLF file",
+        _p(BEGIN, "*** Update File: r.txt", "@@", " x", "-y", "+Y", "+", END),
+        files={"r.txt": "x\r\ny\r\n"},
+    ),
+]

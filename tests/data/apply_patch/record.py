@@ -1,0 +1,113 @@
+"""Record what the reference ``apply_patch`` does with each corpus case.
+
+Usage: ``.venv/bin/python tests/data/apply_patch/record.py`` (needs the
+reference codex binary; ``/work/shared/tools/reference-server --path`` or
+``$CODEX_BIN`` names it). For every case of ``define_cases.py`` the input tree
+is written to a fresh directory, the binary is run there as ``apply_patch
+PATCH`` (its arg0 entry point, the form exec_command hands it), and the exit
+code, stdout, stderr and resulting tree are written to ``cases/<name>.json``.
+The directory path is replaced by ``<ROOT>`` in the recorded output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from define_cases import CASES, Case  # noqa: E402
+
+ROOT_TOKEN = "<ROOT>"
+
+
+def reference_binary() -> str:
+    explicit = os.environ.get("CODEX_BIN")
+    if explicit:
+        return explicit
+    out = subprocess.run(
+        ["/work/shared/tools/reference-server", "--path"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip()
+
+
+def write_tree(root: Path, case: Case) -> None:
+    for d in case.dirs:
+        (root / d).mkdir(parents=True, exist_ok=True)
+    for rel, content in case.files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode("utf-8"))
+
+
+def snapshot(root: Path) -> tuple[dict[str, str], list[str]]:
+    files: dict[str, str] = {}
+    dirs: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        for name in dirnames:
+            dirs.append(os.path.normpath(os.path.join(rel_dir, name)))
+        for name in filenames:
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            files[rel] = (Path(dirpath) / name).read_bytes().decode("utf-8")
+    return dict(sorted(files.items())), sorted(dirs)
+
+
+def record(case: Case, binary: str) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp).resolve()
+        bindir = base / "bin"
+        bindir.mkdir()
+        (bindir / "apply_patch").symlink_to(binary)
+        root = base / "work"
+        root.mkdir()
+        write_tree(root, case)
+        patch = case.patch.replace(ROOT_TOKEN, str(root))
+        proc = subprocess.run(
+            [str(bindir / "apply_patch"), patch],
+            cwd=root,
+            capture_output=True,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            timeout=30,
+        )
+        files, dirs = snapshot(root)
+        return {
+            "exit_code": proc.returncode,
+            "stdout": proc.stdout.decode("utf-8").replace(str(root), ROOT_TOKEN),
+            "stderr": proc.stderr.decode("utf-8").replace(str(root), ROOT_TOKEN),
+            "files": files,
+            "dirs": dirs,
+        }
+
+
+def main() -> None:
+    binary = reference_binary()
+    out_dir = HERE / "cases"
+    out_dir.mkdir(exist_ok=True)
+    for case in CASES:
+        data = {
+            "name": case.name,
+            "description": case.description,
+            "patch": case.patch,
+            "files": case.files,
+            "dirs": list(case.dirs),
+            "reference": record(case, binary),
+            "recorded_with": "codex 0.169.0 apply_patch (arg0), argv form",
+        }
+        path = out_dir / f"{case.name}.json"
+        path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        ref = data["reference"]
+        assert isinstance(ref, dict)
+        print(f"{case.name}: exit {ref['exit_code']}")
+
+
+if __name__ == "__main__":
+    main()
