@@ -142,17 +142,21 @@ def test_has_deny_read(profile: PermissionProfile, deny_read: bool) -> None:
     assert has_deny_read(profile) is deny_read
 
 
+def _only(entry: FsEntry) -> ManagedProfile:
+    return ManagedProfile(RestrictedFs((entry,)))
+
+
 @pytest.mark.parametrize(
     ("profile", "uses_cwd"),
     [
         (read_only_profile(), False),
         (workspace_write_profile(), True),
-        (ManagedProfile(RestrictedFs((FsEntry(SpecialPath("project_roots"), FsAccess.WRITE),))), True),
-        (ManagedProfile(RestrictedFs((FsEntry(GlobPattern("src/**"), FsAccess.READ),))), True),
-        (ManagedProfile(RestrictedFs((FsEntry(GlobPattern("/abs/**"), FsAccess.READ),))), False),
+        (_only(FsEntry(SpecialPath("project_roots"), FsAccess.WRITE)), True),
+        (_only(FsEntry(GlobPattern("src/**"), FsAccess.READ)), True),
+        (_only(FsEntry(GlobPattern("/abs/**"), FsAccess.READ)), False),
         (DisabledProfile(), False),
     ],
-)  # fmt: skip
+)
 def test_uses_policy_cwd(profile: PermissionProfile, uses_cwd: bool) -> None:
     assert uses_policy_cwd(profile) is uses_cwd
 
@@ -190,7 +194,8 @@ def test_effective_profile_appends_entries_and_enables_network() -> None:
     assert widened.network is NetworkAccess.ENABLED
     assert isinstance(widened.file_system, RestrictedFs)
     assert isinstance(base.file_system, RestrictedFs)
-    assert widened.file_system.entries == base.file_system.entries + (
+    assert widened.file_system.entries == (
+        *base.file_system.entries,
         FsEntry(ExplicitPath("/opt/data"), FsAccess.READ),
         FsEntry(ExplicitPath("/var/out"), FsAccess.WRITE),
     )

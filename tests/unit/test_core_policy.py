@@ -283,31 +283,35 @@ def test_prompt_rejection_reasons(
 
 # --------------------------------------------------------------------------- §2.6 heuristics table
 NEVER_TEXT = "approval required by policy, but AskForApproval is set to Never"
+NV, OR, UT = AskForApproval.NEVER, AskForApproval.ON_REQUEST, AskForApproval.UNLESS_TRUSTED
+DEF = SandboxPermissions.USE_DEFAULT
+ESC = SandboxPermissions.REQUIRE_ESCALATED
+ADD = SandboxPermissions.WITH_ADDITIONAL_PERMISSIONS
 
 
 @pytest.mark.parametrize(
     ("policy", "profile", "permissions", "dangerous", "expected"),
     [
         # dangerous command
-        (AskForApproval.NEVER, RESTRICTED, SandboxPermissions.USE_DEFAULT, True, Forbidden(NEVER_TEXT)),
-        (AskForApproval.ON_REQUEST, RESTRICTED, SandboxPermissions.USE_DEFAULT, True, NeedsApproval()),
-        (AskForApproval.UNLESS_TRUSTED, RESTRICTED, SandboxPermissions.USE_DEFAULT, True, NeedsApproval()),
+        (NV, RESTRICTED, DEF, True, Forbidden(NEVER_TEXT)),
+        (OR, RESTRICTED, DEF, True, NeedsApproval()),
+        (UT, RESTRICTED, DEF, True, NeedsApproval()),
         # unrestricted / external profile
-        (AskForApproval.NEVER, UNRESTRICTED, SandboxPermissions.USE_DEFAULT, False, Skip()),
-        (AskForApproval.ON_REQUEST, EXTERNAL, SandboxPermissions.USE_DEFAULT, False, Skip()),
-        (AskForApproval.UNLESS_TRUSTED, UNRESTRICTED, SandboxPermissions.USE_DEFAULT, False, NeedsApproval()),
+        (NV, UNRESTRICTED, DEF, False, Skip()),
+        (OR, EXTERNAL, DEF, False, Skip()),
+        (UT, UNRESTRICTED, DEF, False, NeedsApproval()),
         # restricted profile, override requested
-        (AskForApproval.NEVER, RESTRICTED, SandboxPermissions.REQUIRE_ESCALATED, False, Skip()),
-        (AskForApproval.ON_REQUEST, RESTRICTED, SandboxPermissions.REQUIRE_ESCALATED, False, NeedsApproval()),
-        (GRANULAR_ON, RESTRICTED, SandboxPermissions.WITH_ADDITIONAL_PERMISSIONS, False, NeedsApproval()),
-        (AskForApproval.UNLESS_TRUSTED, RESTRICTED, SandboxPermissions.REQUIRE_ESCALATED, False, NeedsApproval()),
+        (NV, RESTRICTED, ESC, False, Skip()),
+        (OR, RESTRICTED, ESC, False, NeedsApproval()),
+        (GRANULAR_ON, RESTRICTED, ADD, False, NeedsApproval()),
+        (UT, RESTRICTED, ESC, False, NeedsApproval()),
         # restricted profile, use_default
-        (AskForApproval.NEVER, RESTRICTED, SandboxPermissions.USE_DEFAULT, False, Skip()),
-        (AskForApproval.ON_REQUEST, RESTRICTED, SandboxPermissions.USE_DEFAULT, False, Skip()),
-        (GRANULAR_OFF, RESTRICTED, SandboxPermissions.USE_DEFAULT, False, Skip()),
-        (AskForApproval.UNLESS_TRUSTED, RESTRICTED, SandboxPermissions.USE_DEFAULT, False, NeedsApproval()),
+        (NV, RESTRICTED, DEF, False, Skip()),
+        (OR, RESTRICTED, DEF, False, Skip()),
+        (GRANULAR_OFF, RESTRICTED, DEF, False, Skip()),
+        (UT, RESTRICTED, DEF, False, NeedsApproval()),
     ],
-)  # fmt: skip
+)
 def test_unmatched_command_heuristics_table(
     policy: AskForApproval,
     profile: PermissionProfile,
