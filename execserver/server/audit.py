@@ -34,8 +34,8 @@ log = logging.getLogger(__name__)
 _STOP = object()
 
 
-class AuditLogError(OSError):
-    pass
+class AuditLogError(Exception):
+    """The audit log cannot be opened: the daemon refuses to start without it."""
 
 
 class AuditLog:
@@ -51,9 +51,7 @@ class AuditLog:
                 # 0600: the log names paths and commands of every client.
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             except OSError as exc:
-                raise AuditLogError(
-                    exc.errno, f"cannot open audit log {path}: {exc.strerror}"
-                ) from None
+                raise AuditLogError(f"cannot open audit log {path}: {exc.strerror}") from None
             self._file = os.fdopen(fd, "ab")
             self._thread = threading.Thread(target=self._write_loop, name="audit-log", daemon=True)
             self._thread.start()
