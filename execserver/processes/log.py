@@ -86,9 +86,10 @@ class OutputLog:
     def read(self, after_seq: int, max_bytes: int | None) -> tuple[list[Chunk], int]:
         """Chunks after ``after_seq`` within ``max_bytes``, and the nextSeq to report.
 
-        As the reference: the first chunk is returned even when it alone exceeds
-        the budget; nextSeq is the seq after the last returned chunk when the
-        budget cut the result short, else the next unused seq.
+        As the reference (measured): the first chunk is returned even when it alone
+        exceeds the budget. With a budget, nextSeq is the seq after the last returned
+        chunk whenever one was returned (even if nothing was left out); without one,
+        or when nothing was returned, it is the next unused seq.
         """
         start = self._index_after(after_seq)
         chunks = self._chunks
@@ -99,7 +100,9 @@ class OutputLog:
         while end < len(chunks):
             size = len(chunks[end].data)
             if end > start and total + size > max_bytes:
-                return chunks[start:end], chunks[end - 1].seq + 1
+                break
             total += size
             end += 1
-        return chunks[start:end], self.next_seq
+        if end == start:
+            return [], self.next_seq
+        return chunks[start:end], chunks[end - 1].seq + 1

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from execserver.processes.launch import Spawned
 from execserver.processes.log import Chunk, OutputLog
 from execserver.wire import methods as m
+from execserver.wire.errors import RpcError
 from execserver.wire.process import (
     ProcessClosedNotification,
     ProcessExitedNotification,
@@ -107,6 +108,7 @@ class ManagedProcess:
         self._streams: dict[int, str] = dict(spawned.outputs)
         self._paused = False
         self._abandon = False
+        self._terminated = False
         self._drain_timer: asyncio.TimerHandle | None = None
         self._waiters: list[asyncio.Future[None]] = []
         self._sent = 0  # highest seq handed to session.notify
@@ -353,6 +355,9 @@ class ManagedProcess:
     def write(self, write_id: str, data: bytes) -> WriteStatus:
         if not self.tty and not self.pipe_stdin:
             return "stdinClosed"
+        if self._terminated:
+            # The reference drops its stdin channel on terminate; writes then fail.
+            raise RpcError.internal("failed to write to process stdin")
         if write_id in self._write_ids:
             return "accepted"  # a retry of a write we already delivered
         self._write_ids[write_id] = None
@@ -416,6 +421,7 @@ class ManagedProcess:
         if self.exited:
             return False
         self._abandon = True
+        self._terminated = True
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
         return True
