@@ -20,7 +20,7 @@ from typing import Final
 
 import execserver
 from execserver.sandbox.backend import SandboxBackend, detect_backend
-from execserver.sandbox.plan import plan_for_policy
+from execserver.sandbox.plan import interpreter_paths, plan_for_policy
 from execserver.sandbox.policy import resolve_policy, restricts_access
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 from execserver.wire.sandbox import FileSystemSandboxContext
@@ -33,20 +33,6 @@ def needs_sandboxed_fs(context: FileSystemSandboxContext, *, write: bool) -> boo
     """False when the relevant access is unrestricted (protocol §10.4): the caller
     then runs the operation in-process, as the reference does."""
     return restricts_access(context, write=write)
-
-
-def _interpreter_paths() -> tuple[str, ...]:
-    """What the helper's interpreter must be able to read in a restricted view."""
-    paths = {
-        os.path.realpath(sys.executable),
-        sys.prefix,
-        sys.base_prefix,
-        sys.exec_prefix,
-        sys.base_exec_prefix,
-        _PACKAGE_ROOT,
-    }
-    paths.update(p for p in sys.path if p and os.path.isdir(p))
-    return tuple(sorted(paths))
 
 
 def _runner_env() -> dict[str, str]:
@@ -100,7 +86,7 @@ async def run_sandboxed_fs_call(
         cwd="/",
         env=_runner_env(),
         backend=backend or detect_backend(),
-        extra_read=_interpreter_paths(),
+        extra_read=interpreter_paths(),
     )
     request = json.dumps({"func": func, "args": args}).encode()
     try:

@@ -24,6 +24,8 @@ Options:
   --seccomp-fd N        read a BPF program (struct sock_filter[]) from fd N
   --landlock JSON       {"read": [...], "write": [...]} allow-list (everything else denied)
   --path PATH           search path for PROGRAM when the environment has no PATH
+  --argv0 NAME          exec PROGRAM with NAME as argv[0] (the request's `arg0`)
+  --exec-only           apply nothing (already done by bwrap): only --argv0/--path handling
   --fail MESSAGE        print MESSAGE to stderr and exit 101 without running anything
   --unset NAME          remove NAME from the environment before exec (repeatable): the
                         interpreter's C-locale coercion (PEP 538) adds LC_CTYPE to our own
@@ -201,6 +203,18 @@ def _resolve(program: str, search_path: str | None) -> str:
     raise denied or OSError(errno.ENOENT, os.strerror(errno.ENOENT))
 
 
+def _restrict(seccomp_fd: int | None, landlock: dict[str, list[str]] | None) -> None:
+    """Landlock (if asked), no_new_privs, then seccomp: the last thing before exec."""
+    if seccomp_fd is None:
+        raise OSError(errno.EINVAL, "no seccomp program given")
+    libc = _libc()
+    program = _read_all(seccomp_fd)
+    if landlock is not None:
+        _apply_landlock(libc, landlock.get("read", []), landlock.get("write", []))
+    _no_new_privs(libc)
+    _apply_seccomp(libc, program)
+
+
 def _fail(message: str) -> int:
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
@@ -217,6 +231,8 @@ def main(args: list[str]) -> int:
     landlock: dict[str, list[str]] | None = None
     search_path: str | None = None
     unset: list[str] = []
+    argv0: str | None = None
+    exec_only = False
     i = 0
     while i < len(options):
         name, value = options[i], options[i + 1] if i + 1 < len(options) else ""
@@ -226,6 +242,12 @@ def main(args: list[str]) -> int:
             landlock = json.loads(value)
         elif name == "--path":
             search_path = value
+        elif name == "--argv0":
+            argv0 = value
+        elif name == "--exec-only":
+            exec_only = True
+            i += 1
+            continue
         elif name == "--unset":
             unset.append(value)
         elif name == "--fail":
@@ -239,15 +261,11 @@ def main(args: list[str]) -> int:
         program = _resolve(command[0], search_path)
     except OSError as exc:
         return _fail(f"execserver-sandbox: failed to execvp {command[0]}: {_os_error_text(exc)}")
+    if argv0 is not None:
+        command = [argv0, *command[1:]]
     try:
-        libc = _libc()
-        if seccomp_fd is None:
-            raise OSError(errno.EINVAL, "no seccomp program given")
-        program_bytes = _read_all(seccomp_fd)
-        if landlock is not None:
-            _apply_landlock(libc, landlock.get("read", []), landlock.get("write", []))
-        _no_new_privs(libc)
-        _apply_seccomp(libc, program_bytes)
+        if not exec_only:
+            _restrict(seccomp_fd, landlock)
     except (OSError, ValueError) as exc:
         # Fail closed: the command must not run without its restrictions.
         sys.stderr.write(f"execserver-sandbox: cannot apply sandbox restrictions: {exc}\n")

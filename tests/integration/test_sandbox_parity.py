@@ -292,3 +292,30 @@ async def test_child_environment_matches_reference(
             )
             ours = await run_plan(plan, tree.ws)
             assert sorted(ours.output.splitlines()) == sorted(ref_out.splitlines()), perms
+
+
+async def test_arg0_is_what_the_program_sees_under_every_policy(
+    reference: RunningServer, tmp_path: Path
+) -> None:
+    tree = make_tree(tmp_path)
+    env = {"PATH": "/usr/bin:/bin"}
+    argv = ["/bin/sh", "-c", "echo $0; tr '\\0' ' ' < /proc/self/cmdline"]
+    async with aiohttp.ClientSession() as session, session.ws_connect(reference.url) as ws:
+        client = ReferenceClient(ws)
+        await client.handshake()
+        for n, perms in enumerate(policies(tree).values()):
+            sandbox = context_json(perms, workspaceRoots=[uri(tree.ws)])
+            _, _, ref_out = await client.run(
+                f"a{n}", argv, tree.ws, env, sandbox, {"arg0": "MYARG0"}
+            )
+            plan = plan_process_launch(
+                decode_sandbox_context(sandbox),
+                argv=argv,
+                cwd=str(tree.ws),
+                env=env,
+                tty=False,
+                arg0="MYARG0",
+            )
+            ours = await run_plan(plan, tree.ws)
+            assert ours.output == ref_out, perms
+            assert ours.output.startswith("MYARG0\n")
