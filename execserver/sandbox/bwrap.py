@@ -116,20 +116,26 @@ def _fill(
     args += ["--new-session", "--die-with-parent"]
     args += _view_args(policy, extra_read)
     args += ["--dev", "/dev"]
+    # Masks are made read-only only after every bind: a more specific grant inside a
+    # denied directory still needs its mount point created in the mask's tmpfs.
+    remounts: list[str] = []
     for rule in sorted(policy.rules, key=lambda r: (_depth(r.path), r.path)):
         if rule.access == "write":
             args += ["--bind", rule.path, rule.path]
-            _protect(rule.path, mounts, layout)
+            if rule.is_dir:
+                _protect(rule.path, mounts, layout)
         elif rule.access == "read":
             args += ["--ro-bind", rule.path, rule.path]
         elif rule.is_dir:
-            args += ["--perms", "000", "--tmpfs", rule.path, "--remount-ro", rule.path]
+            args += ["--perms", "000", "--tmpfs", rule.path]
+            remounts += ["--remount-ro", rule.path]
         else:
             # An empty, mode-000 file over it: reading fails with EACCES, as under
             # the reference (binding /dev/null would give an empty *successful* read).
             fd = _empty_fd()
             layout.data_fds.append(fd)
             args += ["--perms", "000", "--ro-bind-data", str(fd), rule.path]
+    args += remounts
     args += ["--unshare-user", "--unshare-pid", "--unshare-ipc"]
     if policy.network_restricted:
         args += ["--unshare-net"]

@@ -428,3 +428,26 @@ async def test_tty_command_runs_inside_the_sandbox_without_controlling_terminal(
     assert "IS_TTY" in text
     assert "Read-only file system" in text
     assert code == 1 and is_sandbox_denied(code, output)
+
+
+async def test_writable_file_and_grant_inside_denied_dir_do_not_break_setup(
+    tmp_path: Path,
+) -> None:
+    tree = make_tree(tmp_path)
+    (tree.secret / "open").mkdir()
+    single = tree.outside / "single.txt"
+    single.write_text("")
+    ctx = context(
+        managed(
+            [
+                ROOT_READ,
+                entry(single, "write"),
+                entry(tree.secret, "deny"),
+                entry(tree.secret / "open", "write"),
+            ]
+        )
+    )
+    out = await run_sandboxed(ctx, f"echo w > {single}; cat {tree.secret}/s.txt", tree)
+    assert out.plan.setup_failed() is False, out.output
+    assert single.read_text() == "w\n"
+    assert "Permission denied" in out.output and "TOPSECRET" not in out.output
