@@ -21,6 +21,7 @@ from execserver.core.approval_cache import ApprovalKey, ExecApprovalKey
 from execserver.core.approvals import ApprovalRequest
 from execserver.core.attempt import SandboxAttempt, exec_start_params
 from execserver.core.errors import ExecFailed, SandboxDenied, SandboxTimeout
+from execserver.core.exec_policy import is_dangerous_command, unmatched_command_requirement
 from execserver.core.network_approval import NetworkApprovalMode, NetworkApprovalSpec
 from execserver.core.permissions import AdditionalPermissions
 from execserver.core.policy import (
@@ -45,7 +46,7 @@ class ShellRequest:
     sandbox_permissions: SandboxPermissions = SandboxPermissions.USE_DEFAULT
     additional_permissions: AdditionalPermissions | None = None
     justification: str | None = None
-    # An exec-policy verdict computed by the caller; None uses the default rules.
+    # An exec-policy verdict computed by the caller; None uses the heuristics.
     requirement: ExecApprovalRequirement | None = None
     timeout: float | None = None
 
@@ -115,7 +116,17 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
     def exec_approval_requirement(
         self, req: ShellRequest, turn: TurnContext
     ) -> ExecApprovalRequirement | None:
-        return req.requirement
+        """The caller's exec-policy verdict, else the unmatched-command
+        heuristics (§2.6): a plain command under ON_REQUEST runs sandboxed
+        without a prompt."""
+        if req.requirement is not None:
+            return req.requirement
+        return unmatched_command_requirement(
+            turn.approval_policy,
+            turn.permission_profile,
+            req.sandbox_permissions,
+            dangerous=is_dangerous_command(req.argv),
+        )
 
     def sandbox_permissions(self, req: ShellRequest) -> SandboxPermissions:
         return req.sandbox_permissions
