@@ -662,4 +662,28 @@ CASES: list[Case] = [
         _p(BEGIN, "*** Update File: r.txt", "@@", " x", "-y", "+Y", "+", END),
         files={"r.txt": "x\r\ny\r\n"},
     ),
+    Case(
+        "087_trailing_blank_lines_kept",
+        "blank lines at the end of the file survive an update",
+        _p(BEGIN, "*** Update File: w.txt", "@@", "-a", "+A", END),
+        files={"w.txt": "a\n\n\n"},
+    ),
+    Case(
+        "088_pure_addition_after_trailing_blank_line",
+        "a pure addition goes after a trailing blank line",
+        _p(BEGIN, "*** Update File: w.txt", "@@", "+Z", END),
+        files={"w.txt": "a\n\n"},
+    ),
+    Case(
+        "089_pure_addition_to_file_without_final_newline",
+        "a pure addition to a file whose last line has no ending",
+        _p(BEGIN, "*** Update File: w.txt", "@@", "+c", END),
+        files={"w.txt": "a\nb"},
+    ),
+    Case(
+        "090_anchor_then_pure_addition",
+        "an @@ anchor followed by only + lines still appends at the end",
+        _p(BEGIN, "*** Update File: w.txt", "@@ a", "+inserted", END),
+        files={"w.txt": "a\nb\nc\n"},
+    ),
 ]

@@ -53,8 +53,7 @@ def snapshot(root: Path) -> tuple[dict[str, str], list[str]]:
     dirs: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
-        for name in dirnames:
-            dirs.append(os.path.normpath(os.path.join(rel_dir, name)))
+        dirs.extend(os.path.normpath(os.path.join(rel_dir, name)) for name in dirnames)
         for name in filenames:
             rel = os.path.normpath(os.path.join(rel_dir, name))
             files[rel] = (Path(dirpath) / name).read_bytes().decode("utf-8")

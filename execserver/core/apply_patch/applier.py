@@ -1,0 +1,213 @@
+"""Apply parsed hunks through a file system, in patch order (core-client.md §7.5).
+
+The first error stops the run and nothing is rolled back: the delta returned
+with the failure lists what did land. Error texts name the resolved path (the
+hunk path joined onto the cwd), the success summary the path as the patch
+spells it — both as the reference prints them.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from execserver.core.apply_patch.delta import (
+    AddChange,
+    AppliedPatchDelta,
+    DeleteChange,
+    UpdateChange,
+)
+from execserver.core.apply_patch.derive import derive_new_contents
+from execserver.core.apply_patch.errors import ApplyPatchError
+from execserver.core.apply_patch.fs import PatchFileSystem, os_error_text
+from execserver.core.apply_patch.hunks import AddFile, DeleteFile, Hunk, UpdateFile, resolve
+
+__all__ = ["AffectedPaths", "PatchApplyError", "apply_hunks"]
+
+NO_FILES_MODIFIED = "No files were modified."
+
+
+@dataclass
+class AffectedPaths:
+    """Paths as spelled in the patch, per kind, in application order."""
+
+    added: list[str] = field(default_factory=list)
+    modified: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+
+class PatchApplyError(ApplyPatchError):
+    """A hunk could not be applied; ``delta`` holds what landed before it."""
+
+    def __init__(self, message: str, delta: AppliedPatchDelta) -> None:
+        super().__init__(message)
+        self.delta = delta
+
+
+class _Stop(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass
+class _Run:
+    fs: PatchFileSystem
+    cwd: str
+    follow_symlinks: bool
+    delta: AppliedPatchDelta = field(default_factory=AppliedPatchDelta)
+    affected: AffectedPaths = field(default_factory=AffectedPaths)
+
+    # -- probes ------------------------------------------------------------
+
+    async def _existing_text(self, path: str) -> str | None:
+        """Content of ``path`` if it is a readable text file; marks the delta
+        inexact when the path exists but cannot be described exactly."""
+        follow = self.follow_symlinks
+        try:
+            meta = await self.fs.get_metadata(path, follow_symlinks=follow)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            self.delta.exact = False
+            return None
+        if not meta.is_file or meta.is_symlink:
+            self.delta.exact = False
+            if not meta.is_file:
+                return None
+        try:
+            data = await self.fs.read_file(path, follow_symlinks=follow)
+        except OSError:
+            self.delta.exact = False
+            return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            self.delta.exact = False
+            return None
+
+    async def _write(self, path: str, shown: str, data: bytes) -> None:
+        """Write, creating missing parent directories on NotFound."""
+        follow = self.follow_symlinks
+        try:
+            await self.fs.write_file(path, data, follow_symlinks=follow)
+            return
+        except FileNotFoundError:
+            pass
+        except OSError:
+            self.delta.exact = False
+            raise _Stop(f"Failed to write file {shown}") from None
+        parent = posixpath.dirname(path)
+        try:
+            await self.fs.create_directory(parent, recursive=True, follow_symlinks=follow)
+        except OSError:
+            raise _Stop(f"Failed to create parent directories for {shown}") from None
+        try:
+            await self.fs.write_file(path, data, follow_symlinks=follow)
+        except OSError:
+            self.delta.exact = False
+            raise _Stop(f"Failed to write file {shown}") from None
+
+    # -- hunks -------------------------------------------------------------
+
+    async def add(self, hunk: AddFile) -> None:
+        shown = resolve(hunk.path, self.cwd)
+        path = posixpath.normpath(shown)
+        previous = await self._existing_text(path)
+        await self._write(path, shown, hunk.contents.encode("utf-8"))
+        self.delta.record(path, AddChange(hunk.contents, previous))
+        self.affected.added.append(hunk.path)
+
+    async def delete(self, hunk: DeleteFile) -> None:
+        shown = resolve(hunk.path, self.cwd)
+        path = posixpath.normpath(shown)
+        follow = self.follow_symlinks
+        try:
+            meta = await self.fs.get_metadata(path, follow_symlinks=follow)
+        except OSError:
+            raise _Stop(f"Failed to delete file {shown}") from None
+        if meta.is_directory and not meta.is_symlink:
+            raise _Stop(f"Failed to delete file {shown}")
+        content = await self._existing_text(path)
+        try:
+            await self.fs.remove(path, recursive=False, force=False, follow_symlinks=follow)
+        except OSError:
+            raise _Stop(f"Failed to delete file {shown}") from None
+        if content is None:
+            self.delta.exact = False
+        else:
+            self.delta.record(path, DeleteChange(content))
+        self.affected.deleted.append(hunk.path)
+
+    async def _read_for_update(self, path: str, shown: str) -> str:
+        follow = self.follow_symlinks
+        prefix = f"Failed to read file to update {shown}"
+        try:
+            meta = await self.fs.get_metadata(path, follow_symlinks=follow)
+            if not meta.is_file:
+                raise _Stop(f"{prefix}: path `{shown}` is not a file")
+            data = await self.fs.read_file(path, follow_symlinks=follow)
+        except OSError as exc:
+            raise _Stop(f"{prefix}: {os_error_text(exc)}") from None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Stop(f"{prefix}: stream did not contain valid UTF-8") from None
+
+    async def update(self, hunk: UpdateFile) -> None:
+        shown = resolve(hunk.path, self.cwd)
+        path = posixpath.normpath(shown)
+        old = await self._read_for_update(path, shown)
+        try:
+            new = derive_new_contents(old, hunk.chunks, shown)
+        except ApplyPatchError as exc:
+            raise _Stop(str(exc)) from None
+        if hunk.move_path is None:
+            await self._write(path, shown, new.encode("utf-8"))
+            self.delta.record(path, UpdateChange(old, new))
+            self.affected.modified.append(hunk.path)
+            return
+        dest_shown = resolve(hunk.move_path, self.cwd)
+        dest = posixpath.normpath(dest_shown)
+        overwritten = await self._existing_text(dest)
+        await self._write(dest, dest_shown, new.encode("utf-8"))
+        # The destination is committed from here on; should removing the
+        # source fail, the delta still shows the new file.
+        slot = self.delta.record(dest, AddChange(new, overwritten))
+        follow = self.follow_symlinks
+        try:
+            meta = await self.fs.get_metadata(path, follow_symlinks=follow)
+            if meta.is_directory and not meta.is_symlink:
+                raise _Stop(f"Failed to remove original {shown}")
+            await self.fs.remove(path, recursive=False, force=False, follow_symlinks=follow)
+        except OSError:
+            raise _Stop(f"Failed to remove original {shown}") from None
+        self.delta.replace(slot, path, UpdateChange(old, new, dest, overwritten))
+        self.affected.modified.append(hunk.move_path)
+
+
+async def apply_hunks(
+    hunks: Sequence[Hunk],
+    fs: PatchFileSystem,
+    cwd: str,
+    *,
+    follow_symlinks: bool = True,
+) -> tuple[AffectedPaths, AppliedPatchDelta]:
+    """Apply ``hunks`` with relative paths resolved against ``cwd`` (absolute,
+    on the executor). Raises :class:`PatchApplyError` carrying the partial
+    delta on the first failure."""
+    run = _Run(fs, cwd, follow_symlinks)
+    if not hunks:
+        raise PatchApplyError(NO_FILES_MODIFIED, run.delta)
+    for hunk in hunks:
+        try:
+            if isinstance(hunk, AddFile):
+                await run.add(hunk)
+            elif isinstance(hunk, DeleteFile):
+                await run.delete(hunk)
+            else:
+                await run.update(hunk)
+        except _Stop as stop:
+            raise PatchApplyError(stop.message, run.delta) from None
+    return run.affected, run.delta

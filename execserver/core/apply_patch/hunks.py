@@ -1,0 +1,87 @@
+"""What a parsed patch is made of (core-client.md §7.1)."""
+
+from __future__ import annotations
+
+import enum
+import posixpath
+from dataclasses import dataclass
+
+__all__ = [
+    "AddFile",
+    "ChunkLine",
+    "DeleteFile",
+    "Hunk",
+    "LineKind",
+    "ParsedPatch",
+    "UpdateChunk",
+    "UpdateFile",
+    "resolve",
+]
+
+
+class LineKind(enum.Enum):
+    CONTEXT = " "
+    REMOVED = "-"
+    ADDED = "+"
+
+
+@dataclass(frozen=True)
+class ChunkLine:
+    kind: LineKind
+    text: str
+
+
+@dataclass(frozen=True)
+class UpdateChunk:
+    """One ``@@`` section. The lines keep their kinds in order because the
+    reference keeps the file's own text for context lines and only replaces
+    removed lines (a loosely matched context line is left as it was)."""
+
+    context: str | None
+    lines: tuple[ChunkLine, ...]
+    end_of_file: bool = False
+
+    @property
+    def old_lines(self) -> list[str]:
+        return [line.text for line in self.lines if line.kind is not LineKind.ADDED]
+
+    @property
+    def new_lines(self) -> list[str]:
+        return [line.text for line in self.lines if line.kind is not LineKind.REMOVED]
+
+
+@dataclass(frozen=True)
+class AddFile:
+    path: str
+    contents: str
+
+
+@dataclass(frozen=True)
+class DeleteFile:
+    path: str
+
+
+@dataclass(frozen=True)
+class UpdateFile:
+    path: str
+    move_path: str | None
+    chunks: tuple[UpdateChunk, ...]
+
+
+Hunk = AddFile | DeleteFile | UpdateFile
+
+
+@dataclass(frozen=True)
+class ParsedPatch:
+    hunks: tuple[Hunk, ...]
+    # The patch text without a heredoc wrapper, as it would be passed to
+    # `apply_patch` directly.
+    patch: str
+    # `cd DIR &&` in front of a shell invocation: relative paths resolve there.
+    workdir: str | None = None
+
+
+def resolve(path: str, cwd: str) -> str:
+    """The path a hunk touches, spelled as the reference spells it in error
+    messages: joined onto the cwd without normalisation."""
+    return path if path.startswith("/") else posixpath.join(cwd, path)
