@@ -260,7 +260,9 @@ class ExecServerClient:
             try:
                 raw = await conn.request(
                     methods.INITIALIZE,
-                    InitializeParams(self.client_name, resume_session_id),
+                    InitializeParams(
+                        client_name=self.client_name, resume_session_id=resume_session_id
+                    ),
                     timeout=self._initialize_timeout,
                 )
             except ExecServerTimeout as exc:

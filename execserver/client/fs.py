@@ -41,7 +41,6 @@ from execserver.wire.fs import (
     DirectoryEntry,
     FileMetadata,
     GetMetadataParams,
-    OpenParams,
     OpenResponse,
     ReadBlockParams,
     ReadBlockResponse,
@@ -81,6 +80,15 @@ def _uri(path: str) -> str:
     from execserver.client.connection import to_uri
 
     return to_uri(path)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _bytes(value: str | bytes) -> bytes:
+    """Wire bytes, whichever way the wire struct spells them (base64 text or decoded)."""
+    return base64.b64decode(value, validate=True) if isinstance(value, str) else value
 
 
 def fs_error(exc: ExecServerError, path: str) -> OSError:
@@ -131,9 +139,11 @@ class RemoteFileSystem:
         self, path: str | os.PathLike[str] | RemotePath, *, follow_symlinks: bool = True
     ) -> bytes:
         p = _native(path)
-        params = ReadFileParams(_uri(p), self._sandbox(), follow_symlinks)
+        params = ReadFileParams(
+            path=_uri(p), sandbox=self._sandbox(), follow_symlinks=follow_symlinks
+        )
         result = await self._call(methods.FS_READ_FILE, params, ReadFileResponse, p)
-        return result.data_base64
+        return _bytes(result.data_base64)
 
     async def write_file(
         self,
@@ -144,8 +154,13 @@ class RemoteFileSystem:
     ) -> None:
         """Create or truncate. The parent must exist (the server does not create it)."""
         p = _native(path)
-        encoded = base64.b64encode(data).decode("ascii")
-        params = WriteFileParams(_uri(p), encoded, self._sandbox(), follow_symlinks)
+        encoded = _b64(data)
+        params = WriteFileParams(
+            path=_uri(p),
+            data_base64=encoded,
+            sandbox=self._sandbox(),
+            follow_symlinks=follow_symlinks,
+        )
         await self._call(methods.FS_WRITE_FILE, params, Empty, p)
 
     async def create_directory(
@@ -156,19 +171,26 @@ class RemoteFileSystem:
         follow_symlinks: bool = True,
     ) -> None:
         p = _native(path)
-        params = CreateDirectoryParams(_uri(p), recursive, self._sandbox(), follow_symlinks)
+        params = CreateDirectoryParams(
+            path=_uri(p),
+            recursive=recursive,
+            sandbox=self._sandbox(),
+            follow_symlinks=follow_symlinks,
+        )
         await self._call(methods.FS_CREATE_DIRECTORY, params, Empty, p)
 
     async def get_metadata(
         self, path: str | os.PathLike[str] | RemotePath, *, follow_symlinks: bool = True
     ) -> FileMetadata:
         p = _native(path)
-        params = GetMetadataParams(_uri(p), self._sandbox(), follow_symlinks)
+        params = GetMetadataParams(
+            path=_uri(p), sandbox=self._sandbox(), follow_symlinks=follow_symlinks
+        )
         return await self._call(methods.FS_GET_METADATA, params, FileMetadata, p)
 
     async def canonicalize(self, path: str | os.PathLike[str] | RemotePath) -> str:
         p = _native(path)
-        params = CanonicalizeParams(_uri(p), self._sandbox())
+        params = CanonicalizeParams(path=_uri(p), sandbox=self._sandbox())
         result = await self._call(methods.FS_CANONICALIZE, params, CanonicalizeResponse, p)
         return uri_to_path(result.path)
 
@@ -176,7 +198,7 @@ class RemoteFileSystem:
         self, path: str | os.PathLike[str] | RemotePath
     ) -> list[DirectoryEntry]:
         p = _native(path)
-        params = ReadDirectoryParams(_uri(p), self._sandbox())
+        params = ReadDirectoryParams(path=_uri(p), sandbox=self._sandbox())
         result = await self._call(methods.FS_READ_DIRECTORY, params, ReadDirectoryResponse, p)
         return result.entries
 
@@ -192,13 +214,13 @@ class RemoteFileSystem:
     ) -> WalkOutcome:
         p = _native(path)
         options = WalkOptions(
-            max_depth,
-            max_directories,
-            max_entries,
-            follow_directory_symlinks,
-            prune_hidden_directories,
+            max_depth=max_depth,
+            max_directories=max_directories,
+            max_entries=max_entries,
+            follow_directory_symlinks=follow_directory_symlinks,
+            prune_hidden_directories=prune_hidden_directories,
         )
-        params = WalkParams(_uri(p), options, self._sandbox())
+        params = WalkParams(path=_uri(p), options=options, sandbox=self._sandbox())
         return await self._call(methods.FS_WALK, params, WalkOutcome, p)
 
     async def remove(
@@ -211,7 +233,13 @@ class RemoteFileSystem:
     ) -> None:
         """Server defaults: a directory goes with its contents, a missing path is fine."""
         p = _native(path)
-        params = RemoveParams(_uri(p), recursive, force, self._sandbox(), follow_symlinks)
+        params = RemoveParams(
+            path=_uri(p),
+            recursive=recursive,
+            force=force,
+            sandbox=self._sandbox(),
+            follow_symlinks=follow_symlinks,
+        )
         await self._call(methods.FS_REMOVE, params, Empty, p)
 
     async def copy(
@@ -222,7 +250,12 @@ class RemoteFileSystem:
         recursive: bool = False,
     ) -> None:
         src, dst = _native(source), _native(destination)
-        params = CopyParams(_uri(src), _uri(dst), recursive, self._sandbox())
+        params = CopyParams(
+            source_path=_uri(src),
+            destination_path=_uri(dst),
+            recursive=recursive,
+            sandbox=self._sandbox(),
+        )
         await self._call(methods.FS_COPY, params, Empty, src)
 
     @asynccontextmanager
@@ -233,7 +266,9 @@ class RemoteFileSystem:
         Handles belong to the connection: a reconnect invalidates them."""
         p = _native(path)
         handle_id = uuid.uuid4().hex  # 32 bytes, the server's maximum
-        params = OpenParams(handle_id, _uri(p), mode, self._sandbox())
+        # A plain mapping: wire.fs.OpenParams keeps ``mode`` in the shape the
+        # server's decoder needs, which has changed; the wire spelling has not.
+        params = {"handleId": handle_id, "path": _uri(p), "mode": mode, "sandbox": self._sandbox()}
         await self._call(methods.FS_OPEN, params, OpenResponse, p)
         handle = RemoteFileHandle(self, handle_id, p)
         try:
@@ -252,16 +287,18 @@ class RemoteFileHandle:
 
     async def read_block(self, offset: int, length: int) -> tuple[bytes, bool]:
         """``(data, eof)``; eof only on a short read (protocol §8.19)."""
-        params = ReadBlockParams(self.handle_id, offset, length)
+        params = ReadBlockParams(handle_id=self.handle_id, offset=offset, len=length)
         result = await self._fs._call(methods.FS_READ_BLOCK, params, ReadBlockResponse, self.path)
-        return result.chunk, result.eof
+        return _bytes(result.chunk), result.eof
 
     async def write_block(self, offset: int, data: bytes) -> None:
-        params = WriteBlockParams(self.handle_id, offset, base64.b64encode(data).decode("ascii"))
+        params = WriteBlockParams(handle_id=self.handle_id, offset=offset, chunk=_b64(data))
         await self._fs._call(methods.FS_WRITE_BLOCK, params, Empty, self.path)
 
     async def close(self) -> None:
-        await self._fs._call(methods.FS_CLOSE, CloseParams(self.handle_id), Empty, self.path)
+        await self._fs._call(
+            methods.FS_CLOSE, CloseParams(handle_id=self.handle_id), Empty, self.path
+        )
 
 
 class RemotePath:
