@@ -158,6 +158,60 @@ def markers(text: str) -> set[str]:
     return {w for w in text.split() if w.endswith(("_OK", "_FAIL")) or w == "CONNECTED"}
 
 
+# --------------------------------------------------------------------------- the matrix
+# The policy x command matrix of sandbox.md (probe_compare.py), used against the
+# reference (test_sandbox_parity) and with recorded outcomes (test_sandbox_matrix).
+def policies(tree: Tree) -> dict[str, dict[str, Any]]:
+    return {
+        "read-only": managed([ROOT_READ]),
+        "workspace-write + deny secret": managed(
+            [
+                ROOT_READ,
+                entry(tree.ws, "write"),
+                entry(tree.secret, "none"),
+                entry(tree.secret_file, "deny"),
+            ]
+        ),
+        "workspace-write, network enabled": managed(
+            [ROOT_READ, entry(tree.ws, "write")], network="enabled"
+        ),
+        "minimal read + ws write": managed([MINIMAL_READ, entry(tree.ws, "write")]),
+        "unrestricted fs, network restricted": {
+            "type": "managed",
+            "file_system": {"type": "unrestricted"},
+            "network": "restricted",
+        },
+        "external, network restricted": {"type": "external", "network": "restricted"},
+        "disabled": {"type": "disabled"},
+    }
+
+
+def commands(tree: Tree, port: int) -> dict[str, str]:
+    ws, out = tree.ws, tree.outside
+    return {
+        "writes": (
+            f"echo x > {ws}/n_$$ && echo WS_OK || echo WS_FAIL; "
+            f"echo x > {out}/o_$$ && echo OUT_OK || echo OUT_FAIL; "
+            f"echo x > {ws}/.git/HEAD && echo GIT_OK || echo GIT_FAIL; "
+            f"mkdir -p {ws}/.codex/x && echo CODEX_OK || echo CODEX_FAIL; "
+            f"mv {ws}/n_$$ {ws}/.git/moved && echo MVGIT_OK || echo MVGIT_FAIL; "
+            f"ln {ws}/.git/HEAD {ws}/hl_$$ && echo LNGIT_OK || echo LNGIT_FAIL; "
+            f"echo x > {ws}/link_out/l_$$ && echo LINK_OK || echo LINK_FAIL"
+        ),
+        "reads": (
+            f"cat {tree.secret}/s.txt >/dev/null && echo SECRET_OK || echo SECRET_FAIL; "
+            f"cat {tree.secret_file} >/dev/null && echo SFILE_OK || echo SFILE_FAIL; "
+            f"ls {out} >/dev/null && echo LS_OK || echo LS_FAIL"
+        ),
+        "net": (
+            'python3 -c "import socket; s=socket.socket(); '
+            f"s.connect(('127.0.0.1',{port})); print('CONNECTED')\""
+        ),
+        "touch outside": f"touch {out}/t",
+        "SIGSYS": "kill -SYS $$",
+    }
+
+
 # --------------------------------------------------------------------------- helper self-tests
 async def test_run_plan_reports_exit_code_and_output(tmp_path: Path) -> None:
     tree = make_tree(tmp_path)
