@@ -182,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     from execserver.client.cli_tools import register as register_client_tools
 
     register_client_tools(subparsers)
+    from execserver.core.apply_patch.cli import register as register_patch
+
+    register_patch(subparsers)
     return parser
 
 
