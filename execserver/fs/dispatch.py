@@ -1,0 +1,59 @@
+"""Where an fs operation runs: a worker thread, or the sandbox helper.
+
+Blocking file I/O never runs on the event loop: unsandboxed operations go to
+a dedicated thread pool (so a 50 MB read cannot starve other services of the
+default executor). A request whose sandbox restricts the relevant access runs
+the same function inside the sandbox (``run_sandboxed_fs_call``), never
+unsandboxed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from execserver.fs.errors import fs_error
+from execserver.sandbox.fs import needs_sandboxed_fs, run_sandboxed_fs_call
+from execserver.wire.sandbox import FileSystemSandboxContext
+
+T = TypeVar("T")
+
+_WORKERS = 16
+_executor: ThreadPoolExecutor | None = None
+
+
+def executor() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="execserver-fs")
+    return _executor
+
+
+async def in_thread(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Run blocking ``func`` in the fs pool; OSError becomes the reference's RpcError."""
+    loop = asyncio.get_running_loop()
+    try:
+        return await loop.run_in_executor(executor(), functools.partial(func, *args, **kwargs))
+    except OSError as exc:
+        raise fs_error(exc) from None
+
+
+def _spec(func: Callable[..., Any]) -> str:
+    return f"{func.__module__}:{func.__name__}"
+
+
+async def run_fs_op(
+    sandbox: FileSystemSandboxContext | None,
+    func: Callable[..., Any],
+    args: dict[str, Any],
+    *,
+    write: bool,
+) -> Any:
+    """Run ``func(**args)`` (JSON-able args and result) under ``sandbox`` if it
+    restricts this kind of access, else in the thread pool."""
+    if sandbox is not None and needs_sandboxed_fs(sandbox, write=write):
+        return await run_sandboxed_fs_call(sandbox, func=_spec(func), args=args, write=write)
+    return await in_thread(func, **args)

@@ -1,0 +1,44 @@
+"""fs/open under a sandbox: the policy is applied at open time (protocol §8.19).
+
+A file descriptor cannot come back from the one-shot sandbox helper, so the
+helper performs the open itself — with the request's policy enforced by the
+kernel, creating/truncating for ``replace`` — and reports the inode it got.
+The daemon then reopens the path without creating or truncating and keeps
+the descriptor only if it is that very inode; anything else (the path was
+swapped in between) is refused with EACCES. The data the handle then reads or
+writes is exactly what the sandbox allowed to be opened in that mode.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+from execserver.fs.dispatch import in_thread
+from execserver.fs.handle_io import open_fd, open_for_handle
+from execserver.fs.mode import OpenMode
+from execserver.sandbox.fs import needs_sandboxed_fs, run_sandboxed_fs_call
+from execserver.wire.sandbox import FileSystemSandboxContext
+
+
+def reopen_same_inode(path: str, mode: str, dev: int, ino: int) -> int:
+    fd = open_fd(path, mode, truncate=False)
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (dev, ino):
+        os.close(fd)
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+    return fd
+
+
+async def open_handle_fd(
+    sandbox: FileSystemSandboxContext | None, path: str, mode: OpenMode
+) -> int:
+    write = mode == "replace"
+    if sandbox is None or not needs_sandboxed_fs(sandbox, write=write):
+        return await in_thread(open_fd, path, mode)
+    spec = f"{open_for_handle.__module__}:{open_for_handle.__name__}"
+    ident: Any = await run_sandboxed_fs_call(
+        sandbox, func=spec, args={"path": path, "mode": mode}, write=write
+    )
+    return await in_thread(reopen_same_inode, path, mode, int(ident["dev"]), int(ident["ino"]))

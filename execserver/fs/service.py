@@ -1,0 +1,376 @@
+"""fs/* methods: parameter checks, routing to worker threads or the sandbox,
+and the connection-scoped handle table and watch (protocol §8.9-8.20).
+
+Checks the reference makes while decoding params (URI syntax, sandbox shape,
+base64 of fs/writeBlock, unsigned integers) run in ``validate`` so they come
+before lifecycle errors; everything else runs in the handler.
+"""
+
+from __future__ import annotations
+
+import binascii
+from typing import Any
+
+from execserver.fs import handle_io, ops_read, ops_write
+from execserver.fs.dispatch import in_thread, run_fs_op
+from execserver.fs.handles import FileHandles
+from execserver.fs.mode import decode_open_mode
+from execserver.fs.params import (
+    OpenParams,
+    ReadBlockParams,
+    ReadBlockResponse,
+    ReadFileResponse,
+    WalkParams,
+    WatchMissingParams,
+    WriteBlockParams,
+)
+from execserver.fs.paths import native_path, validate_path_uri
+from execserver.fs.sandboxed_open import open_handle_fd
+from execserver.fs.walk import walk
+from execserver.fs.watch import MissingWatch
+from execserver.server.rpc import MethodTable, RequestContext
+from execserver.wire import methods as m
+from execserver.wire.base import Empty
+from execserver.wire.base64 import Base64Error, decode_base64
+from execserver.wire.errors import RpcError
+from execserver.wire.fs import (
+    CanonicalizeParams,
+    CloseParams,
+    CopyParams,
+    CreateDirectoryParams,
+    GetMetadataParams,
+    MissingChangedNotification,
+    OpenResponse,
+    ReadDirectoryParams,
+    ReadFileParams,
+    RemoveParams,
+    WatchMissingResponse,
+    WriteFileParams,
+)
+from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_param
+
+FAMILY = "filesystem"
+_U64_MAX = (1 << 64) - 1
+WALK_MAX_DEPTH, WALK_MAX_DIRECTORIES, WALK_MAX_ENTRIES = 64, 10_000, 50_000
+
+
+# ---- validation (before the lifecycle check) --------------------------------------
+
+
+def _unsigned(*values: int | float) -> None:
+    # serde reads these as u64/usize from an arbitrary-precision number.
+    if any(isinstance(v, float) or v < 0 or v > _U64_MAX for v in values):
+        raise RpcError.invalid_params("invalid number")
+
+
+def _sandbox(params: Any) -> FileSystemSandboxContext | None:
+    return decode_sandbox_param(params.sandbox)
+
+
+def _validate_path(params: Any) -> None:
+    validate_path_uri(params.path)
+    _sandbox(params)
+
+
+def _validate_open(params: OpenParams) -> None:
+    validate_path_uri(params.path)
+    decode_open_mode(params.mode)
+    _sandbox(params)
+
+
+def _validate_copy(params: CopyParams) -> None:
+    validate_path_uri(params.source_path)
+    validate_path_uri(params.destination_path)
+    _sandbox(params)
+
+
+def _validate_walk(params: WalkParams) -> None:
+    opts = params.options
+    _unsigned(opts.max_depth, opts.max_directories, opts.max_entries)
+    _validate_path(params)
+
+
+def _validate_read_block(params: ReadBlockParams) -> None:
+    _unsigned(params.offset, params.len)
+
+
+def _validate_write_block(params: WriteBlockParams) -> None:
+    _unsigned(params.offset)
+    try:
+        decode_base64(params.chunk)
+    except Base64Error as exc:
+        raise RpcError.invalid_params(str(exc)) from None
+
+
+def _validate_watch(params: WatchMissingParams) -> None:
+    _unsigned(params.watch_id)
+    for uri in params.missing:
+        validate_path_uri(uri)
+    if params.present is not None:
+        validate_path_uri(params.present)
+
+
+# ---- whole-path operations ------------------------------------------------------------
+
+
+async def read_file(ctx: RequestContext, params: ReadFileParams) -> ReadFileResponse:
+    args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
+    data = await run_fs_op(_sandbox(params), ops_read.read_file, args, write=False)
+    return ReadFileResponse(data_base64=data)
+
+
+async def write_file(ctx: RequestContext, params: WriteFileParams) -> Empty:
+    path = native_path(params.path)
+    try:
+        await in_thread(decode_base64, params.data_base64)
+    except Base64Error as exc:
+        raise RpcError.invalid_request(
+            f"fs/writeFile requires valid base64 dataBase64: {exc}"
+        ) from None
+    args = {
+        "path": path,
+        "data_base64": params.data_base64,
+        "follow_symlinks": params.follow_symlinks,
+    }
+    await run_fs_op(_sandbox(params), ops_write.write_file, args, write=True)
+    return Empty()
+
+
+async def create_directory(ctx: RequestContext, params: CreateDirectoryParams) -> Empty:
+    args = {
+        "path": native_path(params.path),
+        "recursive": params.recursive,
+        "follow_symlinks": params.follow_symlinks,
+    }
+    await run_fs_op(_sandbox(params), ops_write.create_directory, args, write=True)
+    return Empty()
+
+
+async def get_metadata(ctx: RequestContext, params: GetMetadataParams) -> dict[str, Any]:
+    args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
+    result: dict[str, Any] = await run_fs_op(
+        _sandbox(params), ops_read.get_metadata, args, write=False
+    )
+    return result
+
+
+async def canonicalize(ctx: RequestContext, params: CanonicalizeParams) -> dict[str, Any]:
+    args = {"path": native_path(params.path)}
+    uri = await run_fs_op(_sandbox(params), ops_read.canonicalize, args, write=False)
+    return {"path": uri}
+
+
+async def read_directory(ctx: RequestContext, params: ReadDirectoryParams) -> dict[str, Any]:
+    args = {"path": native_path(params.path)}
+    entries = await run_fs_op(_sandbox(params), ops_read.read_directory, args, write=False)
+    return {"entries": entries}
+
+
+async def walk_tree(ctx: RequestContext, params: WalkParams) -> dict[str, Any]:
+    opts = params.options
+    if opts.max_directories == 0 or opts.max_entries == 0:
+        raise RpcError.invalid_request("filesystem walk limits must be greater than zero")
+    if (
+        opts.max_depth > WALK_MAX_DEPTH
+        or opts.max_directories > WALK_MAX_DIRECTORIES
+        or opts.max_entries > WALK_MAX_ENTRIES
+    ):
+        raise RpcError.invalid_request(
+            f"filesystem walk limits exceed maximums: depth={WALK_MAX_DEPTH}, "
+            f"directories={WALK_MAX_DIRECTORIES}, entries={WALK_MAX_ENTRIES}"
+        )
+    args = {
+        "path": native_path(params.path),
+        "max_depth": int(opts.max_depth),
+        "max_directories": int(opts.max_directories),
+        "max_entries": int(opts.max_entries),
+        "follow_directory_symlinks": opts.follow_directory_symlinks,
+        "prune_hidden_directories": opts.prune_hidden_directories,
+    }
+    result: dict[str, Any] = await run_fs_op(_sandbox(params), walk, args, write=False)
+    return result
+
+
+async def remove(ctx: RequestContext, params: RemoveParams) -> Empty:
+    args = {
+        "path": native_path(params.path),
+        "recursive": params.recursive,
+        "force": params.force,
+        "follow_symlinks": params.follow_symlinks,
+    }
+    await run_fs_op(_sandbox(params), ops_write.remove, args, write=True)
+    return Empty()
+
+
+async def copy(ctx: RequestContext, params: CopyParams) -> Empty:
+    args = {
+        "source_path": native_path(params.source_path),
+        "destination_path": native_path(params.destination_path),
+        "recursive": params.recursive,
+    }
+    await run_fs_op(_sandbox(params), ops_write.copy, args, write=True)
+    return Empty()
+
+
+# ---- handles ------------------------------------------------------------------------
+
+
+def _handles(ctx: RequestContext) -> FileHandles:
+    return ctx.connection.state.get(FileHandles, FileHandles)
+
+
+async def open_handle(ctx: RequestContext, params: OpenParams) -> OpenResponse:
+    handles = _handles(ctx)
+    handles.reserve(params.handle_id)
+    try:
+        path = native_path(params.path)
+        fd = await open_handle_fd(_sandbox(params), path, decode_open_mode(params.mode))
+    except BaseException:
+        handles.unreserve(params.handle_id)
+        raise
+    handles.install(params.handle_id, fd)
+    return OpenResponse(handle_id=params.handle_id)
+
+
+def _block_length_error(kind: str) -> RpcError:
+    return RpcError.invalid_request(
+        f"file {kind} block length must be between 1 and {handle_io.MAX_BLOCK}"
+    )
+
+
+def _read_block_b64(fd: int, offset: int, length: int) -> tuple[str, int]:
+    data = handle_io.read_block(fd, offset, length)
+    return binascii.b2a_base64(data, newline=False).decode("ascii"), len(data)
+
+
+async def read_block(ctx: RequestContext, params: ReadBlockParams) -> ReadBlockResponse:
+    length, offset = int(params.len), int(params.offset)
+    if not 1 <= length <= handle_io.MAX_BLOCK:
+        raise _block_length_error("read")
+    handles = _handles(ctx)
+    handle = handles.acquire(params.handle_id)
+    try:
+        chunk, size = await in_thread(_read_block_b64, handle.fd, offset, length)
+    except RpcError:
+        # The reference forgets a handle whose read failed.
+        handles.discard(params.handle_id, handle)
+        raise
+    finally:
+        handles.release(handle)
+    # eof only on a short read: a block ending exactly at EOF is not eof yet.
+    return ReadBlockResponse(chunk=chunk, eof=size < length)
+
+
+def _decoded_length(text: str) -> int:
+    return len(text) // 4 * 3 - text[-2:].count("=") if text else 0
+
+
+def _write_block(fd: int, offset: int, chunk: str) -> None:
+    handle_io.write_block(fd, offset, decode_base64(chunk))
+
+
+async def write_block(ctx: RequestContext, params: WriteBlockParams) -> Empty:
+    length, offset = _decoded_length(params.chunk), int(params.offset)
+    if not 1 <= length <= handle_io.MAX_BLOCK:
+        raise _block_length_error("write")
+    if offset + length > handle_io.MAX_FILE_OFFSET:
+        raise RpcError.invalid_request(
+            "file write range exceeds the signed 64-bit file offset limit"
+        )
+    handles = _handles(ctx)
+    handle = handles.acquire(params.handle_id)
+    try:
+        await in_thread(_write_block, handle.fd, offset, params.chunk)
+    finally:
+        handles.release(handle)
+    return Empty()
+
+
+async def close_handle(ctx: RequestContext, params: CloseParams) -> Empty:
+    handles = ctx.connection.state.peek(FileHandles)
+    if handles is not None:
+        handles.discard(params.handle_id)
+    return Empty()
+
+
+# ---- fs/watchMissing ----------------------------------------------------------------------
+
+
+async def watch_missing(ctx: RequestContext, params: WatchMissingParams) -> WatchMissingResponse:
+    connection = ctx.connection
+
+    async def notify(watch_id: int) -> None:
+        note = MissingChangedNotification(watch_id=watch_id)
+        await connection.send_notification(m.FS_MISSING_CHANGED, note)
+
+    watch = connection.state.get(MissingWatch, lambda: MissingWatch(notify))
+    missing = [native_path(uri) for uri in params.missing]
+    present = native_path(params.present) if params.present is not None else None
+    watching = await watch.watch(int(params.watch_id), missing, present)
+    return WatchMissingResponse(watching=watching)
+
+
+def register(table: MethodTable) -> None:
+    add = table.add
+    add(m.FS_READ_FILE, ReadFileParams, read_file, family=FAMILY, validate=_validate_path)
+    add(m.FS_WRITE_FILE, WriteFileParams, write_file, family=FAMILY, validate=_validate_path)
+    add(
+        m.FS_CREATE_DIRECTORY,
+        CreateDirectoryParams,
+        create_directory,
+        family=FAMILY,
+        validate=_validate_path,
+    )
+    add(m.FS_GET_METADATA, GetMetadataParams, get_metadata, family=FAMILY, validate=_validate_path)
+    add(m.FS_CANONICALIZE, CanonicalizeParams, canonicalize, family=FAMILY, validate=_validate_path)
+    add(
+        m.FS_READ_DIRECTORY,
+        ReadDirectoryParams,
+        read_directory,
+        family=FAMILY,
+        validate=_validate_path,
+    )
+    add(
+        m.FS_WALK,
+        WalkParams,
+        walk_tree,
+        family=FAMILY,
+        rust_name="WalkParams",
+        validate=_validate_walk,
+    )
+    add(m.FS_REMOVE, RemoveParams, remove, family=FAMILY, validate=_validate_path)
+    add(m.FS_COPY, CopyParams, copy, family=FAMILY, validate=_validate_copy)
+    add(
+        m.FS_OPEN,
+        OpenParams,
+        open_handle,
+        family=FAMILY,
+        rust_name="OpenParams",
+        validate=_validate_open,
+    )
+    add(
+        m.FS_READ_BLOCK,
+        ReadBlockParams,
+        read_block,
+        family=FAMILY,
+        rust_name="ReadBlockParams",
+        validate=_validate_read_block,
+    )
+    add(
+        m.FS_WRITE_BLOCK,
+        WriteBlockParams,
+        write_block,
+        family=FAMILY,
+        rust_name="WriteBlockParams",
+        validate=_validate_write_block,
+    )
+    add(m.FS_CLOSE, CloseParams, close_handle, family=FAMILY)
+    add(
+        m.FS_WATCH_MISSING,
+        WatchMissingParams,
+        watch_missing,
+        family=FAMILY,
+        rust_name="WatchMissingParams",
+        validate=_validate_watch,
+    )
+    table.capabilities.add("fs_watch_missing")
