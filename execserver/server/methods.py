@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from execserver.fs import service as fs
 from execserver.processes import service as processes
 from execserver.server import environment
 from execserver.server.rpc import MethodTable
@@ -11,4 +12,5 @@ def build_method_table() -> MethodTable:
     table = MethodTable()
     environment.register(table)
     processes.register(table)
+    fs.register(table)
     return table
