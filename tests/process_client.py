@@ -151,20 +151,22 @@ class Client:
     def events(self, process_id: str) -> ProcessEvents:
         return self.processes.setdefault(process_id, ProcessEvents())
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 30) -> None:
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float | None = 30) -> None:
         async with asyncio.timeout(timeout), self._changed:
             await self._changed.wait_for(predicate)
 
-    async def wait_closed(self, process_id: str, timeout: float = 30) -> ProcessEvents:
+    async def wait_closed(self, process_id: str, timeout: float | None = 30) -> ProcessEvents:
         await self.wait_for(lambda: self.events(process_id).closed, timeout)
         return self.events(process_id)
 
     async def wait_output(self, process_id: str, needle: bytes, timeout: float = 30) -> None:
         await self.wait_for(lambda: needle in self.events(process_id).output(), timeout)
 
-    async def run(self, process_id: str, argv: list[str], **kw: Any) -> ProcessEvents:
+    async def run(
+        self, process_id: str, argv: list[str], *, timeout: float | None = 30, **kw: Any
+    ) -> ProcessEvents:
         await self.start(process_id, argv, **kw)
-        return await self.wait_closed(process_id)
+        return await self.wait_closed(process_id, timeout)
 
     async def read(self, process_id: str, **kw: Any) -> Any:
         return await self.call("process/read", {"processId": process_id, **kw})

@@ -15,7 +15,19 @@ from execserver.wire.process import ExecEnvPolicy
 
 # What inherit=core keeps on Linux in 0.169.0 (USERNAME is not among them).
 CORE_VARS = frozenset(
-    ("HOME", "LOGNAME", "PATH", "SHELL", "USER", "TMPDIR", "TEMP", "TMP", "LANG", "LC_ALL", "LC_CTYPE")
+    (
+        "HOME",
+        "LOGNAME",
+        "PATH",
+        "SHELL",
+        "USER",
+        "TMPDIR",
+        "TEMP",
+        "TMP",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+    )
 )
 DEFAULT_EXCLUDES = ("*KEY*", "*SECRET*", "*TOKEN*")
 

@@ -270,9 +270,7 @@ class ManagedProcess:
             self._abandon_streams()
         else:
             # A background grandchild may hold the pipes; bound how long we wait for EOF.
-            self._drain_timer = self._loop.call_later(
-                self._drain_timeout_s, self._abandon_streams
-            )
+            self._drain_timer = self._loop.call_later(self._drain_timeout_s, self._abandon_streams)
 
     def _output_tail(self) -> bytes:
         tail: list[bytes] = []
@@ -330,7 +328,7 @@ class ManagedProcess:
 
     async def _send_loop(self) -> None:
         notify = self._session.notify
-        methods = {
+        methods: dict[type, str] = {
             ProcessOutputNotification: m.PROCESS_OUTPUT,
             ProcessExitedNotification: m.PROCESS_EXITED,
             ProcessClosedNotification: m.PROCESS_CLOSED,

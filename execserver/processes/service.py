@@ -59,7 +59,9 @@ def _table(ctx: RequestContext) -> ProcessTable:
             session,
             supervisor,
             retention_s=float(_config_value(ctx, "exited_process_retention_s", 80.0)),
-            retained_bytes=int(_config_value(ctx, "process_retained_bytes", DEFAULT_RETAINED_BYTES)),
+            retained_bytes=int(
+                _config_value(ctx, "process_retained_bytes", DEFAULT_RETAINED_BYTES)
+            ),
             drain_timeout_s=float(
                 _config_value(ctx, "process_drain_timeout_s", DEFAULT_DRAIN_TIMEOUT_S)
             ),
@@ -108,9 +110,7 @@ def _check_start(params: ExecParams) -> None:
         raise RpcError.invalid_params("executor-local network proxy launch is not supported")
 
 
-def _sandbox_plan(
-    sandbox: FileSystemSandboxContext, params: ExecParams, cwd: str
-) -> LaunchPlan:
+def _sandbox_plan(sandbox: FileSystemSandboxContext, params: ExecParams, cwd: str) -> LaunchPlan:
     """Wrap the command with the sandbox planner. Every failure is an RpcError raised
     before anything is spawned: a sandboxed request never runs unsandboxed."""
     planned = plan_process_launch(

@@ -13,7 +13,9 @@ import logging
 from execserver.processes.tree import (
     ProcessTree,
     adopt_orphans,
+    claim_unowned_children,
     enable_subreaper,
+    kill_all_descendants,
     read_proc_table,
     read_stat,
     reap_orphans,
@@ -36,9 +38,10 @@ class Supervisor:
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
 
-    def track(self, pid: int) -> ProcessTree:
+    def track(self, pid: int, env: dict[str, str]) -> ProcessTree:
         info = read_stat(pid)
-        tree = ProcessTree(pid, info.start if info is not None else 0)
+        entries = frozenset(f"{k}={v}".encode(errors="surrogateescape") for k, v in env.items())
+        tree = ProcessTree(pid, info.start if info is not None else 0, entries)
         self._trees.add(tree)
         self._schedule()
         return tree
@@ -74,6 +77,7 @@ class Supervisor:
         table = read_proc_table()
         for tree in list(self._trees):
             tree.refresh(table)
+        claim_unowned_children(list(self._trees), table)
         reap_orphans(self._trees, table)
         for tree in [t for t in self._trees if t.empty]:
             self._trees.discard(tree)
@@ -87,6 +91,9 @@ class Supervisor:
             self._timer.cancel()
         for tree in list(self._trees):
             tree.kill()
+        # Whatever still descends from the daemon now (an escapee nobody could
+        # attribute) dies too: nothing may outlive the daemon.
+        kill_all_descendants()
         # Reap what we inherited; a SIGKILLed process dies within milliseconds.
         for _ in range(50):
             table = read_proc_table()

@@ -72,7 +72,7 @@ class ProcessTable:
         so a cancelled request can never leave an unowned child behind."""
         self.check_available(process_id)
         spawned = spawn(plan)
-        tree = self._supervisor.track(spawned.pid)
+        tree = self._supervisor.track(spawned.pid, plan.env)
         proc = ManagedProcess(
             process_id,
             spawned,
@@ -119,4 +119,3 @@ class ProcessTable:
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("closing a retained process failed", exc_info=task.exception())
-

@@ -102,6 +102,9 @@ class ProcessTree:
 
     root: int
     root_start: int
+    # "NAME=value" entries of the environment the child was started with: escapees
+    # inherit it, which is how an orphan we cannot trace by parentage is attributed.
+    env_entries: frozenset[bytes] = frozenset()
     root_alive: bool = True
     tracked: dict[int, int] = field(default_factory=dict)  # pid -> start
 
@@ -161,6 +164,45 @@ def reap_orphans(trees: Iterable[ProcessTree], table: dict[int, ProcInfo]) -> No
                 tree.tracked.pop(pid, None)
 
 
+def read_environ(pid: int) -> frozenset[bytes]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return frozenset(f.read().split(b"\0")) - {b""}
+    except OSError:
+        return frozenset()
+
+
+def claim_unowned_children(trees: list[ProcessTree], table: dict[int, ProcInfo]) -> None:
+    """Attribute children the daemon inherited as subreaper that no tree has recorded.
+
+    Such an orphan escaped (setsid + parent exit) between two sweeps. Among the
+    trees started before it, the one whose start environment it shares most
+    (descendants inherit it) gets it; an orphan resembling none stays unclaimed
+    and is killed at daemon shutdown at the latest.
+    """
+    me = os.getpid()
+    my_sid = table[me].sid if me in table else os.getsid(0)
+    claimed = {t.root for t in trees} | {pid for t in trees for pid in t.tracked}
+    for pid, info in table.items():
+        if info.ppid != me or pid in claimed or info.sid == my_sid or info.state == "Z":
+            continue
+        env = read_environ(pid)
+        best: ProcessTree | None = None
+        best_score = 0.5
+        for tree in trees:
+            if tree.root_start > info.start or not tree.env_entries:
+                continue
+            score = len(env & tree.env_entries) / len(tree.env_entries)
+            if score > best_score or (
+                score == best_score and best is not None and tree.root_start > best.root_start
+            ):
+                best, best_score = tree, score
+        if best is not None:
+            best.tracked[pid] = info.start
+            for sub in descendants([pid], table):
+                best.tracked[sub] = table[sub].start
+
+
 def adopt_orphans(tree: ProcessTree, known: set[int]) -> None:
     """Right after ``tree.root`` exited: its orphans are now our children; record them.
 
@@ -174,3 +216,16 @@ def adopt_orphans(tree: ProcessTree, known: set[int]) -> None:
         info = read_stat(pid)
         if info is not None and info.start >= tree.root_start and info.sid != my_sid:
             tree.tracked[pid] = info.start
+
+
+def kill_all_descendants() -> None:
+    """Daemon shutdown: SIGKILL every descendant of this process."""
+    me = os.getpid()
+    for _ in range(3):
+        table = read_proc_table()
+        targets = [p for p in descendants([me], table) if table[p].state != "Z"]
+        if not targets:
+            return
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)

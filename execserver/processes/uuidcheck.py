@@ -1,6 +1,6 @@
 """``metadata.threadId`` must parse as a UUID; errors worded like the Rust ``uuid`` crate.
 
-The reference rejects a bad threadId while decoding params (−32602, before
+The reference rejects a bad threadId while decoding params (-32602, before
 lifecycle errors) with the crate's own message.
 """
 

@@ -103,7 +103,8 @@ async def test_duplicate_process_id_is_rejected_even_after_exit(any_server: Runn
         (
             {"argv": ["no-such-program-xyz"], "tty": True, "env": {"PATH": "/usr/bin:/bin"}},
             -32603,
-            'Unable to spawn no-such-program-xyz because:\nNo viable candidates found in PATH "/usr/bin:/bin"',
+            "Unable to spawn no-such-program-xyz because:\n"
+            'No viable candidates found in PATH "/usr/bin:/bin"',
         ),
         (
             {"shellSnapshot": {"scopeId": "", "shell": {"name": "bash", "path": "/bin/bash"}}},
@@ -235,7 +236,9 @@ async def test_unknown_process_answers(any_server: RunningServer) -> None:
 )
 async def test_interrupt(any_server: RunningServer, tty: bool, script: str, expected: int) -> None:
     async with connect(any_server.url) as c:
-        await c.start("i", ["bash", "--norc", "--noprofile", "-c", f"echo armed; {script}"], tty=tty)
+        await c.start(
+            "i", ["bash", "--norc", "--noprofile", "-c", f"echo armed; {script}"], tty=tty
+        )
         await c.wait_output("i", b"armed")
         assert await c.call("process/signal", {"processId": "i", "signal": "interrupt"}) == {}
         ev = await c.wait_closed("i")

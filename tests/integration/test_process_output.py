@@ -1,0 +1,159 @@
+"""Output delivery: completeness, chunking, retention, binary data, background holders."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import tempfile
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from tests.process_client import connect, read_all, unb64
+from tests.servers import RunningServer
+
+
+def _kill_pids(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+
+
+@pytest.fixture
+def binary_file() -> Iterator[tuple[str, bytes]]:
+    data = bytes(range(256)) * 64 + b"\x00\xff\r\n\x1b[0m"
+    with tempfile.NamedTemporaryFile(delete=False) as f:
+        f.write(data)
+    try:
+        yield f.name, data
+    finally:
+        os.unlink(f.name)
+
+
+async def test_binary_output_round_trips(
+    any_server: RunningServer, binary_file: tuple[str, bytes]
+) -> None:
+    path, data = binary_file
+    async with connect(any_server.url) as c:
+        ev = await c.run("bin", ["cat", path])
+    assert ev.output("stdout") == data
+
+
+async def test_large_output_is_complete_in_order_and_chunked(any_server: RunningServer) -> None:
+    size = 20 * 1024 * 1024
+    async with connect(any_server.url) as c:
+        ev = await c.run("big", ["head", "-c", str(size), "/dev/urandom"], timeout=None)
+        outputs = [p for m, p in ev.events if m == "process/output"]
+        data = b"".join(unb64(p["chunk"]) for p in outputs)
+        assert len(data) == size
+        assert max(len(unb64(p["chunk"])) for p in outputs) <= 8192
+        assert ev.seqs() == list(range(1, len(ev.events) + 1))
+        # What the server retained is the tail of what it sent.
+        retained = await read_all(c, "big")
+        tail = b"".join(unb64(ch["chunk"]) for ch in retained)
+        assert data.endswith(tail) and 0 < len(tail) <= 1024 * 1024
+
+
+async def test_fifty_megabytes_arrive_complete(execserver: RunningServer) -> None:
+    script = "head -c 52428800 /dev/zero | tr '\\0' 'x'"
+    async with connect(execserver.url) as c:
+        ev = await c.run("fifty", ["bash", "-c", script], timeout=None)
+    digest = hashlib.sha256()
+    total = 0
+    for method, p in ev.events:
+        if method == "process/output":
+            chunk = unb64(p["chunk"])
+            digest.update(chunk)
+            total += len(chunk)
+    assert total == 50 * 1024 * 1024
+    assert digest.hexdigest() == hashlib.sha256(b"x" * total).hexdigest()
+
+
+async def test_pty_chunks_are_at_most_4095_bytes(any_server: RunningServer) -> None:
+    async with connect(any_server.url) as c:
+        ev = await c.run("tb", ["bash", "-c", "head -c 200000 /dev/zero | tr '\\0' 'b'"], tty=True)
+    sizes = [len(unb64(p["chunk"])) for m, p in ev.events if m == "process/output"]
+    assert sum(sizes) == 200000 and max(sizes) <= 4095
+
+
+async def test_retention_keeps_about_one_mebibyte_and_loss_is_a_seq_gap(
+    any_server: RunningServer,
+) -> None:
+    async with connect(any_server.url) as c:
+        await c.run("ret", ["bash", "-c", "head -c 3145728 /dev/zero | tr '\\0' 'a'"])
+        chunks = await read_all(c, "ret")
+        sent = [p["seq"] for m, p in c.events("ret").events if m == "process/output"]
+    retained = sum(len(unb64(ch["chunk"])) for ch in chunks)
+    seqs = [ch["seq"] for ch in chunks]
+    assert 1000 * 1024 <= retained <= 1024 * 1024
+    assert seqs[0] > 1  # the oldest chunks were evicted: the gap is visible
+    assert seqs == sent[-len(seqs) :]  # the tail is contiguous and ends with the last chunk
+
+
+async def test_exited_does_not_wait_for_a_background_writer(any_server: RunningServer) -> None:
+    async with connect(any_server.url) as c:
+        await c.start(
+            "bg", ["bash", "-c", "(read -t 30 -r x < /dev/null; sleep 1; echo bg) & echo fg"]
+        )
+        await c.wait_for(lambda: c.events("bg").exited() is not None)
+        ev = c.events("bg")
+        # At exit time the background job still holds stdout: not closed, "bg" not yet out.
+        assert not ev.closed and b"bg" not in ev.output()
+        await c.wait_closed("bg")
+    assert ev.output() == b"fg\nbg\n"
+    assert [m for m, _ in ev.events] == [
+        "process/output",
+        "process/exited",
+        "process/output",
+        "process/closed",
+    ]
+    assert ev.seqs() == [1, 2, 3, 4]
+
+
+async def test_terminate_closes_promptly_even_if_a_grandchild_holds_stdout(
+    any_server: RunningServer,
+) -> None:
+    async with connect(any_server.url) as c:
+        await c.start("hold", ["bash", "-c", "sleep 300 & echo $!; wait"])
+        await c.wait_for(lambda: b"\n" in c.events("hold").output())
+        grandchild = int(c.events("hold").output().split()[0])
+        try:
+            assert await c.call("process/terminate", {"processId": "hold"}) == {"running": True}
+            ev = await c.wait_closed("hold")
+            assert ev.exited()["exitCode"] == 137  # type: ignore[index]
+            # Only the direct child was killed, as the reference does.
+            assert psutil.pid_exists(grandchild)
+        finally:
+            _kill_pids([grandchild])
+
+
+async def test_drain_timeout_closes_a_process_whose_daemonised_child_keeps_stdout(
+    execserver: RunningServer,
+) -> None:
+    # The reference would never send process/closed here (until the sleep ends).
+    async with connect(execserver.url) as c:
+        await c.start("daemon", ["bash", "-c", "setsid sleep 300 & echo $!"])
+        ev = await c.wait_closed("daemon", timeout=30)
+        grandchild = int(ev.output().split()[0])
+        try:
+            assert [m for m, _ in ev.events][-2:] == ["process/exited", "process/closed"]
+            read = await c.read("daemon")
+            assert read["closed"] is True
+        finally:
+            _kill_pids([grandchild])
+
+
+async def test_two_hundred_concurrent_processes_on_one_connection(
+    execserver: RunningServer,
+) -> None:
+    async with connect(execserver.url) as c:
+        for i in range(200):
+            await c.start(f"p{i}", ["bash", "-c", f"echo {i}; sleep 0.5; echo done-{i}"])
+        for i in range(200):
+            ev = await c.wait_closed(f"p{i}", timeout=60)
+            assert ev.output() == f"{i}\ndone-{i}\n".encode()
+            assert ev.seqs() == [1, 2, 3, 4]
