@@ -1,0 +1,256 @@
+"""Structural checks of the Dockerfile, the Kubernetes manifests and the systemd unit
+(no image build or cluster here): they parse, carry probes, limits and a hardened
+securityContext, and their command lines are ones our CLI accepts."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import posixpath
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from execserver.cli import _config_from_args, build_parser
+from execserver.config import ServerConfig
+from execserver.server import auth
+from execserver.server.listen import parse_listen
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "k8s"
+UNIT = ROOT / "deploy" / "systemd" / "execserver.service"
+
+
+def serve_config(args: list[str]) -> ServerConfig:
+    """Parse ``execserver serve ARGS`` and run every start-up check that reads no file."""
+    config = _config_from_args(build_parser().parse_args(["serve", *args]))
+    auth.validate_flags(config.ws_auth)
+    address = parse_listen(config.listen)
+    auth.check_exposure(config, address)
+    return config
+
+
+# ---- Dockerfile -----------------------------------------------------------------
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    lines: list[str] = []
+    pending = ""
+    for raw in (ROOT / "Dockerfile").read_text().splitlines():
+        stripped = raw.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.startswith("#"):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        lines.append(pending + stripped)
+        pending = ""
+    result = []
+    for line in lines:
+        keyword, _, rest = line.partition(" ")
+        result.append((keyword.upper(), rest.strip()))
+    return result
+
+
+def only(instructions: list[tuple[str, str]], keyword: str) -> list[str]:
+    return [rest for kw, rest in instructions if kw == keyword]
+
+
+def test_dockerfile_builds_from_python_slim_and_runs_as_non_root() -> None:
+    ins = dockerfile_instructions()
+    bases = only(ins, "FROM")
+    assert bases and all(b.startswith("python:${PYTHON_VERSION}-slim") for b in bases)
+    assert any(arg.startswith("PYTHON_VERSION=3.11") for arg in only(ins, "ARG"))
+    users = only(ins, "USER")
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+    # USER comes before the entrypoint is set: the daemon never runs as root.
+    keywords = [kw for kw, _ in ins]
+    assert keywords.index("USER") < keywords.index("ENTRYPOINT")
+    assert any("bubblewrap" in run for run in only(ins, "RUN"))
+
+
+def test_dockerfile_command_is_a_valid_authenticated_serve() -> None:
+    ins = dockerfile_instructions()
+    entrypoint = json.loads(only(ins, "ENTRYPOINT")[-1])
+    cmd = json.loads(only(ins, "CMD")[-1])
+    assert entrypoint[-2:] == ["execserver", "serve"]
+    config = serve_config(cmd)
+    assert config.listen == "ws://0.0.0.0:8765"
+    assert config.ws_auth.mode == auth.CAPABILITY_TOKEN
+    assert config.ws_auth.token_file is not None
+    assert config.ws_auth.token_file.startswith("/run/secrets/")
+    port = parse_listen(config.listen).port
+    assert only(ins, "EXPOSE") == [str(port)]
+    healthcheck = only(ins, "HEALTHCHECK")[-1]
+    assert f"127.0.0.1:{port}/readyz" in healthcheck
+
+
+def test_dockerfile_copies_exist_and_dockerignore_keeps_them() -> None:
+    ins = dockerfile_instructions()
+    ignored = {
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert {".git", ".venv"} <= ignored
+    for copy in only(ins, "COPY"):
+        if copy.startswith("--from="):
+            continue
+        *sources, _dest = copy.split()
+        for source in sources:
+            assert (ROOT / source).exists(), source
+            assert source.rstrip("/") not in ignored, source
+
+
+# ---- Kubernetes -----------------------------------------------------------------
+
+
+def manifests() -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted(K8S.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        docs += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return docs
+
+
+def of_kind(kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in manifests() if doc["kind"] == kind]
+
+
+def execserver_containers() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(pod spec, container) for every execserver container of every Deployment."""
+    found = []
+    for deployment in of_kind("Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        found += [(pod, c) for c in pod["containers"] if c["name"] == "execserver"]
+    return found
+
+
+def test_every_manifest_parses_and_names_its_api() -> None:
+    docs = manifests()
+    assert {doc["kind"] for doc in docs} >= {"Deployment", "Service", "NetworkPolicy"}
+    for doc in docs:
+        assert doc["apiVersion"] and doc["metadata"]["name"]
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    for resource in kustomization["resources"]:
+        assert (K8S / resource).exists()
+
+
+def test_there_is_a_devbox_deployment_and_a_sidecar_example() -> None:
+    pods = [pod for pod, _ in execserver_containers()]
+    assert len(pods) == 2
+    sidecar = [pod for pod in pods if len(pod["containers"]) == 2]
+    assert len(sidecar) == 1
+    # The sidecar's containers share the workspace volume.
+    mounts = [{m["name"] for m in c["volumeMounts"]} for c in sidecar[0]["containers"]]
+    assert "workspace" in set.intersection(*mounts)
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_execserver_container_args_are_accepted_by_the_cli(index: int) -> None:
+    pod, container = execserver_containers()[index]
+    config = serve_config(container["args"])
+    assert config.ws_auth.mode is not None  # every example authenticates
+    token_file = config.ws_auth.token_file or config.ws_auth.shared_secret_file
+    assert token_file is not None
+    # The token comes from a mounted Secret volume.
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volume_name = mounts[posixpath.dirname(token_file)]
+    volume = next(v for v in pod["volumes"] if v["name"] == volume_name)
+    assert "secret" in volume
+    if config.audit_log:
+        assert posixpath.dirname(config.audit_log) in mounts
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_execserver_container_is_hardened_with_probes_and_resources(index: int) -> None:
+    pod, container = execserver_containers()[index]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert "/tmp" in {m["mountPath"] for m in container["volumeMounts"]}
+    for kind in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(container["resources"][kind])
+    assert not container["image"].endswith(":latest")
+    port = parse_listen(serve_config(container["args"]).listen).port
+    assert {p["containerPort"] for p in container["ports"]} == {port}
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/livez")):
+        spec = container[probe]
+        if "httpGet" in spec:
+            assert spec["httpGet"]["path"] == path
+            assert spec["httpGet"]["port"] in ("ws", port)
+        else:  # loopback-only listener: the probe runs inside the container
+            assert f"127.0.0.1:{port}{path}" in " ".join(spec["exec"]["command"])
+
+
+def test_a_loopback_listener_uses_exec_probes() -> None:
+    for _, container in execserver_containers():
+        host = parse_listen(serve_config(container["args"]).listen).host
+        uses_http = "httpGet" in container["readinessProbe"]
+        assert uses_http == (host == "0.0.0.0")
+
+
+def test_service_and_network_policy_select_the_execserver_pods() -> None:
+    (service,) = of_kind("Service")
+    (policy,) = of_kind("NetworkPolicy")
+    deployments = {d["metadata"]["name"]: d for d in of_kind("Deployment")}
+    pod_labels = deployments[service["metadata"]["name"]]["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert service["spec"]["ports"][0]["targetPort"] == "ws"
+    allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert allowed == {8765}
+    egress_blocks = [
+        peer["ipBlock"]
+        for rule in policy["spec"]["egress"]
+        for peer in rule["to"]
+        if "ipBlock" in peer
+    ]
+    # Commands must not reach the cloud metadata endpoint.
+    assert all("169.254.0.0/16" in block["except"] for block in egress_blocks)
+
+
+# ---- systemd --------------------------------------------------------------------
+
+
+def unit() -> configparser.RawConfigParser:
+    parser = configparser.RawConfigParser(strict=False)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(UNIT.read_text())
+    return parser
+
+
+def test_systemd_unit_runs_an_authenticated_loopback_serve() -> None:
+    service = unit()["Service"]
+    argv = shlex.split(service["ExecStart"].replace("${CREDENTIALS_DIRECTORY}", "/run/cred"))
+    assert argv[:2] == ["/usr/local/bin/execserver", "serve"]
+    config = serve_config(argv[2:])
+    assert parse_listen(config.listen).host == "127.0.0.1"
+    assert config.ws_auth.token_file == "/run/cred/token"
+    assert service["LoadCredential"].startswith("token:")
+    pre = shlex.split(service["ExecStartPre"])
+    doctor = build_parser().parse_args(pre[1:])
+    assert doctor.command == "doctor" and doctor.require == ["sandbox"]
+
+
+def test_systemd_unit_is_hardened_but_lets_bwrap_build_its_namespaces() -> None:
+    service = unit()["Service"]
+    assert service["User"] not in ("", "root")
+    for key in ("NoNewPrivileges", "PrivateTmp", "ProtectKernelModules", "RestrictSUIDSGID"):
+        assert service[key] == "yes", key
+    assert service["ProtectSystem"] == "strict"
+    assert service["CapabilityBoundingSet"] == ""
+    # Exactly the namespaces bubblewrap creates (--unshare-user/pid/ipc/net + mounts).
+    assert set(service["RestrictNamespaces"].split()) == {"user", "mnt", "pid", "ipc", "net"}
+    assert "MemoryMax" in service and "TasksMax" in service
+    assert unit()["Install"]["WantedBy"] == "multi-user.target"
