@@ -20,6 +20,7 @@ from execserver.client import (
     ProcessEvent,
     RemoteProcess,
 )
+from tests.integration.test_client_support import read_only_sandbox
 from tests.servers import RunningServer
 
 PATH_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
@@ -180,3 +181,19 @@ async def test_wait_returns_exit_status_without_a_consumer(
     proc = await client.start_process(["bash", "-c", "exit 9"], cwd=tmp_path)
     status = await proc.wait()
     assert (status.exit_code, status.sandbox_denied) == (9, False)
+
+
+async def test_sandboxed_write_is_reported_as_sandbox_denied(
+    client: ExecServerClient, tmp_path: Path
+) -> None:
+    proc = await client.start_process(
+        ["bash", "-c", f"echo x > {tmp_path}/denied"],
+        cwd=tmp_path,
+        env=PATH_ENV,
+        sandbox=read_only_sandbox(),
+    )
+    assert proc.sandbox_type == "linuxSeccomp"
+    status = await proc.wait()
+    assert status.exit_code != 0
+    assert status.sandbox_denied is True
+    assert not (tmp_path / "denied").exists()

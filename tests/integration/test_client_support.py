@@ -12,6 +12,15 @@ from urllib.parse import urlparse
 
 from aiohttp import WSMsgType, web
 
+from execserver.wire.sandbox import (
+    ExecFileSystemSandboxEntry,
+    FileSystemSandboxContext,
+    ManagedPermissions,
+    RestrictedFileSystem,
+    RootSpecial,
+    SpecialFsPath,
+)
+
 
 class TcpProxy:
     """127.0.0.1 forwarder in front of a server, for dropping connections on demand.
@@ -184,3 +193,20 @@ async def scripted_server(*scripts: Script) -> AsyncIterator[str]:
         await runner.cleanup()
     if errors:
         raise errors[0]
+
+
+def read_only_sandbox() -> FileSystemSandboxContext:
+    """A sandbox context that may read everything and write nothing."""
+    return FileSystemSandboxContext(
+        permissions=ManagedPermissions(
+            file_system=RestrictedFileSystem(
+                entries=[
+                    ExecFileSystemSandboxEntry(
+                        path=SpecialFsPath(value=RootSpecial()), access="read"
+                    )
+                ]
+            ),
+            network="restricted",
+        ),
+        windows_sandbox_level="disabled",
+    )

@@ -3,7 +3,10 @@ errors come back with the reference's codes and texts (protocol §6.2, §10.4)."
 
 from __future__ import annotations
 
+import asyncio
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -177,3 +180,43 @@ def test_needs_sandboxed_fs_only_when_the_access_is_restricted(
     permissions: dict[str, object], write: bool, expected: bool
 ) -> None:
     assert needs_sandboxed_fs(context(permissions), write=write) is expected
+
+
+def sleep_forever(marker: str, seconds: str) -> None:
+    # A grandchild with a unique command line, findable from the host.
+    subprocess.Popen(["sleep", seconds])
+    with open(marker, "w") as f:  # a FIFO: the test waits for this open
+        f.write("started")
+    time.sleep(3600)
+
+
+async def test_cancelled_fs_call_kills_its_helper(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path)
+    marker = tree.ws / "started"
+    seconds = f"{3600 + os.getpid() % 1000}.{time.time_ns() % 10**6}"
+    os.mkfifo(marker)
+    ctx = context(managed([ROOT_READ, entry(tree.ws, "write")]))
+    task = asyncio.create_task(
+        run_sandboxed_fs_call(
+            ctx,
+            func=f"{HERE}:sleep_forever",
+            args={"marker": str(marker), "seconds": seconds},
+            write=True,
+        )
+    )
+    assert await asyncio.to_thread(marker.read_text) == "started"
+    assert await _pgrep(f"sleep {seconds}")  # visible while the call runs
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The helper runs in the sandbox's pid namespace; bwrap's --die-with-parent and
+    # the namespace teardown must have taken it down with bwrap.
+    assert not await _pgrep(f"sleep {seconds}")
+
+
+async def _pgrep(pattern: str) -> bytes:
+    pgrep = await asyncio.create_subprocess_exec(
+        "pgrep", "-f", pattern, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await pgrep.communicate()
+    return out.strip()
