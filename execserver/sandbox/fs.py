@@ -12,6 +12,7 @@ reports them (``rpc_error_from_os_error``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -102,6 +103,13 @@ async def run_sandboxed_fs_call(
         )
     finally:
         plan.close()
-    stdout, stderr = await proc.communicate(request)
+    try:
+        stdout, stderr = await proc.communicate(request)
+    except BaseException:
+        # Cancelled (e.g. the connection went away): do not leave the helper behind.
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await asyncio.shield(proc.wait())
+        raise
     assert proc.returncode is not None
     return _decode_response(stdout, stderr, proc.returncode)

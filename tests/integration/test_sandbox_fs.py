@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -30,26 +29,9 @@ from tests.integration.test_sandbox_support import (
     uri,
 )
 
-HERE = "tests.integration.test_sandbox_fs"
-
-
-# --- the operations the helper runs (imported by name inside the sandbox) ---
-def write_text(path: str, text: str) -> int:
-    with open(path, "w") as f:
-        return f.write(text)
-
-
-def read_text(path: str) -> str:
-    with open(path) as f:
-        return f.read()
-
-
-def raise_rpc(message: str) -> None:
-    raise RpcError(PARSE_OR_INVALID_REQUEST, message)
-
-
-def list_dir(path: str) -> list[str]:
-    return sorted(os.listdir(path))
+# The operations run inside the sandbox live in a module with stdlib-only imports,
+# so every helper start does not pay for importing pytest.
+HERE = "tests.integration.test_sandbox_fs_ops"
 
 
 async def test_write_inside_writable_root_succeeds(tmp_path: Path) -> None:
@@ -180,14 +162,6 @@ def test_needs_sandboxed_fs_only_when_the_access_is_restricted(
     permissions: dict[str, object], write: bool, expected: bool
 ) -> None:
     assert needs_sandboxed_fs(context(permissions), write=write) is expected
-
-
-def sleep_forever(marker: str, seconds: str) -> None:
-    # A grandchild with a unique command line, findable from the host.
-    subprocess.Popen(["sleep", seconds])
-    with open(marker, "w") as f:  # a FIFO: the test waits for this open
-        f.write("started")
-    time.sleep(3600)
 
 
 async def test_cancelled_fs_call_kills_its_helper(tmp_path: Path) -> None:

@@ -183,7 +183,7 @@ async def test_fs_errors_under_sandbox_match_reference(
     perms = managed([ROOT_READ, entry(tree.ws, "write"), entry(tree.secret_file, "deny")])
     sandbox = context_json(perms, cwd=uri(tree.ws))
     ctx = decode_sandbox_context(sandbox)
-    helpers = "tests.integration.test_sandbox_fs"
+    helpers = "tests.integration.test_sandbox_fs_ops"
     cases = [
         ("fs/writeFile", tree.ws / "in.txt", True),
         ("fs/writeFile", tree.outside / "out.txt", True),
