@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from execserver import __version__
 from execserver.config import (
+    DEFAULT_EXITED_RETENTION_S,
     DEFAULT_LISTEN,
     DEFAULT_SESSION_TTL_S,
     LimitsConfig,
@@ -84,6 +85,7 @@ def _config_from_args(args: argparse.Namespace) -> ServerConfig:
         concurrent_requests=args.concurrent_requests,
         exit_on_stdin_close=args.exit_on_stdin_close,
         session_ttl_s=args.session_ttl,
+        exited_process_retention_s=args.exited_process_retention,
         ws_auth=WsAuthConfig(
             mode=args.ws_auth,
             token_file=args.ws_token_file,
@@ -127,6 +129,13 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         default=DEFAULT_SESSION_TTL_S,
         metavar="SECONDS",
         help="how long a detached session can be resumed (default %(default)s)",
+    )
+    p.add_argument(
+        "--exited-process-retention",
+        type=float,
+        default=DEFAULT_EXITED_RETENTION_S,
+        metavar="SECONDS",
+        help="how long an exited process stays readable and its id reserved (default %(default)s)",
     )
     p.add_argument("--log-level", default=os.environ.get("EXECSERVER_LOG", "INFO"))
     _add_auth_flags(p)
