@@ -519,16 +519,10 @@ class ExecServerClient:
         if stdin is not None:
             await proc.write(stdin)
         out: dict[str, list[bytes]] = {"stdout": [], "stderr": [], "pty": []}
-        status: Exited | None = None
         async for event in proc:
             if isinstance(event, Output):
                 out[event.stream].append(event.data)
-            elif isinstance(event, Exited):
-                status = event
-            elif isinstance(event, Closed):
-                break
-        exit_status = await proc.wait()  # raises ProcessFailed after Failed
-        del status
+        exit_status = await proc.wait()  # raises ProcessFailed if the stream failed
         return CompletedRemoteProcess(
             exit_status.exit_code,
             exit_status.sandbox_denied,
