@@ -1,0 +1,93 @@
+"""``http/request``: executor-side HTTP with buffered or streamed responses."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from execserver.http_request.client import (
+    HttpClient,
+    PreparedRequest,
+    response_headers,
+    send_failed,
+)
+from execserver.http_request.streams import BODY_ERROR, HttpStreams
+from execserver.http_request.validate import check_method, grouped, parse_url, resolve_headers
+from execserver.server.rpc import MethodTable, RequestContext
+from execserver.wire import methods as m
+from execserver.wire.base64 import Base64Error, decode_base64
+from execserver.wire.errors import RpcError
+from execserver.wire.http import (
+    HttpRequestBodyDeltaNotification,
+    HttpRequestParams,
+    HttpRequestResponse,
+    ResponseHeader,
+)
+
+FAMILY = "http"
+
+
+def _validate(params: HttpRequestParams) -> None:
+    # The reference decodes bodyBase64 while parsing params: bare decoder text, -32602.
+    if params.body_base64 is not None:
+        try:
+            decode_base64(params.body_base64)
+        except Base64Error as exc:
+            raise RpcError.invalid_params(str(exc)) from None
+
+
+def _prepare(params: HttpRequestParams) -> PreparedRequest:
+    url = parse_url(params.url)
+    check_method(params.method)
+    headers = grouped(resolve_headers(params.headers))
+    body = decode_base64(params.body_base64) if params.body_base64 else None
+    follow = params.redirect_policy == "follow"
+    return PreparedRequest(params.method, url, headers, body, follow)
+
+
+async def http_request(ctx: RequestContext, params: HttpRequestParams) -> HttpRequestResponse:
+    request = _prepare(params)
+    if params.timeout_ms == 0:
+        # The reference's outer (route-aware) timer wins over reqwest's at zero.
+        raise RpcError.internal("http/request failed: route-aware request timed out")
+    loop = asyncio.get_running_loop()
+    deadline = None if params.timeout_ms is None else loop.time() + params.timeout_ms / 1000
+    client = ctx.runtime.state.get(HttpClient, HttpClient)
+    streams = ctx.connection.state.get(HttpStreams, HttpStreams)
+    if params.stream_response:
+        streams.claim(params.request_id)
+    try:
+        try:
+            async with asyncio.timeout_at(deadline):
+                response = await client.send(request)
+        except TimeoutError:
+            raise send_failed(request.url) from None
+    except BaseException:
+        if params.stream_response:
+            streams.release(params.request_id)
+        raise
+    headers = [ResponseHeader(name, value) for name, value in response_headers(response)]
+    if params.stream_response:
+        connection = ctx.connection
+
+        async def send(delta: HttpRequestBodyDeltaNotification) -> None:
+            await connection.send_notification(m.HTTP_REQUEST_BODY_DELTA, delta)
+
+        streams.start(params.request_id, response, deadline, send)
+        return HttpRequestResponse(response.status, headers, b"")
+    try:
+        async with asyncio.timeout_at(deadline):
+            body = await response.read()
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        raise RpcError.internal(
+            f"failed to read http/request response body: {BODY_ERROR}"
+        ) from None
+    finally:
+        response.release()
+    return HttpRequestResponse(response.status, headers, body)
+
+
+def register(table: MethodTable) -> None:
+    table.add(m.HTTP_REQUEST, HttpRequestParams, http_request, family=FAMILY, validate=_validate)
+    table.capabilities.add("http_header_env_vars")
