@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from execserver.fs import service as fs
+from execserver.http_request import service as http_request
 from execserver.processes import service as processes
 from execserver.server import environment
 from execserver.server.rpc import MethodTable
@@ -13,4 +14,5 @@ def build_method_table() -> MethodTable:
     environment.register(table)
     processes.register(table)
     fs.register(table)
+    http_request.register(table)
     return table
