@@ -254,3 +254,18 @@ def test_systemd_unit_is_hardened_but_lets_bwrap_build_its_namespaces() -> None:
     assert set(service["RestrictNamespaces"].split()) == {"user", "mnt", "pid", "ipc", "net"}
     assert "MemoryMax" in service and "TasksMax" in service
     assert unit()["Install"]["WantedBy"] == "multi-user.target"
+
+
+# ---- docs -----------------------------------------------------------------------
+
+
+def test_deploying_doc_names_every_limit_flag_and_metric() -> None:
+    from execserver.server.limits import LIMIT_FLAGS
+    from execserver.server.metrics import Metrics
+
+    doc = (ROOT / "docs" / "deploying.md").read_text()
+    for flag in LIMIT_FLAGS.values():
+        assert f"`{flag}`" in doc, flag
+    for family in Metrics().registry.collect():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        assert name in doc, name
