@@ -180,7 +180,7 @@ class ExecServerClient:
         cls,
         url: str,
         *,
-        token: str | None = None,
+        token: str | Callable[[], str | None] | None = None,
         client_name: str = DEFAULT_CLIENT_NAME,
         resume_session_id: str | None = None,
         auto_reconnect: bool = True,
@@ -191,12 +191,14 @@ class ExecServerClient:
     ) -> ExecServerClient:
         """Open a websocket to ``url`` (``ws://host:port``) and do the handshake.
 
-        ``token`` goes in ``Authorization: Bearer``. ``resume_session_id`` attaches a
-        detached session instead of creating one.
+        ``token`` goes in ``Authorization: Bearer``; a callable is asked again on
+        every (re)connect (rotated token files, short-lived JWTs).
+        ``resume_session_id`` attaches a detached session instead of creating one.
         """
 
         async def opener() -> Transport:
-            return await WebSocketTransport.connect(url, token=token, timeout=connect_timeout)
+            bearer = token() if callable(token) else token
+            return await WebSocketTransport.connect(url, token=bearer, timeout=connect_timeout)
 
         client = cls(
             opener,
@@ -236,6 +238,24 @@ class ExecServerClient:
             request_timeout=request_timeout,
         )
         await client._start(None)
+        return client
+
+    @classmethod
+    async def from_opener(
+        cls,
+        opener: Opener,
+        *,
+        resume_session_id: str | None = None,
+        **options: Any,
+    ) -> ExecServerClient:
+        """Connect over any transport ``opener`` returns (called again to reconnect).
+        ``options`` are the constructor's keywords (client_name, auto_reconnect, ...)."""
+        client = cls(opener, **options)
+        try:
+            await client._start(resume_session_id)
+        except BaseException:
+            await client.close()
+            raise
         return client
 
     async def _start(self, resume_session_id: str | None) -> None:

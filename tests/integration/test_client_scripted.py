@@ -338,3 +338,27 @@ def _env() -> dict[str, Any]:
     from tests.integration.test_client_support import ENVIRONMENT_INFO
 
     return ENVIRONMENT_INFO
+
+
+async def test_token_callable_is_asked_again_on_reconnect() -> None:
+    async def first(peer: ScriptedPeer) -> None:
+        await peer.handshake("s-1")
+        await peer.ws.close()
+
+    async def second(peer: ScriptedPeer) -> None:
+        await peer.handshake("s-1")
+        status = await peer.expect("environment/status")
+        await peer.reply(status, {"status": "ready"})
+
+    tokens = iter(["t-1", "t-2"])
+    asked: list[str] = []
+
+    def token() -> str:
+        asked.append(next(tokens))
+        return asked[-1]
+
+    async with scripted_server(first, second) as url:
+        async with await connect(url, token=token) as client:
+            await wait_for_drop(client)
+            assert await client.environment_status() == "ready"
+    assert asked == ["t-1", "t-2"]
