@@ -342,10 +342,12 @@ def _env() -> dict[str, Any]:
 
 async def test_token_callable_is_asked_again_on_reconnect() -> None:
     async def first(peer: ScriptedPeer) -> None:
+        assert peer.authorization == "Bearer t-1"
         await peer.handshake("s-1")
         await peer.ws.close()
 
     async def second(peer: ScriptedPeer) -> None:
+        assert peer.authorization == "Bearer t-2"
         await peer.handshake("s-1")
         status = await peer.expect("environment/status")
         await peer.reply(status, {"status": "ready"})

@@ -94,8 +94,9 @@ class TcpProxy:
 class ScriptedPeer:
     """The server side of one websocket connection, driven by a test script."""
 
-    def __init__(self, ws: web.WebSocketResponse) -> None:
+    def __init__(self, ws: web.WebSocketResponse, authorization: str | None = None) -> None:
         self.ws = ws
+        self.authorization = authorization  # the upgrade's Authorization header
 
     async def recv(self) -> dict[str, Any]:
         msg = await self.ws.receive()
@@ -170,7 +171,7 @@ async def scripted_server(*scripts: Script) -> AsyncIterator[str]:
             return ws
         script = remaining.pop(0)
         try:
-            await script(ScriptedPeer(ws))
+            await script(ScriptedPeer(ws, request.headers.get("Authorization")))
             while not ws.closed:
                 msg = await ws.receive()
                 if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSED, WSMsgType.ERROR):
