@@ -32,6 +32,7 @@ from tests.interop.codex_cli.mock_model import (
     message,
     write_stdin,
 )
+from tests.servers import reference_binary
 
 pytestmark = pytest.mark.interop
 
@@ -39,18 +40,25 @@ SERVERS = ["execserver", "reference"]
 TRANSPORTS = ["websocket", "stdio"]
 
 
+@pytest.fixture(scope="session")
+def codex_binary() -> str:
+    """The codex 0.169.0 CLI (installed from npm on first use, once per session)."""
+    return reference_binary()
+
+
 @pytest.fixture(params=[(s, t) for s in SERVERS for t in TRANSPORTS], ids=lambda p: "-".join(p))
-async def cli(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
+async def cli(request: pytest.FixtureRequest, codex_binary: str) -> AsyncIterator[Rig]:
     server, transport = request.param
-    async with rig(server, transport) as r:
+    async with rig(server, transport, codex_binary) as r:
         yield r
 
 
-def started(result: CliResult, cmd: str) -> str:
+def started(result: CliResult, cmd: str, sandbox_type: str = "linuxSeccomp") -> str:
     """The processId the server gave the CLI's ``process/start`` for ``cmd``."""
     for params, reply in result.frames.calls("process/start"):
         if params["argv"][-1] == cmd:
             assert "result" in reply, f"process/start failed: {reply}\n{result.describe()}"
+            assert reply["result"]["sandboxType"] == sandbox_type, reply
             process_id: str = reply["result"]["processId"]
             return process_id
     raise AssertionError(f"no process/start for {cmd!r} reached the server\n{result.describe()}")
@@ -208,8 +216,8 @@ async def test_sandbox_denies_a_write_outside_the_workspace(cli: Rig, outside: P
     assert not re.search(r"Process exited with code 0\b", denied), denied
     assert "Process exited with code 0" in output(result, "c2")
     assert start_params(result.frames, denied_cmd)["sandbox"] is not None
-    exit_ = result.frames.process_exit(started(result, denied_cmd))
-    assert exit_ is not None and exit_["exitCode"] != 0, result.describe()
+    denied_exit = result.frames.process_exit(started(result, denied_cmd))
+    assert denied_exit == {"exitCode": 1, "sandboxDenied": True}, result.describe()
 
 
 async def test_read_only_run(cli: Rig) -> None:
@@ -233,8 +241,8 @@ async def test_read_only_run(cli: Rig) -> None:
         "exitCode": 0,
         "sandboxDenied": False,
     }
-    exit_ = result.frames.process_exit(started(result, write_cmd))
-    assert exit_ is not None and exit_["exitCode"] != 0, result.describe()
+    write_exit = result.frames.process_exit(started(result, write_cmd))
+    assert write_exit == {"exitCode": 1, "sandboxDenied": True}, result.describe()
 
 
 SESSION_ID = re.compile(r"Process running with session ID (\d+)")

@@ -28,7 +28,6 @@ from tests.interop.codex_cli.proxy import logging_proxy
 from tests.servers import (
     PROJECT_ROOT,
     execserver_command,
-    reference_binary,
     reference_command,
     start_server,
     stop_process,
@@ -71,6 +70,7 @@ class Rig:
     server: str  # "execserver" | "reference"
     transport: str  # "websocket" | "stdio"
     root: Path
+    codex: str  # path of the codex CLI binary
     workspace: Path = field(init=False)
     home: Path = field(init=False)
 
@@ -143,7 +143,7 @@ apps = false
         async with serve(turns) as model, self._server() as (env, frames):
             self._write_config(model.url, config)
             cmd = [
-                reference_binary(),
+                self.codex,
                 "exec",
                 "--skip-git-repo-check",
                 "--json",
@@ -213,11 +213,11 @@ async def _complete_log(path: Path) -> FrameLog:
 
 
 @contextlib.asynccontextmanager
-async def rig(server: str, transport: str) -> AsyncIterator[Rig]:
+async def rig(server: str, transport: str, codex: str) -> AsyncIterator[Rig]:
     SCRATCH_ROOT.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f"{server}-{transport}-", dir=SCRATCH_ROOT))
     try:
-        yield Rig(server, transport, root)
+        yield Rig(server, transport, root, codex)
     finally:
         if not os.environ.get("CODEX_INTEROP_KEEP"):  # keep the scratch dir for debugging
             shutil.rmtree(root, ignore_errors=True)
