@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
+import logging
 import os
 import shutil
 import subprocess
@@ -31,6 +32,7 @@ from typing import Final
 from execserver.sandbox import seccomp
 from execserver.sandbox.mounts import SyntheticMounts
 
+_LOG = logging.getLogger(__name__)
 BWRAP_ENV: Final = "EXECSERVER_BWRAP"
 NO_LANDLOCK_ENV: Final = "EXECSERVER_SANDBOX_NO_LANDLOCK"
 _PROBE_TIMEOUT_S: Final = 20.0
@@ -70,10 +72,12 @@ class SandboxBackend:
     def describe(self) -> str:
         if self.kind == "bwrap":
             proc = "" if self.proc_ok else ", no /proc"
-            return (
-                f"bwrap ({self.bwrap}{proc}) + seccomp; landlock ABI {self.landlock_abi} "
-                "available as fallback"
+            fallback = (
+                f"Landlock ABI {self.landlock_abi} available as fallback"
+                if self.landlock_abi > 0
+                else "no Landlock fallback"
             )
+            return f"bwrap ({self.bwrap}{proc}) + seccomp; {fallback}"
         if self.kind == "landlock":
             return (
                 f"landlock ABI {self.landlock_abi} + seccomp (bwrap unusable: {self.bwrap_error}); "
@@ -204,5 +208,10 @@ def probe_backend(
 
 @functools.cache
 def detect_backend() -> SandboxBackend:
-    """The host's backend, probed on first use and then cached."""
-    return probe_backend()
+    """The host's backend, probed on first use and then cached. The probe runs
+    bwrap synchronously (tens of ms): call this once at start-up, not first from
+    inside a request."""
+    backend = probe_backend()
+    log = _LOG.warning if backend.kind == "none" else _LOG.info
+    log("sandbox backend: %s", backend.describe())
+    return backend
