@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from execserver.discovery import service as discovery
 from execserver.fs import service as fs
 from execserver.http_request import service as http_request
 from execserver.processes import service as processes
@@ -15,4 +16,5 @@ def build_method_table() -> MethodTable:
     processes.register(table)
     fs.register(table)
     http_request.register(table)
+    discovery.register(table)
     return table
