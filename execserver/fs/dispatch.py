@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 from execserver.fs.errors import fs_error
 from execserver.sandbox.fs import needs_sandboxed_fs, run_sandboxed_fs_call
+from execserver.sandbox.policy import DYNAMIC_CWD_MESSAGE, has_dynamic_entries
+from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import FileSystemSandboxContext
 
 T = TypeVar("T")
@@ -45,6 +47,19 @@ def _spec(func: Callable[..., Any]) -> str:
     return f"{func.__module__}:{func.__name__}"
 
 
+def needs_sandbox(sandbox: FileSystemSandboxContext | None, *, write: bool) -> bool:
+    """Whether this access must run in the sandbox helper.
+
+    The reference resolves the policy before routing, so a cwd-dependent
+    policy without a cwd is refused even when the access itself is unrestricted.
+    """
+    if sandbox is None:
+        return False
+    if sandbox.policy_cwd() is None and has_dynamic_entries(sandbox):
+        raise RpcError.invalid_params(DYNAMIC_CWD_MESSAGE)
+    return needs_sandboxed_fs(sandbox, write=write)
+
+
 async def run_fs_op(
     sandbox: FileSystemSandboxContext | None,
     func: Callable[..., Any],
@@ -54,6 +69,7 @@ async def run_fs_op(
 ) -> Any:
     """Run ``func(**args)`` (JSON-able args and result) under ``sandbox`` if it
     restricts this kind of access, else in the thread pool."""
-    if sandbox is not None and needs_sandboxed_fs(sandbox, write=write):
+    if needs_sandbox(sandbox, write=write):
+        assert sandbox is not None
         return await run_sandboxed_fs_call(sandbox, func=_spec(func), args=args, write=write)
     return await in_thread(func, **args)

@@ -15,10 +15,10 @@ import errno
 import os
 from typing import Any
 
-from execserver.fs.dispatch import in_thread
+from execserver.fs.dispatch import in_thread, needs_sandbox
 from execserver.fs.handle_io import open_fd, open_for_handle
 from execserver.fs.mode import OpenMode
-from execserver.sandbox.fs import needs_sandboxed_fs, run_sandboxed_fs_call
+from execserver.sandbox.fs import run_sandboxed_fs_call
 from execserver.wire.sandbox import FileSystemSandboxContext
 
 
@@ -35,8 +35,9 @@ async def open_handle_fd(
     sandbox: FileSystemSandboxContext | None, path: str, mode: OpenMode
 ) -> int:
     write = mode == "replace"
-    if sandbox is None or not needs_sandboxed_fs(sandbox, write=write):
+    if not needs_sandbox(sandbox, write=write):
         return await in_thread(open_fd, path, mode)
+    assert sandbox is not None
     spec = f"{open_for_handle.__module__}:{open_for_handle.__name__}"
     ident: Any = await run_sandboxed_fs_call(
         sandbox, func=spec, args={"path": path, "mode": mode}, write=write

@@ -373,4 +373,7 @@ def register(table: MethodTable) -> None:
         rust_name="WatchMissingParams",
         validate=_validate_watch,
     )
-    table.capabilities.add("fs_watch_missing")
+    # fs/open "replace" + fs/writeBlock, and fs/open under a sandbox, both work.
+    table.capabilities.update(
+        {"fs_watch_missing", "file_write_streaming", "sandboxed_file_streaming"}
+    )
