@@ -21,6 +21,7 @@ from execserver.client import (
     Failed,
     Output,
     ProcessEvent,
+    ProcessFailed,
     RemoteProcess,
 )
 from tests.integration.test_client_support import ScriptedPeer, scripted_server
@@ -285,6 +286,13 @@ async def test_transport_disconnect_fails_sessions_and_rejects_new_sessions() ->
             assert client.state is ClientState.FAILED
             with pytest.raises(ExecServerUnavailable):
                 await client.start_process(["x"])
+            with pytest.raises(ProcessFailed):
+                await proc.wait()
+            # A read on the failed process is answered locally.
+            local = await proc.read(after_seq=0)
+            assert (local.exited, local.closed, local.failure) == (True, True, proc.failure)
+            with pytest.raises(BrokenPipeError):
+                await client.fs.read_file("/etc/hostname")
 
 
 async def test_resume_answered_with_another_session_fails_the_client() -> None:
