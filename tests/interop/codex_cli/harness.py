@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ SCRATCH_ROOT = Path.home() / ".cache" / "execserver-interop"
 TEE = Path(__file__).with_name("stdio_tee.py")
 CLI_TIMEOUT_S = 90
 LOG_WAIT_STEPS = 100  # x 0.1 s: how long the stdio tee may outlive the CLI
+FrameSource = Callable[[], Awaitable[FrameLog]]
 MODEL_SLUG = "gpt-5.5"  # has bundled model metadata, so the CLI offers apply_patch
 
 
@@ -165,17 +166,17 @@ apps = false
                 out, err = await asyncio.wait_for(proc.communicate(), CLI_TIMEOUT_S)
             except TimeoutError:
                 await stop_process(proc)
-                log = await frames() if callable(frames) else frames
+                log = await frames()
                 raise AssertionError(
                     f"codex exec did not finish in {CLI_TIMEOUT_S}s\n{log.dump()}"
                 ) from None
-        log = await frames() if callable(frames) else frames
+        log = await frames()
         events = [json.loads(ln) for ln in out.decode().splitlines() if ln.startswith("{")]
         return CliResult(proc.returncode or 0, events, err.decode(errors="replace"), model, log)
 
     @contextlib.asynccontextmanager
-    async def _server(self) -> AsyncIterator[tuple[dict[str, str], Any]]:
-        """Yield (extra CLI environment, frame log or a callable producing it)."""
+    async def _server(self) -> AsyncIterator[tuple[dict[str, str], FrameSource]]:
+        """Yield (extra CLI environment, how to get the frame log after the run)."""
         if self.transport == "stdio":
             log_path = self.root / f"frames-{len(list(self.root.glob('frames-*')))}.jsonl"
             self._write_stdio_environment(log_path)
@@ -187,7 +188,11 @@ apps = false
             start_server(self.server, env=self.cli_env()) as running,
             logging_proxy(running.url) as (url, log),
         ):
-            yield {"CODEX_EXEC_SERVER_URL": url}, log
+
+            async def frames() -> FrameLog:
+                return log
+
+            yield {"CODEX_EXEC_SERVER_URL": url}, frames
 
 
 def _tee_alive(path: Path) -> bool:
