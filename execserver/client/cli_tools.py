@@ -221,16 +221,21 @@ async def _stream_output(proc: RemoteProcess) -> int:
 
 
 async def _pump_stdin(proc: RemoteProcess, *, eof: bytes | None, raw: bool) -> None:
-    """Copy local stdin to the remote process until EOF (then send ``eof`` if given)."""
-    async for data in _read_stdin():
-        if raw and CTRL_C in data:
-            # In raw mode ^C is a byte, not SIGINT; forward it as the interrupt too.
+    """Copy local stdin to the remote process until EOF (then send ``eof`` if given).
+
+    Errors end the copy quietly: the output stream reports what happened to the
+    process, and the exit code must come from there.
+    """
+    try:
+        async for data in _read_stdin():
             await proc.write(data)
-            await proc.interrupt()
-            continue
-        await proc.write(data)
-    if eof is not None:
-        await proc.write(eof)
+            if raw and CTRL_C in data:
+                # In raw mode ^C is a byte, not SIGINT; send the interrupt as well.
+                await proc.interrupt()
+        if eof is not None:
+            await proc.write(eof)
+    except ExecServerError:
+        return
 
 
 async def _read_stdin() -> Any:
