@@ -372,3 +372,27 @@ async def test_token_callable_is_asked_again_on_reconnect() -> None:
             await wait_for_drop(client)
             assert await client.environment_status() == "ready"
     assert asked == ["t-1", "t-2"]
+
+
+async def test_wake_notifications_do_not_block_other_sessions() -> None:
+    async def script(peer: ScriptedPeer) -> None:
+        await peer.handshake()
+        await start_reply(peer)  # noisy
+        await start_reply(peer)  # quiet
+        for seq in range(1, 4098):
+            await peer.notify("process/output", output(seq, b"n", pid="noisy"))
+        await peer.notify("process/output", output(1, b"q", pid="quiet"))
+        await peer.notify(
+            "process/exited",
+            {"processId": "quiet", "seq": 2, "exitCode": 0, "sandboxDenied": False},
+        )
+        await peer.notify("process/closed", {"processId": "quiet", "seq": 3})
+
+    async with scripted_server(script) as url:
+        async with await connect(url) as client:
+            noisy = await client.start_process(["x"], process_id="noisy")
+            quiet = await client.start_process(["x"], process_id="quiet")
+            # Nobody reads the noisy process; the quiet one still gets everything.
+            events = await collect(quiet)
+            assert events == [Output(1, "stdout", b"q"), Exited(2, 0, False), Closed(3)]
+            assert noisy.last_seq == 4097
