@@ -164,8 +164,9 @@ async def test_independent_sessions_do_not_share_output(
     manager: UnifiedExecManager, workspace: Path
 ) -> None:
     turn = _turn(workspace)
-    a = await manager.exec_command({"cmd": "cat", "tty": True, "login": False}, turn)
-    b = await manager.exec_command({"cmd": "cat", "tty": True, "login": False}, turn)
+    args = {"cmd": "cat", "tty": True, "login": False, "yield_time_ms": 250}
+    a = await manager.exec_command(args, turn)
+    b = await manager.exec_command(args, turn)
     assert a.session_id is not None and b.session_id is not None
     assert a.session_id != b.session_id
     to_a = await manager.write_stdin({"session_id": a.session_id, "chars": "alpha\n"})
