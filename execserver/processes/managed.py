@@ -353,11 +353,11 @@ class ManagedProcess:
     def write(self, write_id: str, data: bytes) -> WriteStatus:
         if not self.tty and not self.pipe_stdin:
             return "stdinClosed"
-        if self._terminated:
-            # The reference drops its stdin channel on terminate; writes then fail.
-            raise RpcError.internal("failed to write to process stdin")
         if write_id in self._write_ids:
             return "accepted"  # a retry of a write we already delivered
+        if self._terminated:
+            # The reference drops its stdin channel on terminate; new writes then fail.
+            raise RpcError.internal("failed to write to process stdin")
         self._write_ids[write_id] = None
         if len(self._write_ids) > MAX_WRITE_IDS:
             del self._write_ids[next(iter(self._write_ids))]
@@ -415,13 +415,20 @@ class ManagedProcess:
             os.killpg(group, signal.SIGINT)
 
     def terminate(self) -> bool:
-        """SIGKILL the direct child (as the reference); True if it was running."""
+        """SIGKILL the child's process group, as the reference does; True if it was running.
+
+        Members that left the group (setsid) survive, as under the reference; they
+        die with the session. The group id is the child's pid, which cannot be
+        recycled before we reap the child, so this never hits a stranger.
+        """
         if self.exited:
             return False
         self._abandon = True
         self._terminated = True
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
         return True
 
     # ---- teardown --------------------------------------------------------------------

@@ -175,14 +175,16 @@ async def test_stdin_through_cat_with_write_id_dedupe(any_server: RunningServer)
         assert (bad.value.code, bad.value.message) == (-32602, "Invalid symbol 33, offset 0.")
         await c.call("process/terminate", {"processId": "cat"})
         await c.wait_closed("cat")
-        # After terminate the reference refuses writes (even a retried writeId).
-        for write_id in ("e", "a"):
+        # After terminate the reference refuses new writes (a failed writeId is not
+        # remembered), while a retry of a delivered writeId is still acknowledged.
+        for write_id in ("e", "e"):
             with pytest.raises(RpcFailure) as refused:
                 await c.write("cat", "late\n", write_id)
             assert (refused.value.code, refused.value.message) == (
                 -32603,
                 "failed to write to process stdin",
             )
+        assert await c.write("cat", "late\n", "a") == "accepted"
 
 
 @pytest.mark.parametrize("tty", [False, True])
@@ -229,17 +231,15 @@ async def test_unknown_process_answers(any_server: RunningServer) -> None:
 @pytest.mark.parametrize(
     ("tty", "script", "expected"),
     [
-        (False, "sleep 30; echo never", 130),
-        (True, "sleep 30; echo never", 1),
+        (False, "echo armed; sleep 30; echo never", 130),
+        (True, "echo armed; sleep 30; echo never", 1),
         (False, "trap 'echo got-INT; exit 42' INT; echo armed; while true; do sleep 0.1; done", 42),
     ],
 )
 async def test_interrupt(any_server: RunningServer, tty: bool, script: str, expected: int) -> None:
     async with connect(any_server.url) as c:
-        await c.start(
-            "i", ["bash", "--norc", "--noprofile", "-c", f"echo armed; {script}"], tty=tty
-        )
-        await c.wait_output("i", b"armed")
+        await c.start("i", ["bash", "--norc", "--noprofile", "-c", script], tty=tty)
+        await c.wait_output("i", b"armed")  # printed once the script is ready for the signal
         assert await c.call("process/signal", {"processId": "i", "signal": "interrupt"}) == {}
         ev = await c.wait_closed("i")
     assert ev.exited()["exitCode"] == expected  # type: ignore[index]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import signal
@@ -21,6 +22,23 @@ def _kill_pids(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             continue
+
+
+def _dead(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def _wait_dead(pid: int, timeout: float = 10) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    dead = _dead(pid)
+    while not dead and loop.time() < deadline:
+        await asyncio.sleep(0.02)  # there is no event for "a pid died"
+        dead = _dead(pid)
+    return dead
 
 
 @pytest.fixture
@@ -114,7 +132,7 @@ async def test_exited_does_not_wait_for_a_background_writer(any_server: RunningS
     assert ev.seqs() == [1, 2, 3, 4]
 
 
-async def test_terminate_closes_promptly_even_if_a_grandchild_holds_stdout(
+async def test_terminate_closes_promptly_and_kills_the_process_group(
     any_server: RunningServer,
 ) -> None:
     async with connect(any_server.url) as c:
@@ -125,8 +143,8 @@ async def test_terminate_closes_promptly_even_if_a_grandchild_holds_stdout(
             assert await c.call("process/terminate", {"processId": "hold"}) == {"running": True}
             ev = await c.wait_closed("hold")
             assert ev.exited()["exitCode"] == 137  # type: ignore[index]
-            # Only the direct child was killed, as the reference does.
-            assert psutil.pid_exists(grandchild)
+            # The reference SIGKILLs the child's whole process group (not only the child).
+            assert await _wait_dead(grandchild)
         finally:
             _kill_pids([grandchild])
 

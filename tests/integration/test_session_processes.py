@@ -155,7 +155,7 @@ async def test_server_shutdown_leaves_no_descendant() -> None:
     assert await _wait_all_dead(pids) == []
 
 
-async def test_terminate_kills_only_the_direct_child_like_the_reference(
+async def test_terminate_spares_a_setsid_grandchild_like_the_reference(
     any_server: RunningServer,
 ) -> None:
     async with connect(any_server.url) as c:
