@@ -78,6 +78,7 @@ def finished(result: CliResult) -> None:
     """The turn ran to the model's final message and the CLI exited 0."""
     assert result.returncode == 0, result.describe()
     assert [m["text"] for m in result.items("agent_message")] == ["done"], result.describe()
+    assert result.model.stray == [], "the CLI sent traffic beyond the model turns"
 
 
 async def test_plain_command(cli: Rig) -> None:

@@ -159,7 +159,7 @@ apps = false
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env={**self.cli_env(), **env},
+                env={**self.cli_env(), **env, **_proxy_env(model.origin)},
                 cwd=str(self.workspace),
             )
             try:
@@ -193,6 +193,14 @@ apps = false
                 return log
 
             yield {"CODEX_EXEC_SERVER_URL": url}, frames
+
+
+def _proxy_env(origin: str) -> dict[str, str]:
+    """Send every non-loopback HTTP(S) request of the CLI to the mock, which records it."""
+    env = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        env[name] = env[name.lower()] = origin
+    return env
 
 
 def _tee_alive(path: Path) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +21,7 @@ from aiohttp import web
 Item = dict[str, Any]
 # A scripted turn: fixed items, or a function of the model's state so far (for
 # answers that depend on earlier tool output, such as a write_stdin session id).
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Turn = list[Item] | Callable[["MockModel"], list[Item]]
 
 
@@ -62,7 +63,9 @@ class MockModel:
 
     turns: list[Turn]
     requests: list[dict[str, Any]] = field(default_factory=list)
-    url: str = ""
+    stray: list[str] = field(default_factory=list)  # requests other than POST /v1/responses
+    url: str = ""  # the /v1 base URL
+    origin: str = ""  # http://127.0.0.1:PORT
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def tool_outputs(self) -> dict[str, str]:
@@ -103,10 +106,15 @@ class MockModel:
         await response.write_eof()
         return response
 
-    async def _other(self, request: web.Request) -> web.Response:
-        # Anything else (model lists, telemetry) is answered empty so the CLI
-        # never waits on it; the request is still visible in the test log.
-        return web.json_response({"data": [], "models": []})
+    @web.middleware
+    async def _record_stray(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        # Everything but a model turn, including what the CLI tries to send
+        # elsewhere: the mock is also its HTTP(S) proxy, and a CONNECT never
+        # matches a route, so this is a middleware. Tests insist there is none.
+        if (request.method, request.path) != ("POST", "/v1/responses"):
+            self.stray.append(f"{request.method} {request.host} {request.path_qs}")
+            return web.Response(status=404)
+        return await handler(request)
 
 
 async def _event(response: web.StreamResponse, kind: str, payload: dict[str, Any]) -> None:
@@ -129,15 +137,15 @@ def _output_text(output: Any) -> str:
 async def serve(turns: list[Turn]) -> AsyncIterator[MockModel]:
     """Run the mock on an ephemeral 127.0.0.1 port; ``model.url`` is the /v1 base."""
     model = MockModel(turns)
-    app = web.Application()
+    app = web.Application(middlewares=[model._record_stray])
     app.router.add_post("/v1/responses", model._responses)
-    app.router.add_route("*", "/{tail:.*}", model._other)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    model.url = f"http://127.0.0.1:{port}/v1"
+    model.origin = f"http://127.0.0.1:{port}"
+    model.url = f"{model.origin}/v1"
     try:
         yield model
     finally:
