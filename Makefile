@@ -65,5 +65,10 @@ bench: $(STAMP) system-deps
 bench-smoke: $(STAMP) system-deps
 	$(BIN)/python -m benchmarks.run --smoke
 
+# The full reliability suite (100k fuzz messages, 1,000-cycle storms, 1 GB
+# outputs, 10,000 processes, 10-minute soak); `make test` runs a bounded subset.
+reliability: $(STAMP) system-deps
+	RELIABILITY_SCALE=full $(BIN)/pytest -s tests/reliability $(PYTEST_ARGS)
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

@@ -57,6 +57,8 @@ class ParamsDecoder(Generic[T]):
             raise RpcError.invalid_params(self._translate(str(exc), data)) from None
         except msgspec.DecodeError as exc:  # pragma: no cover - the envelope already parsed it
             raise RpcError.invalid_params(str(exc)) from None
+        except RecursionError:
+            raise RpcError.invalid_params("recursion limit exceeded") from None
 
     def _decode_sequence(self, data: bytes) -> T:
         """serde also accepts a struct as an array of its fields in declaration order."""

@@ -66,6 +66,9 @@ def decode_incoming(frame: bytes | str) -> Incoming:
         msg = _incoming_decoder.decode(frame)
     except (msgspec.DecodeError, UnicodeDecodeError):
         return _slow_classify(frame)
+    except RecursionError:
+        # Pathologically deep nesting; serde refuses it as well (its limit is 128).
+        return MalformedMessage("recursion limit exceeded at line 1 column 1")
     if not isinstance(msg.method, msgspec.UnsetType):
         if isinstance(msg.id, msgspec.UnsetType):
             return IncomingNotification(msg.method, msg.params)

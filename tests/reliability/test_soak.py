@@ -1,0 +1,161 @@
+"""Soak: mixed load (processes, output, stdin, fs, resumes) for a bounded time
+on loopback; the report lists errors (must be 0), the RSS trend and fds."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tests.reliability.helpers import live_descendants, num_fds, rss_mb, wait_until
+from tests.reliability.scale import pick
+from tests.servers import start_server
+from tests.wsclient import RawPeer, connect
+
+DURATION_S = pick(ci=20, full=600)
+WORKERS = 6
+
+
+async def _worker(
+    url: str, index: int, stop: asyncio.Event, errors: list[str], ops: list[int], work: Path
+) -> None:
+    rng = random.Random(index)
+    n = 0
+    while not stop.is_set():
+        async with connect(url) as peer:
+            await peer.handshake()
+            for _ in range(rng.randint(5, 30)):
+                if stop.is_set():
+                    break
+                n += 1
+                try:
+                    await _one_op(peer, rng, f"{index}-{n}", work)
+                    ops[index] += 1
+                except Exception as exc:  # every failure is counted and reported
+                    errors.append(f"worker {index} op {n}: {type(exc).__name__}: {exc}")
+
+
+async def _check(reply: dict[str, Any]) -> dict[str, Any]:
+    if "error" in reply:
+        raise RuntimeError(reply["error"])
+    return reply["result"]
+
+
+async def _drain_until_closed(peer: RawPeer, pid: str) -> bytes:
+    out = bytearray()
+    while True:
+        msg = await peer.recv(timeout=30)
+        params = msg.get("params", {})
+        if params.get("processId") != pid:
+            continue
+        if msg["method"] == "process/output":
+            out += base64.b64decode(params["chunk"])
+        elif msg["method"] == "process/closed":
+            return bytes(out)
+
+
+async def _one_op(peer: RawPeer, rng: random.Random, tag: str, work: Path) -> None:
+    kind = rng.choice(["echo", "cat", "burst", "fs", "read"])
+    if kind == "echo":
+        await _check(
+            await peer.call(
+                "process/start",
+                {
+                    "processId": tag,
+                    "argv": ["echo", tag],
+                    "cwd": "file:///tmp",
+                    "env": {},
+                    "tty": False,
+                },
+            )
+        )
+        got = await _drain_until_closed(peer, tag)
+        if got != f"{tag}\n".encode():
+            raise AssertionError(f"echo output {got!r}")
+    elif kind == "cat":
+        await _check(
+            await peer.call(
+                "process/start",
+                {
+                    "processId": tag,
+                    "argv": ["cat"],
+                    "cwd": "file:///tmp",
+                    "env": {},
+                    "tty": False,
+                    "pipeStdin": True,
+                },
+            )
+        )
+        await _check(
+            await peer.call(
+                "process/write",
+                {"processId": tag, "chunk": base64.b64encode(b"ping\n").decode(), "writeId": "1"},
+            )
+        )
+        await _check(await peer.call("process/signal", {"processId": tag, "signal": "interrupt"}))
+        await _drain_until_closed(peer, tag)
+    elif kind == "burst":
+        size = rng.randint(1, 2_000_000)
+        await _check(
+            await peer.call(
+                "process/start",
+                {
+                    "processId": tag,
+                    "argv": ["head", "-c", str(size), "/dev/zero"],
+                    "cwd": "file:///tmp",
+                    "env": {},
+                    "tty": False,
+                },
+            )
+        )
+        got = await _drain_until_closed(peer, tag)
+        if len(got) != size:
+            raise AssertionError(f"burst got {len(got)} of {size} bytes")
+    elif kind == "fs":
+        path = f"file://{work}/{tag}.txt"
+        data = base64.b64encode(tag.encode()).decode()
+        await _check(await peer.call("fs/writeFile", {"path": path, "dataBase64": data}))
+        read = await _check(await peer.call("fs/readFile", {"path": path}))
+        if read["dataBase64"] != data:
+            raise AssertionError("fs round trip")
+        await _check(await peer.call("fs/remove", {"path": path}))
+    else:
+        await _check(await peer.call("environment/status"))
+
+
+async def test_soak_mixed_load_has_no_errors_and_no_growth() -> None:
+    work = Path(tempfile.mkdtemp(prefix="es-soak-"))
+    async with start_server(
+        "execserver", extra=["--log-level", "warning", "--exited-process-retention", "2"]
+    ) as server:
+        pid = server.process.pid
+        stop = asyncio.Event()
+        errors: list[str] = []
+        ops = [0] * WORKERS
+        samples: list[tuple[float, float, int]] = []
+        tasks = [
+            asyncio.ensure_future(_worker(server.url, i, stop, errors, ops, work))
+            for i in range(WORKERS)
+        ]
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while loop.time() - start < DURATION_S:
+            await asyncio.sleep(min(5.0, DURATION_S / 4))
+            samples.append((loop.time() - start, rss_mb(pid), num_fds(pid)))
+        stop.set()
+        await asyncio.gather(*tasks)
+        assert await wait_until(lambda: not live_descendants(pid), timeout=30)
+        await asyncio.sleep(3)  # exited-process retention
+        final = (loop.time() - start, rss_mb(pid), num_fds(pid))
+    print(f"\nsoak {DURATION_S}s: {sum(ops)} ops, {len(errors)} errors")
+    for t, rss, fds in [*samples, final]:
+        print(f"  t={t:6.1f}s rss={rss:6.1f} MB fds={fds}")
+    assert not errors, errors[:5]
+    assert sum(ops) > 0
+    first_rss = samples[0][1]
+    assert final[1] - first_rss < 40, "RSS keeps growing under steady load"
+    assert final[2] <= samples[0][2] + 5, "fds keep growing under steady load"
