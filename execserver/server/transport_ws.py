@@ -105,6 +105,8 @@ async def websocket_endpoint(request: web.Request) -> web.StreamResponse:
     closer = asyncio.get_running_loop().create_task(conn.wait_closed())
     try:
         await asyncio.wait({reader, closer}, return_when=asyncio.FIRST_COMPLETED)
+        if reader.done() and not reader.cancelled() and reader.exception() is not None:
+            log.error("connection %s: reader failed", peer, exc_info=reader.exception())
         if conn.close_reason is not None and request.transport is not None:
             # The reference drops the TCP connection without a close frame (§3.5).
             request.transport.abort()
