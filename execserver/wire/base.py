@@ -19,13 +19,17 @@ class Empty(WireStruct):
     """``{}``: the result of methods that return nothing, and params that carry nothing."""
 
 
+_NULL = msgspec.Raw(b"null")
+
+
 def absent_raw() -> msgspec.Raw:
-    """Default for raw JSON members (``sandbox``): an empty Raw means "absent".
+    """Default for raw JSON members (``sandbox``): ``null``, which the protocol
+    treats like an absent member. (An empty Raw would encode as invalid JSON.)
 
     Used through ``msgspec.field(default_factory=...)`` so schema generation
     does not try to serialise a Raw default.
     """
-    return msgspec.Raw()
+    return _NULL
 
 
 # Rust u64 fields: serde names them "u64" in its errors and rejects negatives.
