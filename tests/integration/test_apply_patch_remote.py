@@ -255,3 +255,30 @@ async def test_patch_command_exits_non_zero_with_the_reference_message(
         execserver.url, workspace, "*** Begin Patch\n*** Delete File: nope.txt\n*** End Patch\n"
     )
     assert (code, out, err) == (1, "", f"Failed to delete file {workspace}/nope.txt\n")
+
+
+async def test_unsandboxed_retry_does_not_follow_symlinks(
+    client: ExecServerClient, workspace: Path, outside: Path
+) -> None:
+    """Invariant 15: the approved unsandboxed retry runs with followSymlinks
+    false, so a workspace symlink cannot redirect a write out of the paths the
+    user approved; the write through it fails and what landed is reported."""
+    (workspace / "link").symlink_to(outside)
+    patch = "\n".join(
+        [
+            "*** Begin Patch",
+            f"*** Add File: {outside}/direct.txt",
+            "+direct",
+            "*** Add File: link/via.txt",
+            "+via",
+            "*** End Patch",
+        ]
+    )
+    user = ScriptedUser(ReviewDecision.APPROVED)
+    result = await run_apply_patch(client.fs, _turn(workspace, user), _request(patch, workspace))
+    assert result.retried
+    assert not result.success
+    assert result.output == f"Failed to write file {workspace}/link/via.txt\n"
+    assert (outside / "direct.txt").read_text() == "direct\n"
+    assert not (outside / "via.txt").exists()
+    assert [c.path for c in result.delta.changes] == [f"{outside}/direct.txt"]

@@ -383,3 +383,35 @@ async def test_bare_patch_body_as_command_is_refused(
     assert info.value.message == (
         'patch detected without explicit call to apply_patch. Rerun as ["apply_patch", "<patch>"]'
     )
+
+
+async def test_write_to_a_process_that_exited_between_calls_reports_its_exit(
+    manager: UnifiedExecManager, workspace: Path
+) -> None:
+    out = await manager.exec_command(
+        {"cmd": "read line; echo got:$line", "tty": True, "login": False, "yield_time_ms": 250},
+        _turn(workspace),
+    )
+    assert out.session_id is not None
+    entry = manager.store.get(out.session_id)
+    assert entry is not None
+    # Kill it behind the manager's back: the store still lists it.
+    await entry.process.remote.terminate()
+    await entry.process.wait_exit(30)
+    done = await manager.write_stdin({"session_id": out.session_id, "chars": "late\n"})
+    assert done.session_id is None
+    assert done.exit_code is not None and done.exit_code != 0
+    assert len(manager.store) == 0
+
+
+async def test_start_failure_is_reported_to_the_model(
+    manager: UnifiedExecManager, workspace: Path
+) -> None:
+    with pytest.raises(RespondToModel) as info:
+        await manager.exec_command(
+            {"cmd": "true", "workdir": "does/not/exist", "login": False}, _turn(workspace)
+        )
+    assert info.value.message.startswith(
+        "exec_command failed for `true`: Failed to create unified exec process: "
+    )
+    assert len(manager.store) == 0

@@ -156,10 +156,10 @@ class UnifiedExecManager:
                 exit_code=denial.exit_code,
                 session_id=None,
             )
-        except (Rejected, ExecFailed) as exc:
+        except Rejected as exc:
             self._ids.release(process_id)
             raise RespondToModel(exc.message) from exc
-        except SandboxError as exc:
+        except (ExecFailed, SandboxError) as exc:
             self._ids.release(process_id)
             raise RespondToModel(f"exec_command failed for `{args.cmd}`: {exc}") from exc
         except BaseException:
