@@ -82,9 +82,7 @@ def _parses(text: str) -> bool:
     return True
 
 
-def detect_apply_patch(
-    argv: Sequence[str], cwd: str
-) -> PatchInvocation | InvocationError | None:
+def detect_apply_patch(argv: Sequence[str], cwd: str) -> PatchInvocation | InvocationError | None:
     """``None`` when ``argv`` is not an apply_patch call."""
     script = _shell_script(argv)
     if (len(argv) == 1 and _parses(argv[0])) or (script is not None and _parses(script)):
