@@ -3,7 +3,8 @@
 Each scenario scripts a mock model, runs ``codex exec`` with the server under
 test as its remote environment, and checks three things: the files on disk,
 the tool output the CLI sent back to the model, and the JSON-RPC frames
-between CLI and server (recorded by a proxy). Every scenario runs against
+between CLI and server (recorded by a websocket proxy, or a tee on stdio).
+Every scenario runs against
 execserver and the reference, over websocket and stdio.
 
 The frame checks matter beyond detail: when the remote environment fails, the
@@ -27,6 +28,7 @@ from tests.interop.codex_cli.harness import CliResult, Rig, rig
 from tests.interop.codex_cli.mock_model import (
     Item,
     MockModel,
+    Turn,
     apply_patch,
     exec_command,
     message,
@@ -137,7 +139,7 @@ async def test_apply_patch_add_update_move_delete(cli: Rig) -> None:
             }
         )
 
-    def after_previous(item: Item) -> Any:
+    def after_previous(item: Item) -> Turn:
         def turn(_: MockModel) -> list[Item]:
             snapshot()
             return [item]
