@@ -4,8 +4,8 @@ Each scenario scripts a mock model, runs ``codex exec`` with the server under
 test as its remote environment, and checks three things: the files on disk,
 the tool output the CLI sent back to the model, and the JSON-RPC frames
 between CLI and server (recorded by a websocket proxy, or a tee on stdio).
-Every scenario runs against
-execserver and the reference, over websocket and stdio.
+Every scenario runs against execserver and the reference, over websocket and
+stdio.
 
 The frame checks matter beyond detail: when the remote environment fails, the
 CLI quietly runs tools on the local host instead, so disk and model checks
