@@ -1,0 +1,189 @@
+"""What the proxy decided about one request, and how that is reported.
+
+Every final decision goes out as ``network/policyDecision`` (protocol §9.7); a
+blocked HTTP request is answered ``403`` with the reference's JSON body and
+``x-proxy-error`` header. Texts and codes below were observed on 0.169.0
+(``mitm_required``'s message and the unix-socket texts are ours: [I]).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+from execserver.wire.network import NetworkPolicyDecisionNotification
+
+# Protocol labels: the decision record uses these, policyRequest the request labels.
+Protocol = Literal["http", "https_connect", "socks5_tcp"]
+REQUEST_PROTOCOL: dict[str, str] = {
+    "http": "http",
+    "https_connect": "https",
+    "socks5_tcp": "socks5-tcp",
+}
+
+
+@dataclass(frozen=True)
+class Decision:
+    decision: str  # "allow" | "deny" | "ask"
+    source: str  # "baseline_policy" | "decider" | "mode_guard"
+    reason: str
+    scope: str = "domain"  # "domain" | "non_domain"
+    policy_override: bool = False
+    # For blocked requests: the 403's x-proxy-error header and message.
+    header: str = ""
+    message: str = ""
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision == "allow"
+
+
+BASELINE_ALLOW = Decision("allow", "baseline_policy", "allow")
+DECIDER_ALLOW = Decision("allow", "decider", "not_allowed", policy_override=True)
+DENYLIST = Decision(
+    "deny",
+    "baseline_policy",
+    "denied",
+    header="blocked-by-denylist",
+    message="Domain denied by the sandbox policy.",
+)
+NOT_ALLOWED_LOCAL = Decision(
+    "deny",
+    "baseline_policy",
+    "not_allowed_local",
+    header="blocked-by-allowlist",
+    message="Sandbox policy blocks local/private network addresses.",
+)
+NOT_ALLOWED = Decision(
+    "deny",
+    "baseline_policy",
+    "not_allowed",
+    header="blocked-by-allowlist",
+    message="Domain not in allowlist.",
+)
+# No answer in time, an error answer, or no client attached: deny (§9.6).
+DECIDER_UNANSWERED = Decision(
+    "deny",
+    "decider",
+    "not_allowed",
+    header="blocked-by-allowlist",
+    message="Domain not in allowlist.",
+)
+METHOD_NOT_ALLOWED = Decision(
+    "deny",
+    "mode_guard",
+    "method_not_allowed",
+    scope="non_domain",
+    header="blocked-by-method-policy",
+    message="Method not allowed in limited mode.",
+)
+MITM_REQUIRED = Decision(
+    "deny",
+    "mode_guard",
+    "mitm_required",
+    scope="non_domain",
+    header="blocked-by-method-policy",
+    message="HTTPS tunnels need inspection in limited mode.",
+)
+UNIX_SOCKET_DENIED = Decision(
+    "deny",
+    "baseline_policy",
+    "unix_socket_not_allowed",
+    scope="non_domain",
+    header="blocked-by-unix-socket-policy",
+    message="Unix socket not allowed by the sandbox policy.",
+)
+
+
+def decider_answer(decision: object) -> Decision:
+    """The client's ``decision`` object; anything but ``allow`` blocks (an unknown
+    or malformed type counts as deny)."""
+    if not isinstance(decision, dict):
+        return DECIDER_UNANSWERED
+    kind = decision.get("type")
+    if kind == "allow":
+        return DECIDER_ALLOW
+    reason = decision.get("reason")
+    return Decision(
+        "ask" if kind == "ask" else "deny",
+        "decider",
+        reason if isinstance(reason, str) else "not_allowed",
+        header="blocked-by-policy",
+        message="Request blocked by network policy.",
+    )
+
+
+@dataclass(frozen=True)
+class Target:
+    protocol: str  # a Protocol label
+    host: str
+    port: int
+    method: str | None = None
+    client: str | None = None  # "ip:port" of the child's connection to the proxy
+
+    @property
+    def request_protocol(self) -> str:
+        return REQUEST_PROTOCOL.get(self.protocol, self.protocol)
+
+
+def timestamp(now: datetime.datetime | None = None) -> str:
+    """RFC 3339, millisecond precision, ``Z`` (as the reference prints it)."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+def notification(
+    process_id: str, target: Target, decision: Decision
+) -> NetworkPolicyDecisionNotification:
+    return NetworkPolicyDecisionNotification(
+        process_id=process_id,
+        timestamp=timestamp(),
+        scope=decision.scope,
+        decision=decision.decision,
+        source=decision.source,
+        reason=decision.reason,
+        protocol=target.protocol,
+        host=target.host,
+        port=target.port,
+        policy_override=decision.policy_override,
+        method=target.method,
+        client=target.client,
+    )
+
+
+def blocked_response(target: Target, decision: Decision) -> bytes:
+    """The proxy's 403 for a blocked HTTP request or CONNECT."""
+    body = json.dumps(
+        {
+            "status": "blocked",
+            "host": target.host,
+            "reason": decision.reason,
+            "decision": decision.decision,
+            "source": decision.source,
+            "protocol": target.protocol,
+            "port": target.port,
+            "message": decision.message,
+        },
+        separators=(",", ":"),
+    ).encode()
+    head = (
+        "HTTP/1.1 403 Forbidden\r\n"
+        "content-type: application/json\r\n"
+        f"x-proxy-error: {decision.header or 'blocked-by-policy'}\r\n"
+        f"content-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def simple_response(status: int, reason: str, text: str) -> bytes:
+    body = text.encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\n"
+        "content-type: text/plain\r\n"
+        f"content-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode() + body

@@ -1,0 +1,123 @@
+"""The baseline policy of one proxy: domain patterns, local addresses, mode.
+
+Pattern forms (case-insensitive, a trailing dot ignored), as codex's proxy:
+
+* ``example.com``   the host itself only;
+* ``*.example.com`` its subdomains, not the apex;
+* ``**.example.com`` the apex and its subdomains;
+* ``*``             every host.
+
+A ``deny`` match wins over an ``allow`` match; ``none`` entries are ignored.
+Only an exact (non-wildcard) ``allow`` entry lifts the local-address block when
+``allowLocalBinding`` is false (observed on the reference: ``localhost``
+allowed by name is reachable, ``127.0.0.1`` not listed is ``not_allowed_local``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from execserver.wire.process import RemoteNetworkProxyConfig
+
+Mode = Literal["limited", "full"]
+
+# Methods limited mode lets through (read-only HTTP); everything else is
+# ``method_not_allowed``, CONNECT is ``mitm_required`` (the reference cannot
+# inspect a tunnel, so it refuses to open one in limited mode).
+LIMITED_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain"})
+
+
+def normalize_host(host: str) -> str:
+    host = host.strip().lower().rstrip(".")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host
+
+
+@dataclass(frozen=True)
+class DomainPattern:
+    text: str
+
+    def matches(self, host: str) -> bool:
+        pattern = self.text
+        if pattern == "*":
+            return True
+        if pattern.startswith("**."):
+            apex = pattern[3:]
+            return host == apex or host.endswith("." + apex)
+        if pattern.startswith("*."):
+            return host.endswith(pattern[1:]) and host != pattern[2:]
+        return host == pattern
+
+    @property
+    def exact(self) -> bool:
+        return "*" not in self.text
+
+
+def _patterns(domains: Mapping[str, str] | None, verdict: str) -> tuple[DomainPattern, ...]:
+    if not domains:
+        return ()
+    return tuple(DomainPattern(normalize_host(p)) for p, v in domains.items() if v == verdict)
+
+
+def is_local_address(text: str) -> bool:
+    """Loopback, private, link-local, unspecified... anything not globally routable."""
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return not address.is_global
+
+
+def is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    mode: Mode = "full"
+    allow: tuple[DomainPattern, ...] = ()
+    deny: tuple[DomainPattern, ...] = ()
+    allow_local_binding: bool = False
+    unix_sockets: Mapping[str, str] = field(default_factory=dict)
+    allow_all_unix_sockets: bool = False
+
+    @classmethod
+    def from_config(cls, config: RemoteNetworkProxyConfig) -> NetworkPolicy:
+        return cls(
+            mode=config.mode,
+            allow=_patterns(config.domains, "allow"),
+            deny=_patterns(config.domains, "deny"),
+            allow_local_binding=config.allow_local_binding,
+            unix_sockets=dict(config.unix_sockets or {}),
+            allow_all_unix_sockets=config.dangerously_allow_all_unix_sockets,
+        )
+
+    def denied(self, host: str) -> bool:
+        return any(p.matches(host) for p in self.deny)
+
+    def allowed(self, host: str) -> bool:
+        return any(p.matches(host) for p in self.allow)
+
+    def explicitly_allowed(self, host: str) -> bool:
+        return any(p.exact and p.matches(host) for p in self.allow)
+
+    def method_allowed(self, method: str) -> bool:
+        return self.mode == "full" or method.upper() in LIMITED_METHODS
+
+    def unix_socket_allowed(self, path: str) -> bool:
+        """``unixSockets`` is an allow-list of exact paths; ``deny`` entries win."""
+        if self.unix_sockets.get(path) == "deny":
+            return False
+        return self.allow_all_unix_sockets or self.unix_sockets.get(path) == "allow"

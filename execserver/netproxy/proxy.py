@@ -1,0 +1,141 @@
+"""One process's egress proxy: listeners, policy engine, lifetime.
+
+Listens on 127.0.0.1 (an ephemeral port) for HTTP and, with ``enableSocks5``,
+SOCKS5. For a sandboxed child, whose network namespace has its own loopback,
+the same front ends are also offered on unix sockets in a private directory
+that the sandbox binds in (see ``netproxy.sandbox``). Closing the proxy closes
+the listeners and every open client connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable
+
+from execserver.netproxy import http_proxy, socks
+from execserver.netproxy.engine import Asker, Notifier, PolicyEngine
+from execserver.netproxy.env import proxy_environment
+from execserver.netproxy.policy import NetworkPolicy
+from execserver.netproxy.resolver import Resolver
+from execserver.wire.process import RemoteNetworkProxyLaunchConfig
+
+Handler = Callable[[PolicyEngine, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+HTTP_SOCKET = "http.sock"
+SOCKS_SOCKET = "socks.sock"
+
+
+class ProcessNetworkProxy:
+    def __init__(
+        self,
+        config: RemoteNetworkProxyLaunchConfig,
+        *,
+        process_id: str,
+        notify: Notifier,
+        ask: Asker | None,
+        resolver: Resolver | None = None,
+    ) -> None:
+        timeout_ms = config.policy_decision_timeout_ms
+        self.config = config
+        self.engine = PolicyEngine(
+            NetworkPolicy.from_config(config.proxy),
+            resolver or Resolver.from_environment(),
+            process_id=process_id,
+            notify=notify,
+            ask=ask,
+            decision_timeout_s=timeout_ms / 1000 if timeout_ms else None,
+        )
+        self.http_port = 0
+        self.socks_port: int | None = None
+        self.socket_dir: str | None = None
+        self._servers: list[asyncio.Server] = []
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @property
+    def socks_enabled(self) -> bool:
+        return self.config.proxy.enable_socks5
+
+    async def start(self) -> None:
+        try:
+            server = await asyncio.start_server(self._serving(http_proxy.handle), "127.0.0.1", 0)
+            self._servers.append(server)
+            self.http_port = _port_of(server)
+            if self.socks_enabled:
+                server = await asyncio.start_server(self._serving(socks.handle), "127.0.0.1", 0)
+                self._servers.append(server)
+                self.socks_port = _port_of(server)
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def start_unix_sockets(self) -> str:
+        """Offer the front ends on unix sockets too; returns their (0700) directory."""
+        if self.socket_dir is None:
+            self.socket_dir = tempfile.mkdtemp(prefix="execserver-netproxy-")
+            path = os.path.join(self.socket_dir, HTTP_SOCKET)
+            self._servers.append(
+                await asyncio.start_unix_server(self._serving(http_proxy.handle), path)
+            )
+            if self.socks_enabled:
+                path = os.path.join(self.socket_dir, SOCKS_SOCKET)
+                self._servers.append(
+                    await asyncio.start_unix_server(self._serving(socks.handle), path)
+                )
+        return self.socket_dir
+
+    def environment(self) -> dict[str, str]:
+        return proxy_environment(
+            self.http_port,
+            self.socks_port,
+            allow_local_binding=self.config.proxy.allow_local_binding,
+        )
+
+    def _serving(
+        self, handler: Handler
+    ) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if self._closed:
+                writer.close()
+                return
+            task = asyncio.current_task()
+            assert task is not None
+            self._writers.add(writer)
+            self._tasks.add(task)
+            try:
+                await handler(self.engine, reader, writer)
+            except asyncio.CancelledError:
+                # Only aclose() cancels these; asyncio's stream callback would log a
+                # cancelled connection task as an error.
+                writer.close()
+            finally:
+                self._writers.discard(writer)
+                self._tasks.discard(task)
+
+        return serve
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for server in self._servers:
+            server.close()
+        for writer in list(self._writers):
+            writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+def _port_of(server: asyncio.Server) -> int:
+    return int(server.sockets[0].getsockname()[1])

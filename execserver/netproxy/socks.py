@@ -1,0 +1,98 @@
+"""The SOCKS5 front end (RFC 1928), TCP CONNECT only, no authentication.
+
+UDP ASSOCIATE (``enableSocks5Udp``) and BIND are answered "command not
+supported": a UDP relay is not implemented, so it is refused, never opened
+unchecked. A blocked destination gets reply 2, "connection not allowed by
+ruleset" (what curl reports from the reference as ``(2)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import struct
+
+from execserver.netproxy import decision as d
+from execserver.netproxy.engine import PolicyEngine
+from execserver.netproxy.relay import close, open_upstream, peer_text, relay
+
+HANDSHAKE_TIMEOUT_S = 30.0
+_VERSION = 5
+_NO_AUTH = 0
+_NO_ACCEPTABLE = 0xFF
+_CMD_CONNECT = 1
+_ATYP_IPV4, _ATYP_DOMAIN, _ATYP_IPV6 = 1, 3, 4
+REPLY_OK = 0
+REPLY_FAILURE = 1
+REPLY_NOT_ALLOWED = 2
+REPLY_HOST_UNREACHABLE = 4
+REPLY_COMMAND_NOT_SUPPORTED = 7
+REPLY_ADDRESS_NOT_SUPPORTED = 8
+
+
+def reply(code: int) -> bytes:
+    return bytes([_VERSION, code, 0, _ATYP_IPV4, 0, 0, 0, 0, 0, 0])
+
+
+async def _read_request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> tuple[int, str, int] | None:
+    version, count = await reader.readexactly(2)
+    methods = await reader.readexactly(count)
+    if version != _VERSION:
+        return None
+    if _NO_AUTH not in methods:
+        writer.write(bytes([_VERSION, _NO_ACCEPTABLE]))
+        return None
+    writer.write(bytes([_VERSION, _NO_AUTH]))
+    version, command, _reserved, atyp = await reader.readexactly(4)
+    if atyp == _ATYP_IPV4:
+        host = str(ipaddress.IPv4Address(await reader.readexactly(4)))
+    elif atyp == _ATYP_IPV6:
+        host = str(ipaddress.IPv6Address(await reader.readexactly(16)))
+    elif atyp == _ATYP_DOMAIN:
+        (length,) = await reader.readexactly(1)
+        host = (await reader.readexactly(length)).decode("idna", errors="replace")
+    else:
+        writer.write(reply(REPLY_ADDRESS_NOT_SUPPORTED))
+        return None
+    (port,) = struct.unpack("!H", await reader.readexactly(2))
+    return command, host, port
+
+
+async def handle(
+    engine: PolicyEngine, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    try:
+        try:
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                request = await _read_request(reader, writer)
+        except (asyncio.IncompleteReadError, TimeoutError, UnicodeError):
+            return
+        if request is None:
+            return
+        command, host, port = request
+        if command != _CMD_CONNECT:
+            writer.write(reply(REPLY_COMMAND_NOT_SUPPORTED))
+            return
+        target = d.Target("socks5_tcp", host, port, None, peer_text(writer))
+        outcome = await engine.check(target)
+        if not outcome.allowed:
+            writer.write(reply(REPLY_NOT_ALLOWED))
+            return
+        try:
+            up_reader, up_writer = await open_upstream(
+                await engine.resolve_for_connect(outcome, target), port
+            )
+        except OSError:
+            writer.write(reply(REPLY_HOST_UNREACHABLE))
+            return
+        writer.write(reply(REPLY_OK))
+        try:
+            await relay(reader, writer, up_reader, up_writer)
+        finally:
+            await close(up_writer)
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        await close(writer)
