@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import msgspec
+
+from execserver.netproxy.launch import session_proxies, start_process_proxy
 from execserver.processes.envpolicy import build_environment
 from execserver.processes.launch import LaunchPlan, plan_launch
 from execserver.processes.log import DEFAULT_RETAINED_BYTES
@@ -106,8 +109,6 @@ def _check_start(params: ExecParams) -> None:
                 "invalid network proxy config: executor-local network proxy launch "
                 "requires an enabled proxy"
             )
-        # We do not advertise networkProxyLaunch; never run such a request without its proxy.
-        raise RpcError.invalid_params("executor-local network proxy launch is not supported")
 
 
 def _sandbox_plan(sandbox: FileSystemSandboxContext, params: ExecParams, cwd: str) -> LaunchPlan:
@@ -141,12 +142,24 @@ async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse
     cwd = str(uri_to_path(params.cwd))
     sandbox = decode_sandbox_param(params.sandbox)
     classify: DenialClassifier | None = None
-    if sandbox is None:
-        plan = plan_launch(params, cwd, os.environ)
-    else:
-        plan = _sandbox_plan(sandbox, params, cwd)
-        classify = is_sandbox_denied
-    table.start(params.process_id, plan, classify)
+    # netproxy (issue 13): the process's own egress proxy; its variables win over env.
+    proxy = None
+    if params.network_proxy is not None:
+        proxy = await start_process_proxy(ctx.session, params.process_id, params.network_proxy)
+        params = msgspec.structs.replace(params, env={**params.env, **proxy.environment()})
+    try:
+        if sandbox is None:
+            plan = plan_launch(params, cwd, os.environ)
+        else:
+            plan = _sandbox_plan(sandbox, params, cwd)
+            classify = is_sandbox_denied
+        proc = table.start(params.process_id, plan, classify)
+    except BaseException:
+        if proxy is not None:
+            await session_proxies(ctx.session).discard(proxy)
+        raise
+    if proxy is not None:
+        session_proxies(ctx.session).close_with(proc, proxy)
     return ExecResponse(params.process_id, plan.sandbox_type)
 
 
