@@ -415,3 +415,18 @@ async def test_start_failure_is_reported_to_the_model(
         "exec_command failed for `true`: Failed to create unified exec process: "
     )
     assert len(manager.store) == 0
+
+
+async def test_unified_exec_pause_blocks_yield_timeout(
+    manager: UnifiedExecManager, workspace: Path
+) -> None:
+    """While paused (a prompt is waiting for the user) the yield deadline does
+    not run out: the call returns the exit instead of a session id."""
+    with manager.pause.paused():
+        out = await manager.exec_command(
+            {"cmd": "sleep 1; echo done", "login": False, "yield_time_ms": 250},
+            _turn(workspace),
+        )
+    assert out.exit_code == 0
+    assert out.session_id is None
+    assert out.output == "done\n"

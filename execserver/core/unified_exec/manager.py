@@ -41,6 +41,7 @@ from execserver.core.unified_exec.params import (
     clamp_exec_yield,
     clamp_write_yield,
 )
+from execserver.core.unified_exec.pause import YieldPause
 from execserver.core.unified_exec.process import UnifiedExecProcess
 from execserver.core.unified_exec.runtime import UnifiedExecRequest, UnifiedExecRuntime
 from execserver.core.unified_exec.store import (
@@ -101,6 +102,8 @@ class UnifiedExecManager:
             max_processes=max_processes, protected_recent=protected_recent
         )
         self._max_poll_ms = max_background_terminal_timeout_ms
+        # Enter ``manager.pause.paused()`` while a prompt blocks running commands.
+        self.pause = YieldPause()
 
     # -- exec_command --------------------------------------------------------
 
@@ -174,7 +177,7 @@ class UnifiedExecManager:
             entry, warnings = await self._store(process_id, process)
         deadline = started + clamp_exec_yield(args.yield_time_ms) / 1000
         try:
-            await collect_until(process, deadline)
+            await collect_until(process, deadline, self.pause)
         finally:
             if entry is not None:
                 entry.in_use -= 1
@@ -313,7 +316,7 @@ class UnifiedExecManager:
                 empty=not args.chars,
                 max_background_terminal_timeout_ms=self._max_poll_ms,
             )
-            await collect_until(process, time.monotonic() + yield_ms / 1000)
+            await collect_until(process, time.monotonic() + yield_ms / 1000, self.pause)
         finally:
             entry.in_use -= 1
         return await self._respond(entry.id, process, started, args.max_output_tokens)

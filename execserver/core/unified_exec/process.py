@@ -104,8 +104,8 @@ class UnifiedExecProcess:
 
     # -- waiting -------------------------------------------------------------
 
-    async def wait_exit(self, timeout: float) -> bool:
-        """Up to ``timeout`` seconds for the exit event (no polling)."""
+    async def wait_exit(self, timeout: float | None) -> bool:
+        """Up to ``timeout`` seconds (None: no limit) for the exit event (no polling)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await self._exited.wait()
