@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from execserver.client.connection import ExecServerClient
 from execserver.client.errors import ExecServerError
 from execserver.client.events import Closed, Exited, Failed, Output
+from execserver.client.process import RemoteProcess
 from execserver.core.approval_cache import ApprovalKey, ExecApprovalKey
 from execserver.core.approvals import ApprovalRequest
 from execserver.core.attempt import SandboxAttempt, exec_start_params
@@ -76,9 +77,18 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
 
     tool_name = "shell"
 
-    def __init__(self, client: ExecServerClient, *, prompt_retry_on_request: bool = False) -> None:
+    def __init__(
+        self,
+        client: ExecServerClient,
+        *,
+        prompt_retry_on_request: bool = False,
+        on_started: Callable[[RemoteProcess], None] | None = None,
+    ) -> None:
         self._client = client
         self._prompt_retry_on_request = prompt_retry_on_request
+        # Told about each attempt's process once the executor confirmed its
+        # start (for callers that show progress or want to interrupt it).
+        self._on_started = on_started
 
     def _cwd(self, req: ShellRequest, turn: TurnContext) -> str:
         return req.cwd or turn.environment.cwd
@@ -160,6 +170,8 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
             proc = await self._client.start(params)
         except ExecServerError as exc:
             raise ExecFailed(f"failed to start `{shlex.join(req.argv)}`: {exc}") from exc
+        if self._on_started is not None:
+            self._on_started(proc)
         out: dict[str, list[bytes]] = {"stdout": [], "stderr": [], "pty": []}
         exit_code: int | None = None
         denied = False

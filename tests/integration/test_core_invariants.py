@@ -134,15 +134,19 @@ async def test_invariant_4_5_call_survives_a_transport_loss_through_resume(
     have been refused as a duplicate processId)."""
     session = client.session_id
     started, go = workspace / "started", workspace / "go"
+    confirmed = asyncio.Event()
     call = asyncio.create_task(
         ToolOrchestrator(_turn(ScriptedUser(), workspace)).run(
-            ShellCommandRuntime(client),
+            ShellCommandRuntime(client, on_started=lambda _: confirmed.set()),
             _sh(
                 f"echo before; touch {started}; "
                 f"while [ ! -e {go} ]; do sleep 0.02; done; echo after"
             ),
         )
     )
+    # Drop the transport only once the start was answered: an unanswered
+    # start fails instead (the test above), by design.
+    await confirmed.wait()
     await _wait_for(started)
     connection = client.connection
     assert connection is not None
