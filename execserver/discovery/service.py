@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from execserver.discovery.config import check_paths, read_config
 from execserver.discovery.skills import scan_root
 from execserver.fs.dispatch import in_thread, run_fs_op
@@ -16,6 +18,7 @@ from execserver.wire.discovery import (
     CapabilityRootsDiscoverV1Params,
     EnvironmentConfigReadParams,
 )
+from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import decode_sandbox_param
 
 
@@ -23,9 +26,21 @@ def _validate_config(params: EnvironmentConfigReadParams) -> None:
     validate_path_uri(params.cwd)
 
 
+def _decode_v2_sandbox(raw: msgspec.Raw) -> None:
+    """discoverV2 takes its own sandbox type (no policyContext) whose ``cwd`` is a
+    required string, reported after ``permissions`` and before ``windowsSandboxLevel``."""
+    value = msgspec.json.decode(bytes(raw)) if len(raw) else None
+    if isinstance(value, dict) and "permissions" in value:
+        if "cwd" not in value:
+            raise RpcError.invalid_params("missing field `cwd`")
+        if value["cwd"] is None:
+            raise RpcError.invalid_params("invalid type: null, expected a string")
+    decode_sandbox_param(raw)
+
+
 def _validate_v2(params: CapabilitiesDiscoverV2Params) -> None:
     validate_path_uri(params.cwd)
-    decode_sandbox_param(params.sandbox)
+    _decode_v2_sandbox(params.sandbox)
 
 
 def _validate_v1(params: CapabilityRootsDiscoverV1Params) -> None:
