@@ -1,2 +1,18 @@
 """Unified exec: the model-facing ``exec_command`` / ``write_stdin`` tools over
-a remote executor (core-client.md §5)."""
+a remote executor (core-client.md §5).
+
+:class:`UnifiedExecManager` is the entry point: one per session and executor.
+"""
+
+from execserver.core.unified_exec.errors import RespondToModel
+from execserver.core.unified_exec.manager import UnifiedExecManager
+from execserver.core.unified_exec.output import ExecCommandToolOutput
+from execserver.core.unified_exec.params import ExecCommandArgs, WriteStdinArgs
+
+__all__ = [
+    "ExecCommandArgs",
+    "ExecCommandToolOutput",
+    "RespondToModel",
+    "UnifiedExecManager",
+    "WriteStdinArgs",
+]

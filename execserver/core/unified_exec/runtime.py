@@ -28,7 +28,7 @@ from execserver.core.policy import ExecApprovalRequirement, SandboxPermissions
 from execserver.core.runtime import ApprovalContext, BaseToolRuntime, TurnContext
 from execserver.core.unified_exec.env import DEFAULT_ENV_POLICY, unified_exec_env
 from execserver.core.unified_exec.process import UnifiedExecProcess
-from execserver.wire.process import ExecEnvPolicy
+from execserver.wire.process import ExecEnvPolicy, ExecParams
 
 __all__ = [
     "EARLY_EXIT_WINDOW",
@@ -131,10 +131,10 @@ class UnifiedExecRuntime(BaseToolRuntime[UnifiedExecRequest, UnifiedExecProcess]
         # The process outlives the call: its network approval ends when it exits.
         return NetworkApprovalSpec(NetworkApprovalMode.DEFERRED, command=req.command)
 
-    async def run(
-        self, req: UnifiedExecRequest, attempt: SandboxAttempt, turn: TurnContext
-    ) -> UnifiedExecProcess:
-        params = exec_start_params(
+    def start_params(self, req: UnifiedExecRequest, attempt: SandboxAttempt) -> ExecParams:
+        """``process/start`` for one attempt: the model's shell argv, the pins as
+        the env overlay on top of the env policy, never a piped stdin."""
+        return exec_start_params(
             attempt,
             argv=req.argv,
             cwd=req.cwd,
@@ -143,6 +143,11 @@ class UnifiedExecRuntime(BaseToolRuntime[UnifiedExecRequest, UnifiedExecProcess]
             tty=req.tty,
             pipe_stdin=False,
         )
+
+    async def run(
+        self, req: UnifiedExecRequest, attempt: SandboxAttempt, turn: TurnContext
+    ) -> UnifiedExecProcess:
+        params = self.start_params(req, attempt)
         try:
             remote = await self._client.start(params)
         except ExecServerError as exc:
