@@ -127,12 +127,31 @@ _RESTRICTED_DENY: Final = (
 )
 
 
+# netproxy (issue 13): the proxy-routed filter (see build_program).
+_PROXY_ROUTED_DENY: Final = ("ptrace", "process_vm_readv", "process_vm_writev", *_IO_URING)
+_ACCEPTING: Final = ("bind", "listen", "accept", "accept4")
+_AF_INET: Final = 2
+_AF_INET6: Final = 10
+
+
 def supported_machine(machine: str | None = None) -> bool:
     return (machine or os.uname().machine) in _ARCHES
 
 
-def build_program(*, network_restricted: bool, machine: str | None = None) -> bytes:
-    """The filter as an array of ``struct sock_filter`` (8 bytes each)."""
+def build_program(
+    *,
+    network_restricted: bool,
+    machine: str | None = None,
+    proxy_routed: bool = False,
+    allow_local_binding: bool = False,
+) -> bytes:
+    """The filter as an array of ``struct sock_filter`` (8 bytes each).
+
+    ``proxy_routed`` (netproxy, issue 13): the child runs in a network namespace
+    whose only reachable service is the bridge to its managed proxy, so it may
+    create AF_INET/AF_INET6 sockets and connect; it may not accept connections
+    (bind/listen/accept) unless ``allow_local_binding``. Everything else of the
+    restricted filter (ptrace, process_vm_*, io_uring, other domains) stays."""
     machine = machine or os.uname().machine
     if machine not in _ARCHES:
         raise RpcError.invalid_params(
@@ -153,17 +172,25 @@ def build_program(*, network_restricted: bool, machine: str | None = None) -> by
     if machine == "x86_64":
         op(_BPF_JGE_K, _X32_SYSCALL_BIT, 0, 1)
         op(_BPF_RET_K, eperm)
-    for name in _RESTRICTED_DENY if network_restricted else _IO_URING:
+    if proxy_routed:
+        denied = _PROXY_ROUTED_DENY + (() if allow_local_binding else _ACCEPTING)
+    else:
+        denied = _RESTRICTED_DENY if network_restricted else _IO_URING
+    for name in denied:
         op(_BPF_JEQ_K, numbers[name], 0, 1)
         op(_BPF_RET_K, eperm)
     # socket()/socketpair(): decide on the domain in args[0].
-    op(_BPF_JEQ_K, numbers["socket"], 1, 0)
-    op(_BPF_JEQ_K, numbers["socketpair"], 0, 3)
-    op(_BPF_LD_W_ABS, _OFF_ARG0_LO)
-    if network_restricted:
-        op(_BPF_JEQ_K, _AF_UNIX, 1, 0)  # AF_UNIX: allow; anything else: EPERM
+    if proxy_routed:  # AF_UNIX/AF_INET/AF_INET6: allow; anything else: EPERM
+        domains = [(_AF_UNIX, 3, 0), (_AF_INET, 2, 0), (_AF_INET6, 1, 0)]
+    elif network_restricted:
+        domains = [(_AF_UNIX, 1, 0)]  # AF_UNIX: allow; anything else: EPERM
     else:
-        op(_BPF_JEQ_K, _AF_VSOCK, 0, 1)  # AF_VSOCK: EPERM; anything else: allow
+        domains = [(_AF_VSOCK, 0, 1)]  # AF_VSOCK: EPERM; anything else: allow
+    op(_BPF_JEQ_K, numbers["socket"], 1, 0)
+    op(_BPF_JEQ_K, numbers["socketpair"], 0, len(domains) + 2)
+    op(_BPF_LD_W_ABS, _OFF_ARG0_LO)
+    for domain, jt, jf in domains:
+        op(_BPF_JEQ_K, domain, jt, jf)
     op(_BPF_RET_K, eperm)
     op(_BPF_RET_K, _RET_ALLOW)
     return b"".join(struct.pack("=HBBI", c, jt, jf, k) for c, jt, jf, k in code)
