@@ -365,3 +365,38 @@ async def test_blocked_file_io_does_not_stall_other_connections(
         reply = await pending
     assert reply.result == {}
     assert received == b"through"
+
+
+def _open_fds(pid: int, target: str) -> int:
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+async def test_connection_close_releases_handles_and_watch(
+    execserver: RunningServer, tmp_path: Path
+) -> None:
+    (tmp_path / "f").write_text("x")
+    pid = execserver.process.pid
+    target = str(tmp_path / "f")
+    async with connect(execserver.url) as client:
+        for i in range(5):
+            await client.ok("fs/open", {"handleId": str(i), "path": uri(target)})
+        watching = await client.ok(
+            "fs/watchMissing", {"watchId": 1, "missing": [uri(tmp_path / "later")]}
+        )
+        assert watching == {"watching": True}
+        assert _open_fds(pid, target) == 5
+        assert _open_fds(pid, "anon_inode:inotify") == 1
+    # the server tears the connection down asynchronously: wait for it
+    for _ in range(200):
+        if _open_fds(pid, target) == 0 and _open_fds(pid, "anon_inode:inotify") == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert _open_fds(pid, target) == 0
+    assert _open_fds(pid, "anon_inode:inotify") == 0
