@@ -1,1 +1,22 @@
+"""The core side: deciding whether and how a tool call runs on an executor.
 
+Policy half (core-client.md §2-4, §6):
+
+* ``policy`` — AskForApproval, SandboxPermissions, ExecApprovalRequirement and
+  the default requirement rules; ``exec_policy`` — the unmatched-command
+  heuristics for shell commands.
+* ``permissions`` — permission profiles (wire <-> model), additional
+  permissions, deny-read.
+* ``decisions`` / ``approvals`` / ``approval_cache`` — ReviewDecision, the
+  injected approver and its router, the session's approval cache.
+* ``environment`` / ``attempt`` — where a call runs and how one attempt runs
+  (host sandbox NONE for remote, the context iff the sandbox is requested).
+* ``runtime`` / ``orchestrator`` / ``retry_gates`` — the ToolRuntime contract
+  and ToolOrchestrator.run with the reference's retry gates.
+* ``network_context`` / ``network_approval`` — network approval contexts,
+  registrations, dedupe, host caches, deferred approvals.
+* ``shell_runtime`` — a one-shot command runtime over ExecServerClient.
+
+Runtimes: ``unified_exec`` (exec_command / write_stdin) and ``apply_patch``.
+Nothing here imports ``execserver.server``.
+"""
