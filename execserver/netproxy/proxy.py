@@ -21,6 +21,7 @@ from execserver.netproxy.engine import Asker, Notifier, PolicyEngine
 from execserver.netproxy.env import proxy_environment
 from execserver.netproxy.policy import NetworkPolicy
 from execserver.netproxy.resolver import Resolver
+from execserver.netproxy.sandbox import ProxyRoutes
 from execserver.wire.process import RemoteNetworkProxyLaunchConfig
 
 Handler = Callable[[PolicyEngine, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -87,6 +88,14 @@ class ProcessNetworkProxy:
                     await asyncio.start_unix_server(self._serving(socks.handle), path)
                 )
         return self.socket_dir
+
+    async def sandbox_routes(self) -> ProxyRoutes:
+        """Where a sandboxed child's bridge sends each proxy port (unix sockets)."""
+        directory = await self.start_unix_sockets()
+        routes = [(self.http_port, os.path.join(directory, HTTP_SOCKET))]
+        if self.socks_port is not None:
+            routes.append((self.socks_port, os.path.join(directory, SOCKS_SOCKET)))
+        return ProxyRoutes(tuple(routes), self.config.proxy.allow_local_binding)
 
     def environment(self) -> dict[str, str]:
         return proxy_environment(
