@@ -24,7 +24,7 @@ import shutil
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from execserver.sandbox import seccomp
 from execserver.sandbox.backend import SandboxBackend, detect_backend
@@ -33,6 +33,9 @@ from execserver.sandbox.mounts import SyntheticMounts
 from execserver.sandbox.policy import MINIMAL_READ_PATHS, ResolvedPolicy, resolve_policy
 from execserver.wire.errors import RpcError, os_error_text
 from execserver.wire.sandbox import FileSystemSandboxContext
+
+if TYPE_CHECKING:
+    from execserver.netproxy.sandbox import ProxyRoutes
 
 SANDBOX_TYPE: Final = "linuxSeccomp"
 LAUNCHER: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
@@ -368,6 +371,7 @@ def plan_process_launch(
     arg0: str | None = None,
     enforce_managed_network: bool = False,
     backend: SandboxBackend | None = None,
+    proxy_routes: ProxyRoutes | None = None,
 ) -> LaunchPlan:
     """The launch plan for process/start with a ``sandbox``; raises RpcError when the
     context is invalid or cannot be enforced here (nothing is spawned then).
@@ -383,6 +387,20 @@ def plan_process_launch(
     del tty
     policy = resolve_policy(context, fallback_cwd=cwd)
     if enforce_managed_network and not policy.enforces_nothing:
+        if proxy_routes is not None:
+            # netproxy (issue 13): the executor launched this process's proxy; route
+            # the child's traffic through it (network namespace + bridge).
+            from execserver.netproxy.sandbox import plan_proxy_routed
+
+            return plan_proxy_routed(
+                policy,
+                argv=argv,
+                cwd=cwd,
+                env=env,
+                backend=backend or detect_backend(),
+                routes=proxy_routes,
+                arg0=arg0,
+            )
         has_proxy = any(k.upper() in _PROXY_ENV for k in env)
         return _refused_plan(
             env, _MANAGED_PROXY_UNSUPPORTED if has_proxy else _MANAGED_PROXY_MISSING
