@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from execserver.netproxy.launch import session_proxies, start_process_proxy
+from execserver.netproxy.sandbox import ProxyRoutes
 from execserver.processes.envpolicy import build_environment
 from execserver.processes.launch import LaunchPlan, plan_launch
 from execserver.processes.log import DEFAULT_RETAINED_BYTES
@@ -111,7 +112,12 @@ def _check_start(params: ExecParams) -> None:
             )
 
 
-def _sandbox_plan(sandbox: FileSystemSandboxContext, params: ExecParams, cwd: str) -> LaunchPlan:
+def _sandbox_plan(
+    sandbox: FileSystemSandboxContext,
+    params: ExecParams,
+    cwd: str,
+    proxy_routes: ProxyRoutes | None = None,
+) -> LaunchPlan:
     """Wrap the command with the sandbox planner. Every failure is an RpcError raised
     before anything is spawned: a sandboxed request never runs unsandboxed."""
     planned = plan_process_launch(
@@ -121,6 +127,7 @@ def _sandbox_plan(sandbox: FileSystemSandboxContext, params: ExecParams, cwd: st
         env=build_environment(params.env, params.env_policy, os.environ),
         tty=params.tty,
         enforce_managed_network=params.enforce_managed_network,
+        proxy_routes=proxy_routes,
     )
     return LaunchPlan(
         program=planned.argv[0],
@@ -151,7 +158,10 @@ async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse
         if sandbox is None:
             plan = plan_launch(params, cwd, os.environ)
         else:
-            plan = _sandbox_plan(sandbox, params, cwd)
+            routes = None
+            if proxy is not None and params.enforce_managed_network:
+                routes = await proxy.sandbox_routes()
+            plan = _sandbox_plan(sandbox, params, cwd, routes)
             classify = is_sandbox_denied
         proc = table.start(params.process_id, plan, classify)
     except BaseException:
