@@ -8,7 +8,7 @@ Order (observed on the reference, protocol §9.6/§9.7):
 3. a local/private destination without ``allowLocalBinding``, unless the host
    is allowed by an exact pattern: ``not_allowed_local`` (the decider is not
    asked: a user cannot lift this block);
-4. an ``allow`` pattern: allowed;
+4. an ``allow`` pattern: allowed, unless the host is in ``reviewDomains``;
 5. otherwise the decider when ``policyDecisionTimeoutMs`` is set (no answer in
    time / an error answer: deny ``not_allowed``), else ``not_allowed``;
 6. once allowed, limited mode refuses methods other than GET/HEAD/OPTIONS and
@@ -90,7 +90,7 @@ class PolicyEngine:
             resolution = await self._resolve(target)
             if _is_local(host, resolution):
                 return Outcome(d.NOT_ALLOWED_LOCAL)
-        if policy.allowed(host):
+        if policy.allowed(host) and not policy.needs_review(host):
             return Outcome(d.BASELINE_ALLOW, resolution)
         if self._ask is None:
             return Outcome(d.NOT_ALLOWED)

@@ -89,6 +89,8 @@ class NetworkPolicy:
     mode: Mode = "full"
     allow: tuple[DomainPattern, ...] = ()
     deny: tuple[DomainPattern, ...] = ()
+    # reviewDomains: allowed or not, these always go to the decider (a deny still wins).
+    review: tuple[DomainPattern, ...] = ()
     allow_local_binding: bool = False
     unix_sockets: Mapping[str, str] = field(default_factory=dict)
     allow_all_unix_sockets: bool = False
@@ -99,6 +101,7 @@ class NetworkPolicy:
             mode=config.mode,
             allow=_patterns(config.domains, "allow"),
             deny=_patterns(config.domains, "deny"),
+            review=tuple(DomainPattern(normalize_host(p)) for p in config.review_domains or ()),
             allow_local_binding=config.allow_local_binding,
             unix_sockets=dict(config.unix_sockets or {}),
             allow_all_unix_sockets=config.dangerously_allow_all_unix_sockets,
@@ -109,6 +112,9 @@ class NetworkPolicy:
 
     def allowed(self, host: str) -> bool:
         return any(p.matches(host) for p in self.allow)
+
+    def needs_review(self, host: str) -> bool:
+        return any(p.matches(host) for p in self.review)
 
     def explicitly_allowed(self, host: str) -> bool:
         return any(p.exact and p.matches(host) for p in self.allow)

@@ -1,0 +1,15 @@
+"""Server registration: advertise the executor-launched proxy.
+
+``process/start`` itself (processes/service.py) starts the proxy; this module
+only flips the capabilities once that works (protocol §8.4.5: a server that
+cannot launch it must advertise ``networkProxyLaunch: false``).
+"""
+
+from __future__ import annotations
+
+from execserver.server.rpc import MethodTable
+
+
+def register(table: MethodTable) -> None:
+    table.capabilities.add("network_proxy_launch")
+    table.capabilities.add("network_proxy_review_domains")
