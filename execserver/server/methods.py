@@ -5,6 +5,7 @@ from __future__ import annotations
 from execserver.discovery import service as discovery
 from execserver.fs import service as fs
 from execserver.http_request import service as http_request
+from execserver.netproxy import service as netproxy
 from execserver.processes import service as processes
 from execserver.server import environment
 from execserver.server.rpc import MethodTable
@@ -17,4 +18,5 @@ def build_method_table() -> MethodTable:
     fs.register(table)
     http_request.register(table)
     discovery.register(table)
+    netproxy.register(table)
     return table
