@@ -3,11 +3,14 @@ runtime tests of §8.5)."""
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 
 from execserver.client.connection import ExecServerClient
 from execserver.client.transport import Transport
 from execserver.core.apply_patch.delta import AddChange, AppliedPatchDelta, DeleteChange
+from execserver.core.apply_patch.fs import os_error_text
 from execserver.core.apply_patch.parser import parse_patch
 from execserver.core.apply_patch.runtime import (
     APPLY_PATCH_HOOK_NAMES,
@@ -181,3 +184,16 @@ def test_delta_append_accumulates_changes_and_exactness() -> None:
     committed.append(second)
     assert [c.path for c in committed.changes] == ["/w/a", "/w/b"]
     assert committed.exact is False
+
+
+def test_os_errors_are_worded_like_the_reference() -> None:
+    assert os_error_text(FileNotFoundError(errno.ENOENT, "No such file or directory", "/x")) == (
+        "No such file or directory (os error 2)"
+    )
+    assert os_error_text(OSError(errno.EROFS, "Read-only file system", "/x")) == (
+        "Read-only file system (os error 30)"
+    )
+    # An executor refusal without an OS error behind it keeps the executor's words.
+    assert os_error_text(OSError(errno.EINVAL, "path contains a symbolic link", "/x")) == (
+        "path contains a symbolic link"
+    )

@@ -46,7 +46,9 @@ class PatchFileSystem(Protocol):
 
 
 def os_error_text(exc: OSError) -> str:
-    """An OS error as the reference (Rust's io::Error) prints it."""
-    if exc.errno:
+    """An OS error as the reference (Rust's io::Error) prints it: the OS text
+    with its number; an executor's own refusal (no OS error behind it) as the
+    executor worded it."""
+    if exc.errno and exc.strerror in (None, os.strerror(exc.errno)):
         return f"{os.strerror(exc.errno)} (os error {exc.errno})"
     return exc.strerror or str(exc)

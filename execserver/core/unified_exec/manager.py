@@ -175,7 +175,9 @@ class UnifiedExecManager:
         entry: StoredProcess[UnifiedExecProcess] | None = None
         if not process.exited:
             entry, warnings = await self._store(process_id, process)
-        deadline = started + clamp_exec_yield(args.yield_time_ms) / 1000
+        info = self._client.environment_info
+        windows = info is not None and info.platform_os == "windows"
+        deadline = started + clamp_exec_yield(args.yield_time_ms, windows=windows) / 1000
         try:
             await collect_until(process, deadline, self.pause)
         finally:
