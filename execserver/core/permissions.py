@@ -35,6 +35,7 @@ __all__ = [
     "UnrestrictedFs",
     "effective_profile",
     "has_deny_read",
+    "is_preapproved",
     "is_restricted_fs",
     "network_enabled",
     "profile_from_json",
@@ -256,6 +257,23 @@ class AdditionalPermissions:
                 fs["write"] = list(self.write)
             out["file_system"] = fs
         return out
+
+
+def is_preapproved(
+    requested: AdditionalPermissions | None, granted: AdditionalPermissions | None
+) -> bool:
+    """Whether everything ``requested`` was already granted earlier in the turn or
+    session (sticky grants of the request_permissions tool, §2.4). Such a call
+    is judged as if it asked for nothing, yet still runs widened."""
+    if requested is None or requested.is_empty:
+        return True
+    if granted is None:
+        return False
+    if requested.network and not granted.network:
+        return False
+    return set(requested.read) <= set(granted.read) | set(granted.write) and set(
+        requested.write
+    ) <= set(granted.write)
 
 
 def effective_profile(

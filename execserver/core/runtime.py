@@ -51,6 +51,8 @@ class TurnContext:
     strict_auto_review: bool = False
     managed_network: ManagedNetwork | None = None
     network_approvals: NetworkApprovalService | None = None
+    # Additional permissions granted earlier in the session (request_permissions).
+    granted_permissions: AdditionalPermissions | None = None
     on_execpolicy_amendment: Callable[[tuple[str, ...]], None] | None = None
     on_network_policy_amendment: Callable[[NetworkPolicyAmendment], None] | None = None
 

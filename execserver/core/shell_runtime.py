@@ -24,7 +24,7 @@ from execserver.core.attempt import SandboxAttempt, exec_start_params
 from execserver.core.errors import ExecFailed, SandboxDenied, SandboxTimeout
 from execserver.core.exec_policy import is_dangerous_command, unmatched_command_requirement
 from execserver.core.network_approval import NetworkApprovalMode, NetworkApprovalSpec
-from execserver.core.permissions import AdditionalPermissions
+from execserver.core.permissions import AdditionalPermissions, is_preapproved
 from execserver.core.policy import (
     ApprovalMode,
     AskForApproval,
@@ -136,12 +136,18 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
             turn.permission_profile,
             req.sandbox_permissions,
             dangerous=is_dangerous_command(req.argv),
+            additional_permissions_preapproved=is_preapproved(
+                self.additional_permissions(req), turn.granted_permissions
+            ),
         )
 
     def sandbox_permissions(self, req: ShellRequest) -> SandboxPermissions:
         return req.sandbox_permissions
 
     def additional_permissions(self, req: ShellRequest) -> AdditionalPermissions | None:
+        # The widening only exists together with the override that asks for it.
+        if req.sandbox_permissions is not SandboxPermissions.WITH_ADDITIONAL_PERMISSIONS:
+            return None
         return req.additional_permissions
 
     def wants_no_sandbox_approval(self, policy: AskForApproval) -> bool:

@@ -20,6 +20,7 @@ from execserver.core.environment import ExecutionEnvironment
 from execserver.core.errors import SandboxDenied
 from execserver.core.orchestrator import ToolOrchestrator
 from execserver.core.permissions import (
+    AdditionalPermissions,
     DisabledProfile,
     ExplicitPath,
     FsAccess,
@@ -265,3 +266,45 @@ async def test_invariant_13_only_the_executor_flag_counts_as_a_denial(
     assert plain.output.exit_code == 3
     assert len(lookalike.attempts) == len(plain.attempts) == 1
     assert user.requests == []
+
+
+async def test_additional_permissions_widen_the_sandbox_after_approval(
+    client: ExecServerClient, workspace: Path, outside: Path
+) -> None:
+    """with_additional_permissions runs sandboxed with the profile widened; a
+    grant from earlier in the session makes the prompt unnecessary."""
+    extra = AdditionalPermissions(write=(str(outside),))
+    request = _sh(
+        f"echo widened > {outside}/w && cat {outside}/w",
+        sandbox_permissions=SandboxPermissions.WITH_ADDITIONAL_PERMISSIONS,
+        additional_permissions=extra,
+    )
+    user = ScriptedUser(ReviewDecision.APPROVED)
+    asked = await ToolOrchestrator(_turn(user, AskForApproval.ON_REQUEST, workspace)).run(
+        ShellCommandRuntime(client), request
+    )
+    assert asked.output.stdout == b"widened\n"
+    assert asked.attempt.sandbox_requested and asked.output.sandbox_type == "linuxSeccomp"
+    assert len(user.requests) == 1
+    assert user.requests[0].additional_permissions == extra
+    granted = _turn(user, AskForApproval.ON_REQUEST, workspace)
+    granted.granted_permissions = extra
+    again = await ToolOrchestrator(granted).run(ShellCommandRuntime(client), request)
+    assert again.output.exit_code == 0
+    assert again.output.sandbox_type == "linuxSeccomp"
+    assert len(user.requests) == 1
+
+
+async def test_without_the_widening_the_same_write_is_denied(
+    client: ExecServerClient, workspace: Path, outside: Path
+) -> None:
+    """The control for the test above: additional permissions only count
+    together with with_additional_permissions."""
+    request = _sh(
+        f"echo widened > {outside}/w",
+        additional_permissions=AdditionalPermissions(write=(str(outside),)),
+    )
+    with pytest.raises(SandboxDenied):
+        await ToolOrchestrator(_turn(ScriptedUser(), AskForApproval.ON_REQUEST, workspace)).run(
+            ShellCommandRuntime(client), request
+        )

@@ -21,6 +21,7 @@ from execserver.core.permissions import (
     UnrestrictedFs,
     effective_profile,
     has_deny_read,
+    is_preapproved,
     is_restricted_fs,
     network_enabled,
     profile_from_json,
@@ -218,3 +219,29 @@ def test_effective_profile_without_additions_is_the_base() -> None:
     assert effective_profile(ExternalProfile(), AdditionalPermissions(network=True)) == (
         ExternalProfile(NetworkAccess.ENABLED)
     )
+
+
+@pytest.mark.parametrize(
+    ("requested", "granted", "preapproved"),
+    [
+        (None, None, True),
+        (AdditionalPermissions(), None, True),
+        (AdditionalPermissions(write=("/w",)), None, False),
+        (AdditionalPermissions(write=("/w",)), AdditionalPermissions(write=("/w",)), True),
+        (AdditionalPermissions(read=("/w",)), AdditionalPermissions(write=("/w",)), True),
+        (AdditionalPermissions(write=("/w",)), AdditionalPermissions(read=("/w",)), False),
+        (AdditionalPermissions(network=True), AdditionalPermissions(write=("/w",)), False),
+        (AdditionalPermissions(network=True), AdditionalPermissions(network=True), True),
+        (
+            AdditionalPermissions(write=("/a", "/b")),
+            AdditionalPermissions(write=("/a",)),
+            False,
+        ),
+    ],
+)
+def test_is_preapproved(
+    requested: AdditionalPermissions | None,
+    granted: AdditionalPermissions | None,
+    preapproved: bool,
+) -> None:
+    assert is_preapproved(requested, granted) is preapproved
