@@ -18,12 +18,17 @@ import pytest
 from execserver.client.connection import ExecServerClient
 from execserver.core.approvals import ApprovalRequest
 from execserver.core.decisions import ReviewDecision
-from execserver.core.environment import ExecutionEnvironment
-from execserver.core.permissions import PermissionProfile, workspace_write_profile
+from execserver.core.environment import ExecutionEnvironment, ManagedNetwork
+from execserver.core.network_approval import NetworkApprovalService
+from execserver.core.permissions import DisabledProfile, PermissionProfile, workspace_write_profile
 from execserver.core.policy import AskForApproval
 from execserver.core.runtime import TurnContext
 from execserver.core.unified_exec.errors import RespondToModel
-from execserver.core.unified_exec.manager import APPLY_PATCH_VIA_EXEC_WARNING, UnifiedExecManager
+from execserver.core.unified_exec.manager import (
+    APPLY_PATCH_VIA_EXEC_WARNING,
+    NETWORK_DENIED_FALLBACK,
+    UnifiedExecManager,
+)
 from tests.servers import RunningServer
 
 
@@ -430,3 +435,53 @@ async def test_unified_exec_pause_blocks_yield_timeout(
     assert out.exit_code == 0
     assert out.session_id is None
     assert out.output == "done\n"
+
+
+def _network_turn(workspace: Path) -> tuple[TurnContext, NetworkApprovalService]:
+    user = ScriptedUser()
+    profile = DisabledProfile()
+    service = NetworkApprovalService(
+        approver=user, policy=AskForApproval.ON_REQUEST, profile=profile
+    )
+    turn = TurnContext(
+        environment=ExecutionEnvironment(environment_id="executor-1", cwd=str(workspace)),
+        approval_policy=AskForApproval.ON_REQUEST,
+        permission_profile=profile,
+        approver=user,
+        managed_network=ManagedNetwork(),
+        network_approvals=service,
+    )
+    return turn, service
+
+
+async def test_deferred_network_approval_ends_when_the_stored_process_exits(
+    manager: UnifiedExecManager, workspace: Path
+) -> None:
+    turn, service = _network_turn(workspace)
+    out = await manager.exec_command(
+        {"cmd": "sleep 0.5; echo ok", "login": False, "yield_time_ms": 250}, turn
+    )
+    assert out.session_id is not None
+    assert len(service.active_calls_for_environment("executor-1")) == 1
+    done = await manager.write_stdin({"session_id": out.session_id})
+    assert (done.exit_code, done.output) == (0, "ok\n")
+    assert service.active_calls_for_environment("executor-1") == []
+
+
+async def test_network_denial_terminates_the_process_and_says_so(
+    manager: UnifiedExecManager, workspace: Path
+) -> None:
+    """Invariant 14: the proxy's block cancels the call's approval, the process
+    is terminated, and the result names the network proxy."""
+    turn, service = _network_turn(workspace)
+    out = await manager.exec_command(
+        {"cmd": "sleep 30", "login": False, "yield_time_ms": 250}, turn
+    )
+    assert out.session_id is not None
+    (active,) = service.active_calls_for_environment("executor-1")
+    service.record_blocked_request(active.registration_id)
+    done = await manager.write_stdin({"session_id": out.session_id})
+    assert done.exit_code is not None and done.exit_code != 0
+    assert done.output.endswith(NETWORK_DENIED_FALLBACK)
+    assert service.active_calls_for_environment("executor-1") == []
+    assert len(manager.store) == 0
