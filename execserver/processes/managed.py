@@ -44,11 +44,13 @@ log = logging.getLogger(__name__)
 # Read sizes of the reference (§8.4.3): pipes deliver <= 8192 bytes per chunk, a pty <= 4095.
 PIPE_CHUNK = 8192
 PTY_CHUNK = 4095
-# Reads per readiness callback before yielding to the loop (keeps one chatty child from
-# starving the others).
-READS_PER_WAKEUP = 16
-# Unsent chunks at which the pumps pause / resume. Kept well under the retention cap
-# (128 chunks of 8 KiB) so an attached client never loses output to eviction.
+# Chunks' worth read per syscall, and syscalls per readiness callback before yielding
+# to the loop (keeps one chatty child from starving the others).
+CHUNKS_PER_READ = 8
+READS_PER_WAKEUP = 4
+# Unsent chunks at which the pumps pause / resume. The backlog never exceeds
+# PAUSE_BACKLOG + CHUNKS_PER_READ, well under the retention cap (128 chunks of
+# 8 KiB), so an attached client never loses output to eviction.
 PAUSE_BACKLOG = 64
 RESUME_BACKLOG = 16
 # Bytes of output kept for the sandbox-denial classifier.
@@ -110,6 +112,7 @@ class ManagedProcess:
         self._abandon = False
         self._terminated = False
         self._drain_timer: asyncio.TimerHandle | None = None
+        self._drain_mark = 0  # log.next_seq when the drain timer was armed
         self._waiters: list[asyncio.Future[None]] = []
         self._sent = 0  # highest seq handed to session.notify
         self._stdin_fd = spawned.stdin_fd
@@ -168,45 +171,59 @@ class ManagedProcess:
 
     # ---- output --------------------------------------------------------------------
 
-    def _on_readable(self, fd: int, stream: str) -> None:
+    def _read_into_log(self, fd: int, stream: str, max_reads: int) -> None:
+        """Read what is available (up to ``max_reads`` syscalls) into the log.
+
+        One syscall reads up to 8 chunks' worth; the data is then cut into chunks
+        of the reference's size, so chunk boundaries never exceed 8192 (4095 on a
+        pty) while the syscall count stays low on bulk output.
+        """
         size = PTY_CHUNK if stream == "pty" else PIPE_CHUNK
+        want = size * CHUNKS_PER_READ
         append = self.log.append
-        for _ in range(READS_PER_WAKEUP):
+        for _ in range(max_reads):
+            if self._backlogged():
+                return  # never read more than the sender can keep before eviction
             try:
-                data = os.read(fd, size)
+                data = os.read(fd, want)
             except BlockingIOError:
-                break
+                return
             except OSError:  # EIO: the pty's last slave fd was closed
                 data = b""
             if not data:
                 self._close_stream(fd)
-                break
-            append(stream, data)
-            if len(data) < size:
-                break  # most likely drained; the next readiness callback reads the rest
+                return
+            n = len(data)
+            if n <= size:
+                append(stream, data)
+            else:
+                for start in range(0, n, size):
+                    append(stream, data[start : start + size])
+            if n < want:
+                return  # most likely drained; the next readiness callback reads the rest
+
+    def _backlogged(self) -> bool:
+        """Too many chunks not yet handed to an attached connection.
+
+        Reading more would let the log evict chunks the client has not been sent
+        (a detached session has no such reader: its output only feeds the log).
+        """
+        return (
+            self.log.last_seq - self._sent > PAUSE_BACKLOG and self._session.connection is not None
+        )
+
+    def _on_readable(self, fd: int, stream: str) -> None:
+        self._read_into_log(fd, stream, READS_PER_WAKEUP)
         self._wake()
-        if not self._paused and self.log.last_seq - self._sent > PAUSE_BACKLOG:
+        if not self._paused and self._backlogged():
             self._pause()
 
     def _drain_now(self) -> None:
         """Read what the child left in its pipes before we number its exit (bounded)."""
         for fd, stream in list(self._streams.items()):
-            size = PTY_CHUNK if stream == "pty" else PIPE_CHUNK
-            for _ in range(128):
-                try:
-                    data = os.read(fd, size)
-                except BlockingIOError:
-                    break
-                except OSError:
-                    data = b""
-                if not data:
-                    self._close_stream(fd)
-                    break
-                self.log.append(stream, data)
+            self._read_into_log(fd, stream, 16)
 
     def _pause(self) -> None:
-        if self._session.connection is None:
-            return  # nobody to wait for: a detached session's output only goes to the log
         self._paused = True
         for fd in self._streams:
             self._loop.remove_reader(fd)
@@ -225,6 +242,22 @@ class ManagedProcess:
         os.close(fd)
         if self.exited and not self._streams:
             self._mark_closed()
+
+    def _arm_drain_timer(self) -> None:
+        self._drain_mark = self.log.next_seq
+        self._drain_timer = self._loop.call_later(self._drain_timeout_s, self._drain_expired)
+
+    def _drain_expired(self) -> None:
+        """The child exited a while ago and its pipes are still open.
+
+        Only a *silent* holder (e.g. a daemonised grandchild) is cut off: if output
+        arrived since the timer was armed, or the pumps are paused for a slow
+        client, the pipe is live and we keep reading until EOF as the reference does.
+        """
+        if self._paused or self.log.next_seq != self._drain_mark:
+            self._arm_drain_timer()
+            return
+        self._abandon_streams()
 
     def _abandon_streams(self) -> None:
         self._drain_timer = None
@@ -270,7 +303,7 @@ class ManagedProcess:
             self._abandon_streams()
         else:
             # A background grandchild may hold the pipes; bound how long we wait for EOF.
-            self._drain_timer = self._loop.call_later(self._drain_timeout_s, self._abandon_streams)
+            self._arm_drain_timer()
 
     def _output_tail(self) -> bytes:
         tail: list[bytes] = []

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import signal
 import tempfile
 from collections.abc import Iterator
 
+import aiohttp
 import psutil
 import pytest
 
@@ -180,3 +182,37 @@ async def test_two_hundred_concurrent_processes_on_one_connection(
             ev = await c.wait_closed(f"p{i}", timeout=60)
             assert ev.output() == f"{i}\ndone-{i}\n".encode()
             assert ev.seqs() == [1, 2, 3, 4]
+
+
+async def test_a_client_that_stops_reading_loses_nothing(execserver: RunningServer) -> None:
+    """Backpressure instead of loss: the child is paused while the client does not read,
+    and the exit (plus the drain timeout) while paused must not drop buffered output."""
+    size = 40 * 1024 * 1024
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(execserver.url, max_msg_size=0)
+        await ws.send_str(
+            json.dumps({"id": 1, "method": "initialize", "params": {"clientName": "slow"}})
+        )
+        await ws.receive()
+        await ws.send_str(json.dumps({"method": "initialized", "params": {}}))
+        # The direct child exits at once; a background job keeps writing to the pipe,
+        # so the drain timeout runs while the pumps are paused for this slow client.
+        argv = ["bash", "-c", f"head -c {size} /dev/zero & exit 0"]
+        params = {"processId": "p", "argv": argv, "cwd": "file:///tmp", "env": {}, "tty": False}
+        await ws.send_str(json.dumps({"id": 2, "method": "process/start", "params": params}))
+        await asyncio.sleep(7)  # read nothing for longer than the 5 s drain timeout
+        total = 0
+        seqs: list[int] = []
+        while True:
+            obj = json.loads((await ws.receive()).data)
+            if obj.get("method") == "process/output":
+                seqs.append(obj["params"]["seq"])
+                if obj["params"]["stream"] == "stdout":
+                    total += len(unb64(obj["params"]["chunk"]))
+            elif obj.get("method") in ("process/exited", "process/closed"):
+                seqs.append(obj["params"]["seq"])
+                if obj["method"] == "process/closed":
+                    break
+        await ws.close()
+    assert total == size
+    assert seqs == list(range(1, len(seqs) + 1))
