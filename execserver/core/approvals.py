@@ -9,6 +9,7 @@ of the user, in the reference's order.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -25,6 +26,7 @@ __all__ = [
     "ApprovalRouter",
     "Approver",
     "check_decision",
+    "permission_request_payload",
 ]
 
 TIMED_OUT_REJECTION = "automatic approval review timed out"
@@ -52,7 +54,22 @@ class ApprovalRequest:
     sandbox_permissions: SandboxPermissions = SandboxPermissions.USE_DEFAULT
     additional_permissions: AdditionalPermissions | None = None
     hook_names: tuple[str, ...] = ()
+    # The model's own justification for the call, when it gave one.
+    description: str | None = None
     details: Mapping[str, object] = field(default_factory=dict)
+
+
+def permission_request_payload(request: ApprovalRequest) -> dict[str, object]:
+    """What a permission-request hook receives: the tool's hook name and its
+    input. ``description`` is left out when the model gave none."""
+    tool_input: dict[str, object] = {}
+    if request.command is not None:
+        tool_input["command"] = shlex.join(request.command)
+    if request.description is not None:
+        tool_input["description"] = request.description
+    tool_input.update(request.details)
+    name = request.hook_names[0] if request.hook_names else request.tool_name
+    return {"tool_name": name, "tool_input": tool_input}
 
 
 class Approver(Protocol):

@@ -121,6 +121,7 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
             sandbox_permissions=req.sandbox_permissions,
             additional_permissions=req.additional_permissions,
             hook_names=("Bash",),
+            description=req.justification,
         )
 
     def exec_approval_requirement(

@@ -11,7 +11,12 @@ from execserver.core.approval_cache import (
     PatchApprovalKey,
     with_cached_approval,
 )
-from execserver.core.approvals import ApprovalRequest, ApprovalRouter, check_decision
+from execserver.core.approvals import (
+    ApprovalRequest,
+    ApprovalRouter,
+    check_decision,
+    permission_request_payload,
+)
 from execserver.core.decisions import DecisionKind, ReviewDecision
 from execserver.core.errors import Rejected, TurnAborted
 from execserver.core.permissions import AdditionalPermissions
@@ -273,3 +278,31 @@ async def test_review_only_requests_never_reach_the_user() -> None:
     )
     assert await with_reviewer(review_only) == ReviewDecision.DENIED
     assert log == ["guardian"]
+
+
+# --------------------------------------------------------------------------- hook payload
+def test_bash_permission_request_payload_omits_missing_description() -> None:
+    request = ApprovalRequest(
+        tool_name="shell",
+        environment_id="e",
+        command=("/bin/sh", "-c", "rm -rf build"),
+        hook_names=("Bash",),
+    )
+    assert permission_request_payload(request) == {
+        "tool_name": "Bash",
+        "tool_input": {"command": "/bin/sh -c 'rm -rf build'"},
+    }
+
+
+def test_bash_permission_request_payload_includes_description_when_present() -> None:
+    request = ApprovalRequest(
+        tool_name="shell",
+        environment_id="e",
+        command=("make", "clean"),
+        hook_names=("Bash",),
+        description="clean the build tree",
+    )
+    assert permission_request_payload(request) == {
+        "tool_name": "Bash",
+        "tool_input": {"command": "make clean", "description": "clean the build tree"},
+    }
