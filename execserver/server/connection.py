@@ -87,6 +87,8 @@ class Connection:
         self._closed_event = asyncio.Event()
         runtime.metrics.connections.inc()
         runtime.metrics.connections_opened.inc()
+        self._bytes_out = runtime.metrics.transport_bytes.labels("outbound")
+        self._bytes_in = runtime.metrics.transport_bytes.labels("inbound")
 
     # ---- outbound -------------------------------------------------------------
 
@@ -94,6 +96,7 @@ class Connection:
         try:
             while True:
                 frame = await self._outbound.get()
+                self._bytes_out.inc(len(frame))
                 try:
                     await self._send_frame(frame)
                 finally:
@@ -126,6 +129,7 @@ class Connection:
 
     async def handle_frame(self, frame: bytes | str) -> None:
         """Process one inbound frame. Raises ProtocolViolation when the connection must drop."""
+        self._bytes_in.inc(len(frame))
         # ops: --max-frame-bytes (below the transport's hard limit) answers instead of dropping.
         max_frame = self.runtime.config.limits.max_frame_bytes
         if max_frame is not None and len(frame) > max_frame:

@@ -110,6 +110,12 @@ class Metrics:
             "Process exits classified as sandbox denials (sandboxDenied).",
             registry=r,
         )
+        self.transport_bytes = Counter(
+            "execserver_transport_bytes",
+            "JSON-RPC message bytes on client connections, by direction.",
+            ["direction"],
+            registry=r,
+        )
         self.bytes_streamed = Counter(
             "execserver_bytes_streamed",
             "Bytes produced for clients, by stream (stdout, stderr, pty, http).",

@@ -67,6 +67,8 @@ async def test_metrics_count_connections_sessions_requests_and_rejections(tmp_pa
     assert got[("execserver_connections_rejected_total", (("reason", "auth"),))] == 1
     reason = (("reason", "invalid websocket bearer token"),)
     assert got[("execserver_auth_failures_total", reason)] == 1
+    for direction in ("inbound", "outbound"):
+        assert got[("execserver_transport_bytes_total", (("direction", direction),))] > 100
     for name in ("processes_live", "processes_started_total", "sandbox_denials_total"):
         assert ("execserver_" + name, ()) in got
 
