@@ -69,7 +69,7 @@ def _table(ctx: RequestContext) -> ProcessTable:
             drain_timeout_s=float(
                 _config_value(ctx, "process_drain_timeout_s", DEFAULT_DRAIN_TIMEOUT_S)
             ),
-            max_processes=_config_value(ctx, "max_processes", None),
+            limits=getattr(ctx.runtime.config, "limits", None),
         ),
     )
 

@@ -12,9 +12,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from execserver.config import LimitsConfig
 from execserver.processes.launch import LaunchPlan, spawn
 from execserver.processes.managed import DenialClassifier, ManagedProcess
 from execserver.processes.supervisor import Supervisor
+from execserver.server.limits import check_below
 from execserver.wire.errors import RpcError
 
 if TYPE_CHECKING:
@@ -32,14 +34,14 @@ class ProcessTable:
         retention_s: float,
         retained_bytes: int,
         drain_timeout_s: float,
-        max_processes: int | None,
+        limits: LimitsConfig | None,
     ) -> None:
         self._session = session
         self._supervisor = supervisor
         self._retention_s = retention_s
         self._retained_bytes = retained_bytes
         self._drain_timeout_s = drain_timeout_s
-        self._max_processes = max_processes
+        self._limits = limits
         self._procs: dict[str, ManagedProcess] = {}
         self._expiry: dict[str, asyncio.TimerHandle] = {}
         self._closed = False
@@ -55,12 +57,11 @@ class ProcessTable:
             raise RpcError.invalid_request(f"process {process_id} already exists")
         if self._closed:
             raise RpcError.invalid_request("session is closed")
-        if self._max_processes is not None:
+        if self._limits is not None and self._limits.max_processes_per_session is not None:
             running = sum(1 for p in self._procs.values() if not p.closed)
-            if running >= self._max_processes:
-                raise RpcError.invalid_request(
-                    f"too many processes: at most {self._max_processes} may run per session"
-                )
+            check_below(
+                self._limits, "max_processes_per_session", running, "too many running processes"
+            )
 
     def start(
         self,

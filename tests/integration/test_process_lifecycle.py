@@ -6,10 +6,12 @@ judge of the observable behaviour (seq numbering, cursors, statuses, codes).
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from tests.process_client import BASE_ENV, RpcFailure, connect, unb64
-from tests.servers import RunningServer
+from tests.servers import RunningServer, start_server
 
 
 async def test_seq_is_shared_by_output_exit_and_close(any_server: RunningServer) -> None:
@@ -268,3 +270,42 @@ async def test_self_signalled_pipe_child_reports_128_plus_n(
     async with connect(any_server.url) as c:
         ev = await c.run("s", ["bash", "-c", f"kill -{sig} $$"])
     assert ev.exited()["exitCode"] == code  # type: ignore[index]
+
+
+async def test_exited_process_is_retained_then_forgotten() -> None:
+    async with (
+        start_server("execserver", ["--exited-process-retention", "1"]) as server,
+        connect(server.url) as c,
+    ):
+        await c.run("short", ["echo", "hi"])
+        kept = await c.read("short")
+        assert kept["closed"] is True and unb64(kept["chunks"][0]["chunk"]) == b"hi\n"
+        with pytest.raises(RpcFailure):
+            await c.start("short", ["true"])  # still reserved while retained
+        async with asyncio.timeout(30):
+            while True:
+                try:
+                    await c.read("short")
+                except RpcFailure as gone:
+                    assert gone.message == "unknown process id short"
+                    break
+                await asyncio.sleep(0.2)
+        await c.run("short", ["true"])  # the id is free again
+
+
+async def test_process_limit_per_session_names_the_flag() -> None:
+    async with (
+        start_server("execserver", ["--max-processes-per-session", "2"]) as server,
+        connect(server.url) as c,
+    ):
+        await c.start("a", ["sleep", "30"])
+        await c.start("b", ["sleep", "30"])
+        with pytest.raises(RpcFailure) as err:
+            await c.start("c", ["sleep", "30"])
+        assert err.value.code == -32000
+        assert "--max-processes-per-session=2" in err.value.message
+        await c.call("process/terminate", {"processId": "a"})
+        await c.wait_closed("a")
+        await c.run("c", ["true"])  # a closed process frees its slot
+        await c.call("process/terminate", {"processId": "b"})
+        await c.wait_closed("b")
