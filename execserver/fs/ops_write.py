@@ -28,8 +28,13 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 
 
 def write_file(path: str, data_base64: str, follow_symlinks: bool = True) -> None:
-    """fs/writeFile: create or truncate. ``data_base64`` was validated by the caller."""
-    data = binascii.a2b_base64(data_base64.encode("ascii"))
+    """fs/writeFile (JSON form, for the sandbox helper); ``data_base64`` was
+    validated by the caller."""
+    write_file_bytes(path, binascii.a2b_base64(data_base64.encode("ascii")), follow_symlinks)
+
+
+def write_file_bytes(path: str, data: bytes, follow_symlinks: bool = True) -> None:
+    """fs/writeFile: create or truncate."""
     if follow_symlinks:
         fd = os.open(path, _WRITE_FLAGS, 0o666)
     else:

@@ -52,7 +52,10 @@ class ReadBlockParams(WireStruct):
     len: Number
 
 
-class WriteBlockParams(WireStruct):
+class WriteBlockParams(WireStruct, dict=True):
+    """``dict=True``: validation keeps the decoded chunk on the instance
+    (see ``keep_decoded``) so a 1 MiB block is decoded once."""
+
     handle_id: str
     offset: Number
     chunk: str  # base64: -32602 with the bare decoder text on bad input
@@ -74,3 +77,15 @@ class ReadFileResponse(WireStruct):
 class ReadBlockResponse(WireStruct):
     chunk: str
     eof: bool
+
+
+_DECODED = "_decoded_chunk"
+
+
+def keep_decoded(params: WriteBlockParams, data: bytes) -> None:
+    setattr(params, _DECODED, data)
+
+
+def decoded_chunk(params: WriteBlockParams) -> bytes:
+    data: bytes = getattr(params, _DECODED)
+    return data

@@ -12,7 +12,8 @@ import binascii
 from typing import Any
 
 from execserver.fs import handle_io, ops_read, ops_write
-from execserver.fs.dispatch import in_thread, run_fs_op
+from execserver.fs.b64 import decode_strict
+from execserver.fs.dispatch import in_thread, needs_sandbox, run_fs_op
 from execserver.fs.handles import FileHandles
 from execserver.fs.mode import decode_open_mode
 from execserver.fs.params import (
@@ -23,6 +24,8 @@ from execserver.fs.params import (
     WalkParams,
     WatchMissingParams,
     WriteBlockParams,
+    decoded_chunk,
+    keep_decoded,
 )
 from execserver.fs.paths import native_path, validate_path_uri
 from execserver.fs.sandboxed_open import open_handle_fd
@@ -31,7 +34,7 @@ from execserver.fs.watch import MissingWatch
 from execserver.server.rpc import MethodTable, RequestContext
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
-from execserver.wire.base64 import Base64Error, decode_base64
+from execserver.wire.base64 import Base64Error
 from execserver.wire.errors import RpcError
 from execserver.wire.fs import (
     CanonicalizeParams,
@@ -97,7 +100,7 @@ def _validate_read_block(params: ReadBlockParams) -> None:
 def _validate_write_block(params: WriteBlockParams) -> None:
     _unsigned(params.offset)
     try:
-        decode_base64(params.chunk)
+        keep_decoded(params, decode_strict(params.chunk))
     except Base64Error as exc:
         raise RpcError.invalid_params(str(exc)) from None
 
@@ -122,17 +125,21 @@ async def read_file(ctx: RequestContext, params: ReadFileParams) -> ReadFileResp
 async def write_file(ctx: RequestContext, params: WriteFileParams) -> Empty:
     path = native_path(params.path)
     try:
-        await in_thread(decode_base64, params.data_base64)
+        data = await in_thread(decode_strict, params.data_base64)
     except Base64Error as exc:
         raise RpcError.invalid_request(
             f"fs/writeFile requires valid base64 dataBase64: {exc}"
         ) from None
-    args = {
-        "path": path,
-        "data_base64": params.data_base64,
-        "follow_symlinks": params.follow_symlinks,
-    }
-    await run_fs_op(_sandbox(params), ops_write.write_file, args, write=True)
+    sandbox = _sandbox(params)
+    if needs_sandbox(sandbox, write=True):
+        args = {
+            "path": path,
+            "data_base64": params.data_base64,
+            "follow_symlinks": params.follow_symlinks,
+        }
+        await run_fs_op(sandbox, ops_write.write_file, args, write=True)
+    else:
+        await in_thread(ops_write.write_file_bytes, path, data, params.follow_symlinks)
     return Empty()
 
 
@@ -261,16 +268,9 @@ async def read_block(ctx: RequestContext, params: ReadBlockParams) -> ReadBlockR
     return ReadBlockResponse(chunk=chunk, eof=size < length)
 
 
-def _decoded_length(text: str) -> int:
-    return len(text) // 4 * 3 - text[-2:].count("=") if text else 0
-
-
-def _write_block(fd: int, offset: int, chunk: str) -> None:
-    handle_io.write_block(fd, offset, decode_base64(chunk))
-
-
 async def write_block(ctx: RequestContext, params: WriteBlockParams) -> Empty:
-    length, offset = _decoded_length(params.chunk), int(params.offset)
+    data = decoded_chunk(params)
+    length, offset = len(data), int(params.offset)
     if not 1 <= length <= handle_io.MAX_BLOCK:
         raise _block_length_error("write")
     if offset + length > handle_io.MAX_FILE_OFFSET:
@@ -280,7 +280,7 @@ async def write_block(ctx: RequestContext, params: WriteBlockParams) -> Empty:
     handles = _handles(ctx)
     handle = handles.acquire(params.handle_id)
     try:
-        await in_thread(_write_block, handle.fd, offset, params.chunk)
+        await in_thread(handle_io.write_block, handle.fd, offset, data)
     finally:
         handles.release(handle)
     return Empty()
