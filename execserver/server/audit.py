@@ -106,9 +106,7 @@ def argv_digest(argv: Sequence[str]) -> str:
     return "sha256:" + hashlib.sha256(joined).hexdigest()
 
 
-def process_start_fields(
-    argv: Sequence[str], cwd: str | None, sandbox: str | None, tty: bool
-) -> dict[str, Any]:
+def process_start_fields(argv: Sequence[str], cwd: str | None, tty: bool) -> dict[str, Any]:
     """The ``process.start`` fields for a command line (callers add ids)."""
     return {
         "argv0": argv[0] if argv else "",
@@ -116,8 +114,77 @@ def process_start_fields(
         "argc": len(argv),
         "cwd": cwd,
         "tty": tty,
-        "sandbox": sandbox,
     }
+
+
+def sandbox_summary(sandbox: object | None) -> dict[str, Any] | None:
+    """What kind of isolation a request asked for (not its paths): profile type,
+    filesystem type with its entry count, network mode."""
+    if sandbox is None:
+        return None
+    plain = msgspec.to_builtins(sandbox)
+    permissions = (plain.get("permissions") if isinstance(plain, dict) else None) or {}
+    file_system = permissions.get("file_system") or {}
+    return {
+        "permissions": permissions.get("type"),
+        "fileSystem": file_system.get("type"),
+        "entries": len(file_system.get("entries") or []),
+        "network": permissions.get("network"),
+    }
+
+
+# ---- service hooks: one call each from processes/ and fs/ -----------------------
+
+
+def process_started(
+    runtime: ServerRuntime,
+    session_id: str,
+    process_id: str,
+    argv: Sequence[str],
+    *,
+    cwd: str | None,
+    tty: bool,
+    sandbox: object | None,
+) -> None:
+    runtime.metrics.process_started()
+    runtime.audit.emit(
+        "process.start",
+        session=session_id,
+        processId=process_id,
+        **process_start_fields(argv, cwd, tty),
+        sandbox=sandbox_summary(sandbox),
+    )
+
+
+def process_exited(
+    runtime: ServerRuntime,
+    session_id: str,
+    process_id: str,
+    *,
+    exit_code: int | None,
+    sandbox_denied: bool,
+    wall_s: float,
+    cpu_s: float,
+    max_rss_kib: int,
+) -> None:
+    runtime.metrics.process_exited(wall_s, sandbox_denied)
+    runtime.audit.emit(
+        "process.exit",
+        session=session_id,
+        processId=process_id,
+        exitCode=exit_code,
+        sandboxDenied=sandbox_denied,
+        wallS=round(wall_s, 3),
+        cpuS=round(cpu_s, 3),
+        peakRssKib=max_rss_kib,
+    )
+
+
+def fs_changed(
+    runtime: ServerRuntime, session_id: str | None, op: str, path: str, **fields: Any
+) -> None:
+    """``op``: write, remove, copy, mkdir, writeBlock. Never file contents."""
+    runtime.audit.emit(f"fs.{op}", session=session_id, path=path, **fields)
 
 
 # ---- session lifecycle (called by the connection) ------------------------------
