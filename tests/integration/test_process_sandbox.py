@@ -1,0 +1,73 @@
+"""process/start with a ``sandbox`` end to end through the server (ours and the reference):
+sandboxType, the sandbox actually enforced, sandboxDenied on exit and in process/read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_sandbox_support import ROOT_READ, context_json, entry, managed, uri
+from tests.process_client import RpcFailure, connect
+from tests.servers import RunningServer
+
+ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8"}
+
+
+async def _run(c: Any, pid: str, script: str, cwd: Path, sandbox: Any) -> tuple[Any, Any]:
+    result = await c.start(pid, ["bash", "-c", script], env=ENV, cwd=uri(cwd), sandbox=sandbox)
+    ev = await c.wait_closed(pid)
+    return result, ev
+
+
+async def test_sandboxed_write_is_denied_and_classified(
+    any_server: RunningServer, tmp_path: Path
+) -> None:
+    work = tmp_path / "ws"
+    work.mkdir()
+    sandbox = context_json(managed([ROOT_READ, entry(work, "write")]), cwd=uri(work))
+    async with connect(any_server.url) as c:
+        ok, ev_ok = await _run(
+            c, "ok", f"echo inside > {work}/a.txt && cat {work}/a.txt", work, sandbox
+        )
+        assert ok["sandboxType"] == "linuxSeccomp"
+        assert ev_ok.output() == b"inside\n"
+        assert ev_ok.exited() is not None and ev_ok.exited()["sandboxDenied"] is False
+        _, ev_denied = await _run(c, "denied", f"echo outside > {tmp_path}/b.txt", work, sandbox)
+        exited = ev_denied.exited()
+        assert exited is not None and exited["exitCode"] != 0 and exited["sandboxDenied"] is True
+        assert b"Read-only file system" in ev_denied.output()
+        read = await c.read("denied")
+        assert read["sandboxDenied"] is True
+    assert not (tmp_path / "b.txt").exists()
+
+
+async def test_disabled_permissions_still_report_linux_seccomp(
+    any_server: RunningServer, tmp_path: Path
+) -> None:
+    sandbox = context_json({"type": "disabled"})
+    async with connect(any_server.url) as c:
+        result, ev = await _run(c, "d", "echo free; exit 1", tmp_path, sandbox)
+    assert result["sandboxType"] == "linuxSeccomp"
+    assert ev.output() == b"free\n"
+    assert ev.exited()["exitCode"] == 1  # type: ignore[index]
+
+
+async def test_an_invalid_sandbox_is_rejected_before_the_lifecycle_check(
+    any_server: RunningServer,
+) -> None:
+    from tests.process_client import open_ws
+
+    async with open_ws(any_server.url) as c:
+        params = {
+            "processId": "x",
+            "argv": ["true"],
+            "cwd": "file:///tmp",
+            "env": {},
+            "tty": False,
+            "sandbox": {"permissions": {"type": "nope"}, "windowsSandboxLevel": "disabled"},
+        }
+        with pytest.raises(RpcFailure) as err:
+            await c.call("process/start", params)
+        assert err.value.code == -32602
