@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.ops_client import raw_request, rpc_socket
+from tests.ops_client import http_get, raw_request, rpc_socket
 from tests.servers import execserver_command, start_server
 
 TOKEN = "audit-secret-token"
@@ -82,3 +82,24 @@ async def test_unwritable_audit_log_stops_start_up(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert out == b""
     assert f"Error: cannot open audit log {target}" in err.decode()
+
+
+async def test_expired_session_is_audited_and_counted(tmp_path: Path) -> None:
+    audit = tmp_path / "audit.jsonl"
+    flags = ["--audit-log", str(audit), "--session-ttl", "0.2", "--metrics"]
+    async with start_server("execserver", flags) as server:
+        async with rpc_socket(server.url) as rpc:
+            session_id = await rpc.handshake()
+        await wait_for_events(audit, "session.close", 1)
+        _, text = await http_get(server.url, "/metrics")
+    closes = [r for r in read_audit(audit) if r["event"] == "session.close"]
+    assert closes == [
+        {
+            "ts": closes[0]["ts"],
+            "event": "session.close",
+            "session": session_id,
+            "reason": "expired",
+        }
+    ]
+    assert "execserver_sessions_expired_total 1.0" in text
+    assert "execserver_sessions 0.0" in text

@@ -41,6 +41,14 @@ CASES: list[tuple[str, list[str]]] = [
     ("jwt without secret", ["--ws-auth", "signed-bearer-token"]),
     ("short secret", ["--ws-auth", "signed-bearer-token", "--ws-shared-secret-file", "{d}/short"]),
     ("empty token file", ["--ws-auth", "capability-token", "--ws-token-file", "{d}/empty"]),
+    (
+        "empty secret file",
+        ["--ws-auth", "signed-bearer-token", "--ws-shared-secret-file", "{d}/empty"],
+    ),
+    (
+        "missing secret file",
+        ["--ws-auth", "signed-bearer-token", "--ws-shared-secret-file", "{d}/nope"],
+    ),
     ("missing token file", ["--ws-auth", "capability-token", "--ws-token-file", "{d}/nope"]),
     ("token file is a directory", ["--ws-auth", "capability-token", "--ws-token-file", "{d}"]),
     (
