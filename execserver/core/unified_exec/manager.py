@@ -19,13 +19,7 @@ import time
 from collections.abc import Mapping
 
 from execserver.client.connection import ExecServerClient
-from execserver.core.apply_patch.handler import run_apply_patch
-from execserver.core.apply_patch.invocation import (
-    InvocationError,
-    PatchInvocation,
-    detect_apply_patch,
-)
-from execserver.core.apply_patch.runtime import ApplyPatchRequest
+from execserver.core.apply_patch.invocation import detect_apply_patch
 from execserver.core.errors import ExecFailed, Rejected, SandboxDenied, SandboxError
 from execserver.core.orchestrator import ToolOrchestrator
 from execserver.core.policy import override_request_rejection
@@ -33,6 +27,10 @@ from execserver.core.runtime import TurnContext
 from execserver.core.unified_exec.collect import collect_until
 from execserver.core.unified_exec.env import DEFAULT_ENV_POLICY
 from execserver.core.unified_exec.errors import RespondToModel, stdin_closed, unknown_process
+from execserver.core.unified_exec.intercept import (
+    APPLY_PATCH_VIA_EXEC_WARNING,
+    run_intercepted_patch,
+)
 from execserver.core.unified_exec.output import ExecCommandToolOutput, build_output
 from execserver.core.unified_exec.params import (
     DEFAULT_MAX_BACKGROUND_TERMINAL_TIMEOUT_MS,
@@ -62,9 +60,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-APPLY_PATCH_VIA_EXEC_WARNING = (
-    "apply_patch was requested via exec_command. Use the apply_patch tool instead of exec_command."
-)
 LOGIN_SHELL_DISABLED = "login shell is disabled by config; omit `login` or set it to false."
 NETWORK_DENIED_FALLBACK = "Network access was denied by the Codex sandbox network proxy."
 WRITE_PAUSE = 0.100
@@ -127,7 +122,14 @@ class UnifiedExecManager:
 
         patch = detect_apply_patch(argv, cwd)
         if patch is not None:
-            return await self._intercepted_patch(patch, turn, call_id, started, args)
+            return await run_intercepted_patch(
+                self._client.fs,
+                turn,
+                patch,
+                call_id=call_id,
+                started=started,
+                max_output_tokens=args.max_output_tokens,
+            )
 
         rejection = override_request_rejection(turn.approval_policy, args.sandbox_permissions)
         if rejection is not None:
@@ -203,32 +205,9 @@ class UnifiedExecManager:
             return base
         return posixpath.normpath(posixpath.join(base, args.workdir))
 
-    async def _intercepted_patch(
-        self,
-        patch: PatchInvocation | InvocationError,
-        turn: TurnContext,
-        call_id: str,
-        started: float,
-        args: ExecCommandArgs,
-    ) -> ExecCommandToolOutput:
-        if isinstance(patch, InvocationError):
-            raise RespondToModel(str(patch.error))
-        result = await run_apply_patch(
-            self._client.fs, turn, ApplyPatchRequest(patch.parsed, patch.cwd, call_id)
-        )
-        return build_output(
-            result.output.encode(),
-            wall_time_seconds=time.monotonic() - started,
-            max_output_tokens=args.max_output_tokens,
-            exit_code=0 if result.success else 1,
-            session_id=None,
-            warnings=(f"Warning: {APPLY_PATCH_VIA_EXEC_WARNING}",),
-        )
-
     async def _store(
         self, process_id: int, process: UnifiedExecProcess
     ) -> tuple[StoredProcess[UnifiedExecProcess], tuple[str, ...]]:
-        entry_count_before = len(self.store)
         pruned = self.store.store(process_id, process)
         entry = self.store.get(process_id)
         assert entry is not None
@@ -238,7 +217,7 @@ class UnifiedExecManager:
         approval = process.network_approval
         if approval is not None:
             approval.watch(process.terminate)
-        count = entry_count_before + 1
+        count = len(self.store)
         warnings = (_process_limit_warning(count),) if count >= WARNING_THRESHOLD else ()
         return entry, warnings
 
