@@ -41,7 +41,8 @@ class LimitsConfig:
     max_inflight_requests: int | None = 1024  # per connection
     max_frame_bytes: int | None = None  # below the transport's 64 MiB hard limit
     max_processes_per_session: int | None = 1024
-    max_open_files: int | None = 1024  # fs/open handles per scope
+    # fs/open handles per connection, below the protocol's own cap of 128.
+    max_open_files: int | None = None
     max_concurrent_http_requests: int | None = 64  # server-wide http/request
 
 
