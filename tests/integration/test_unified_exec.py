@@ -28,6 +28,7 @@ from execserver.core.unified_exec.manager import (
     APPLY_PATCH_VIA_EXEC_WARNING,
     NETWORK_DENIED_FALLBACK,
     UnifiedExecManager,
+    process_limit_warning,
 )
 from tests.servers import RunningServer
 
@@ -485,3 +486,24 @@ async def test_network_denial_terminates_the_process_and_says_so(
     assert done.output.endswith(NETWORK_DENIED_FALLBACK)
     assert service.active_calls_for_environment("executor-1") == []
     assert len(manager.store) == 0
+
+
+async def test_many_open_processes_produce_the_limit_warning(
+    client: ExecServerClient, workspace: Path
+) -> None:
+    manager = UnifiedExecManager(client, max_processes=4, warning_threshold=2)
+    args = {"cmd": "sleep 30", "login": False, "yield_time_ms": 250}
+    try:
+        first = await manager.exec_command(args, _turn(workspace))
+        second = await manager.exec_command(args, _turn(workspace))
+    finally:
+        await manager.clean()
+    assert first.warnings == ()
+    assert second.warnings == (
+        "Warning: The maximum number of unified exec processes you can keep open is 2 and you "
+        "currently have 2 processes open. Reuse older processes or close them to prevent "
+        "automatic pruning of old processes",
+    )
+    assert process_limit_warning(60, 61).startswith(
+        "Warning: The maximum number of unified exec processes you can keep open is 60 "
+    )

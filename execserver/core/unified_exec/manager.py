@@ -56,6 +56,7 @@ __all__ = [
     "APPLY_PATCH_VIA_EXEC_WARNING",
     "NETWORK_DENIED_FALLBACK",
     "UnifiedExecManager",
+    "process_limit_warning",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,10 +68,10 @@ NETWORK_DENIAL_GRACE = 0.100
 INTERRUPT = "\x03"
 
 
-def _process_limit_warning(count: int) -> str:
+def process_limit_warning(threshold: int, count: int) -> str:
     return (
         "Warning: The maximum number of unified exec processes you can keep open is "
-        f"{WARNING_THRESHOLD} and you currently have {count} processes open. Reuse older "
+        f"{threshold} and you currently have {count} processes open. Reuse older "
         "processes or close them to prevent automatic pruning of old processes"
     )
 
@@ -86,6 +87,7 @@ class UnifiedExecManager:
         deterministic_ids: bool = False,
         max_processes: int = MAX_PROCESSES,
         protected_recent: int = PROTECTED_RECENT,
+        warning_threshold: int = WARNING_THRESHOLD,
         max_background_terminal_timeout_ms: int = DEFAULT_MAX_BACKGROUND_TERMINAL_TIMEOUT_MS,
     ) -> None:
         self._client = client
@@ -97,6 +99,7 @@ class UnifiedExecManager:
             max_processes=max_processes, protected_recent=protected_recent
         )
         self._max_poll_ms = max_background_terminal_timeout_ms
+        self._warning_threshold = warning_threshold
         # Enter ``manager.pause.paused()`` while a prompt blocks running commands.
         self.pause = YieldPause()
 
@@ -218,7 +221,11 @@ class UnifiedExecManager:
         if approval is not None:
             approval.watch(process.terminate)
         count = len(self.store)
-        warnings = (_process_limit_warning(count),) if count >= WARNING_THRESHOLD else ()
+        warnings = (
+            (process_limit_warning(self._warning_threshold, count),)
+            if count >= self._warning_threshold
+            else ()
+        )
         return entry, warnings
 
     async def _discard(self, entry: StoredProcess[UnifiedExecProcess]) -> None:
