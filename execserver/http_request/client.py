@@ -33,9 +33,10 @@ _CROSS_ORIGIN_DROPPED = frozenset(
 _TRAILING = ("host", "content-length", "transfer-encoding")
 
 
-# aiohttp upper-cases the method in two places; the verbatim one reaches the
-# request object through this context variable (set by the sending task).
-_VERBATIM_METHOD: ContextVar[str | None] = ContextVar("verbatim_method", default=None)
+# aiohttp upper-cases the method in two places and adds "content-length: 0"
+# to body-less non-GET requests; the request being sent reaches the request
+# object through this context variable (set by the sending task) to undo that.
+_SENDING: ContextVar[PreparedRequest | None] = ContextVar("http_request_sending", default=None)
 
 
 class _VerbatimRequest(aiohttp.ClientRequest):
@@ -43,10 +44,16 @@ class _VerbatimRequest(aiohttp.ClientRequest):
 
     def __init__(self, method: str, url: URL, **kwargs: Any) -> None:
         super().__init__(method, url, **kwargs)
-        self.method = _VERBATIM_METHOD.get() or method
+        sending = _SENDING.get()
+        if sending is not None:
+            self.method = sending.method
+        # reqwest sends no content-length at all for an absent or empty body.
+        drop_length = sending is not None and not sending.body
         reordered: CIMultiDict[str] = CIMultiDict()
         trailing: list[tuple[str, str]] = []
         for name, value in self.headers.items():
+            if name.lower() == "content-length" and drop_length:
+                continue
             if name.lower() in _TRAILING:
                 trailing.append((name.lower(), value))
             else:
@@ -116,11 +123,11 @@ class HttpClient:
             headers.add(name, value)
         if "accept" not in headers:
             headers.add("accept", "*/*")
-        _VERBATIM_METHOD.set(request.method)
+        _SENDING.set(request)
         try:
             return await self._get_session().request(
                 request.method,
-                URL(str(request.url)),
+                URL(str(request.url), encoded=True),
                 headers=headers,
                 data=request.body or None,
                 allow_redirects=False,

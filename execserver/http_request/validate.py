@@ -76,10 +76,48 @@ def parse_url(url: str) -> TargetUrl:
     host, port = _split_port(host_port)
     if not host:
         raise _invalid_url("empty host")
-    tail = tail.split("#", 1)[0].replace("\\", "/")
-    if not tail.startswith("/"):
-        tail = "/" + tail
-    return TargetUrl(scheme, host.lower(), None if port == _DEFAULT_PORTS[scheme] else port, tail)
+    tail = tail.split("#", 1)[0]
+    path, query = tail.split("?", 1) if "?" in tail else (tail, None)
+    rest = _normalize_path(path.replace("\\", "/"))
+    if query is not None:
+        rest += "?" + _percent_encode(query, _QUERY_ESCAPES)
+    return TargetUrl(scheme, host.lower(), None if port == _DEFAULT_PORTS[scheme] else port, rest)
+
+
+# What the url crate percent-encodes in a path and in a (special-scheme) query;
+# existing %XX escapes are kept as written.
+_PATH_ESCAPES = frozenset(' "#<>?`{}')
+_QUERY_ESCAPES = frozenset(" \"#<>'")
+
+
+def _percent_encode(text: str, escapes: frozenset[str]) -> str:
+    out = []
+    for ch in text:
+        if ch in escapes or ord(ch) < 0x20 or ord(ch) == 0x7F or not ch.isascii():
+            out.append("".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass")))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _normalize_path(path: str) -> str:
+    """Resolve ``.``/``..`` segments like URL parsing does; always absolute."""
+    segments: list[str] = []
+    parts = path.split("/")[1:] if path.startswith("/") else path.split("/")
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        lowered = part.lower()
+        if lowered in (".", "%2e"):
+            if last:
+                segments.append("")
+        elif lowered in ("..", ".%2e", "%2e.", "%2e%2e"):
+            if segments:
+                segments.pop()
+            if last:
+                segments.append("")
+        else:
+            segments.append(_percent_encode(part, _PATH_ESCAPES))
+    return "/" + "/".join(segments)
 
 
 def _split_port(host_port: str) -> tuple[str, int | None]:

@@ -40,6 +40,7 @@ def _app(upstream: Upstream) -> web.Application:
                 "path": request.path_qs,
                 "headers": raw,
                 "body": body.decode(),
+                "rawPath": request.raw_path,
             },
             headers={"X-Probe": "1"},
         )
@@ -99,7 +100,7 @@ def _app(upstream: Upstream) -> web.Application:
     app = web.Application()
     app.router.add_route("*", "/echo", echo)
     app.router.add_get("/multi", multi)
-    app.router.add_get("/redirect", redirect)
+    app.router.add_route("*", "/redirect", redirect)
     app.router.add_route("*", "/r307", redirect_307)
     app.router.add_get("/loop", loop)
     app.router.add_get("/status/{code}", status)
@@ -146,8 +147,15 @@ def visible(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def echoed(result: dict[str, Any]) -> dict[str, Any]:
+    """What the upstream saw, without the raw request target (see raw_path)."""
     echo: dict[str, Any] = json.loads(unb64(result["bodyBase64"]))
+    del echo["rawPath"]
     return echo
+
+
+def raw_path(result: dict[str, Any]) -> str:
+    target: str = json.loads(unb64(result["bodyBase64"]))["rawPath"]
+    return target
 
 
 async def request(client: RpcClient, **params: Any) -> Any:
@@ -424,3 +432,42 @@ async def test_stream_request_id_is_reserved_while_active(
         )
         assert again.ok
         await collect_stream(client, "s")
+
+
+async def test_request_shapes(server: RunningServer, upstream: Upstream) -> None:
+    base = upstream.base
+    typed = [{"name": "Content-Type", "value": "text/x"}]
+    async with connect(server.url) as client:
+        no_body = (await request(client, method="POST", url=f"{base}/echo")).result
+        empty_body = (
+            await request(client, method="POST", url=f"{base}/echo", bodyBase64="")
+        ).result
+        get_body = (
+            await request(client, method="GET", url=f"{base}/echo", bodyBase64="eA==")
+        ).result
+        put = (
+            await request(
+                client, method="PUT", url=f"{base}/echo", bodyBase64="eA==", headers=typed
+            )
+        ).result
+        post_redirected = (
+            await request(
+                client, method="POST", url=f"{base}/redirect", bodyBase64="eA==", headers=typed
+            )
+        ).result
+        encoded = (await request(client, method="GET", url=f"{base}/echo?q=a b&x=%20")).result
+        escaped_path = (await request(client, method="GET", url=f"{base}/x/../ech%6F")).result
+    accept = ["accept", "*/*"]
+    assert echoed(no_body)["headers"] == [accept]  # no content-length for a body-less POST
+    assert echoed(empty_body)["headers"] == [accept]
+    assert echoed(get_body)["headers"] == [accept, ["content-length", "1"]]
+    assert echoed(put)["headers"] == [["content-type", "text/x"], accept, ["content-length", "1"]]
+    # 302 turns a POST into a body-less GET (content-type dropped with the body)
+    assert echoed(post_redirected) == {
+        "method": "GET",
+        "path": "/echo",
+        "headers": [["referer", f"{base}/redirect"], accept],
+        "body": "",
+    }
+    assert raw_path(encoded) == "/echo?q=a%20b&x=%20"
+    assert raw_path(escaped_path) == "/ech%6F"  # dot segments resolved, escapes kept
