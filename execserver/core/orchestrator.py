@@ -76,9 +76,9 @@ class ToolOrchestrator:
         turn = self.turn
         policy = turn.approval_policy
         profile = effective_profile(turn.permission_profile, runtime.additional_permissions(req))
-        requirement = runtime.exec_approval_requirement(
-            req, turn
-        ) or default_exec_approval_requirement(policy, profile)
+        requirement = runtime.exec_approval_requirement(req, turn)
+        if requirement is None:
+            requirement = default_exec_approval_requirement(policy, profile)
 
         already_approved = await self._approve(runtime, req, requirement)
 
