@@ -43,6 +43,35 @@ async def in_thread(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         raise fs_error(exc) from None
 
 
+async def in_thread_to_completion(
+    func: Callable[..., T],
+    /,
+    *args: Any,
+    on_abandon: Callable[[T], None] | None = None,
+) -> T:
+    """Like ``in_thread``, but a cancelled caller still waits for the worker.
+
+    For operations on handle fds: the caller releases (and maybe closes) the
+    fd as soon as it returns, so it must not return while a worker still uses
+    the fd. ``on_abandon`` receives the result the cancelled caller drops
+    (e.g. to close a freshly opened fd).
+    """
+    loop = asyncio.get_running_loop()
+    future = loop.run_in_executor(executor(), functools.partial(func, *args))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        try:
+            result = await future
+        except BaseException:
+            raise asyncio.CancelledError from None
+        if on_abandon is not None:
+            on_abandon(result)
+        raise
+    except OSError as exc:
+        raise fs_error(exc) from None
+
+
 def _spec(func: Callable[..., Any]) -> str:
     return f"{func.__module__}:{func.__name__}"
 

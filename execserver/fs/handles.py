@@ -9,7 +9,6 @@ so a concurrent fs/close can never make a worker touch a recycled fd.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from dataclasses import dataclass
 
@@ -83,7 +82,8 @@ class FileHandles:
         current.close_when_idle()
 
     async def aclose(self) -> None:
+        # Request tasks are cancelled and awaited before connection state closes,
+        # and they release their handles only once their workers are done.
         for handle_id in list(self._files):
             self.discard(handle_id)
         self._files.clear()
-        await asyncio.sleep(0)

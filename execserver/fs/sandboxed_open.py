@@ -15,7 +15,7 @@ import errno
 import os
 from typing import Any
 
-from execserver.fs.dispatch import in_thread, needs_sandbox
+from execserver.fs.dispatch import in_thread_to_completion, needs_sandbox
 from execserver.fs.handle_io import open_fd, open_for_handle
 from execserver.fs.mode import OpenMode
 from execserver.sandbox.fs import run_sandboxed_fs_call
@@ -36,10 +36,13 @@ async def open_handle_fd(
 ) -> int:
     write = mode == "replace"
     if not needs_sandbox(sandbox, write=write):
-        return await in_thread(open_fd, path, mode)
+        return await in_thread_to_completion(open_fd, path, mode, on_abandon=os.close)
     assert sandbox is not None
     spec = f"{open_for_handle.__module__}:{open_for_handle.__name__}"
     ident: Any = await run_sandboxed_fs_call(
         sandbox, func=spec, args={"path": path, "mode": mode}, write=write
     )
-    return await in_thread(reopen_same_inode, path, mode, int(ident["dev"]), int(ident["ino"]))
+    dev, ino = int(ident["dev"]), int(ident["ino"])
+    return await in_thread_to_completion(
+        reopen_same_inode, path, mode, dev, ino, on_abandon=os.close
+    )

@@ -13,7 +13,7 @@ from typing import Any
 
 from execserver.fs import handle_io, ops_read, ops_write
 from execserver.fs.b64 import decode_strict
-from execserver.fs.dispatch import in_thread, needs_sandbox, run_fs_op
+from execserver.fs.dispatch import in_thread, in_thread_to_completion, needs_sandbox, run_fs_op
 from execserver.fs.handles import FileHandles
 from execserver.fs.mode import decode_open_mode
 from execserver.fs.params import (
@@ -257,7 +257,7 @@ async def read_block(ctx: RequestContext, params: ReadBlockParams) -> ReadBlockR
     handles = _handles(ctx)
     handle = handles.acquire(params.handle_id)
     try:
-        chunk, size = await in_thread(_read_block_b64, handle.fd, offset, length)
+        chunk, size = await in_thread_to_completion(_read_block_b64, handle.fd, offset, length)
     except RpcError:
         # The reference forgets a handle whose read failed.
         handles.discard(params.handle_id, handle)
@@ -280,7 +280,7 @@ async def write_block(ctx: RequestContext, params: WriteBlockParams) -> Empty:
     handles = _handles(ctx)
     handle = handles.acquire(params.handle_id)
     try:
-        await in_thread(handle_io.write_block, handle.fd, offset, data)
+        await in_thread_to_completion(handle_io.write_block, handle.fd, offset, data)
     finally:
         handles.release(handle)
     return Empty()

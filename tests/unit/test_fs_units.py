@@ -135,3 +135,27 @@ def _link(path: str) -> str:
         return os.readlink(path)
     except OSError:
         return ""
+
+
+async def test_cancelled_handle_io_waits_for_its_worker() -> None:
+    import threading
+
+    from execserver.fs.dispatch import in_thread_to_completion
+
+    started, release = threading.Event(), threading.Event()
+    abandoned: list[int] = []
+
+    def blocking() -> int:
+        started.set()
+        release.wait()
+        return 7
+
+    task = asyncio.ensure_future(in_thread_to_completion(blocking, on_abandon=abandoned.append))
+    await asyncio.to_thread(started.wait)
+    task.cancel()
+    await asyncio.sleep(0)
+    assert not task.done()  # still waiting for the worker, which holds the fd
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert abandoned == [7]
