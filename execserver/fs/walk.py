@@ -7,6 +7,8 @@ Reverse-engineered from the 0.169.0 binary:
 * ``truncated`` is set only when one more entry (or directory) would exceed a
   limit, so a walk that ends exactly at a limit is complete;
 * ``maxDepth`` stops descending silently;
+* entries whose names are not UTF-8 are reported in ``errors`` (the
+  reference looks them up under their lossily decoded name);
 * with ``followDirectorySymlinks`` a link to a directory is listed as a
   directory and descended into unless its target was already queued (the
   walk never visits one directory twice, so link loops end).
@@ -19,6 +21,7 @@ import stat
 from collections import deque
 from typing import Any
 
+from execserver.fs.ops_read import lossy_name
 from execserver.wire.errors import os_error_text
 from execserver.wire.uri import path_to_uri
 
@@ -76,6 +79,17 @@ def walk(
             errors.append({"path": path_to_uri(directory), "message": message})
             continue
         for entry in children:
+            lossy = lossy_name(entry.name)
+            if lossy != entry.name:
+                # The reference works on the lossily decoded name, which names
+                # no file: such entries end up in ``errors``.
+                lossy_path = os.path.join(directory, lossy)
+                try:
+                    os.lstat(lossy_path)
+                except OSError as exc:
+                    message = os_error_text(exc.errno or 0)
+                    errors.append({"path": path_to_uri(lossy_path), "message": message})
+                    continue
             classified = _classify(entry)
             if classified is None:
                 continue

@@ -152,3 +152,22 @@ async def test_limit_errors(
     params = {"path": uri(tmp_path), "options": {**OPTIONS, **options}}
     async with connect(any_server.url) as client:
         assert await client.err("fs/walk", params) == expected
+
+
+async def test_names_that_need_encoding(any_server: RunningServer, tmp_path: Path) -> None:
+    n = tmp_path / "n"
+    n.mkdir()
+    (n / "é sp%.txt").write_text("y")
+    # a name that is not UTF-8
+    Path(os.fsdecode(os.fsencode(n) + b"/bad\xff.txt")).write_text("x")
+    async with connect(any_server.url) as client:
+        listing = await client.ok("fs/readDirectory", {"path": uri(n)})
+        result = await client.ok("fs/walk", {"path": uri(n), "options": {**OPTIONS, "maxDepth": 1}})
+        read = await client.ok("fs/readFile", {"path": uri(n) + "/bad%FF.txt"})
+    assert sorted(e["fileName"] for e in listing["entries"]) == ["bad\ufffd.txt", "é sp%.txt"]
+    assert result["entries"] == [{"path": uri(n) + "/%C3%A9%20sp%25.txt", "kind": "file"}]
+    # the reference looks the lossily decoded name up, which fails
+    assert result["errors"] == [
+        {"path": uri(n) + "/bad%EF%BF%BD.txt", "message": "No such file or directory (os error 2)"}
+    ]
+    assert read == {"dataBase64": "eA=="}
