@@ -400,3 +400,36 @@ async def test_connection_close_releases_handles_and_watch(
         await asyncio.sleep(0.05)
     assert _open_fds(pid, target) == 0
     assert _open_fds(pid, "anon_inode:inotify") == 0
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+async def test_200mb_block_read_keeps_daemon_rss_flat(
+    execserver: RunningServer, tmp_path: Path
+) -> None:
+    size = 200 * MIB
+    big = tmp_path / "sparse.bin"
+    with open(big, "wb") as stream:  # noqa: ASYNC230 - creating a sparse file is instant
+        stream.truncate(size)
+    pid = execserver.process.pid
+    async with connect(execserver.url) as client:
+        await client.ok("fs/open", {"handleId": "b", "path": uri(big)})
+        peak = baseline = 0
+        for index, offset in enumerate(range(0, size, MIB)):
+            result = await client.ok(
+                "fs/readBlock", {"handleId": "b", "offset": offset, "len": MIB}
+            )
+            assert len(result["chunk"]) == 4 * ((MIB + 2) // 3)
+            if index == 8:
+                baseline = _rss_bytes(pid)  # after the first blocks warmed the buffers up
+            elif index > 8 and index % 16 == 0:
+                peak = max(peak, _rss_bytes(pid))
+        await client.ok("fs/close", {"handleId": "b"})
+    # 200 MiB went through; the daemon never held more than a few blocks of it.
+    assert peak - baseline < 32 * MIB, (baseline, peak)
