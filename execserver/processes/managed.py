@@ -483,6 +483,10 @@ class ManagedProcess:
             await self._sender
         self._wake()
 
+    def forget(self) -> None:
+        """The retention period is over: drop the sender (the process is closed)."""
+        self._sender.cancel()
+
 
 def _output_note(process_id: str, chunk: Chunk) -> ProcessOutputNotification:
     return ProcessOutputNotification(process_id, chunk.seq, chunk.stream, chunk.data)  # type: ignore[arg-type]

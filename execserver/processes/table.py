@@ -16,6 +16,7 @@ from execserver.config import LimitsConfig
 from execserver.processes.launch import LaunchPlan, spawn
 from execserver.processes.managed import DenialClassifier, ManagedProcess
 from execserver.processes.supervisor import Supervisor
+from execserver.processes.tree import ProcessTree
 from execserver.server.limits import check_below
 from execserver.wire.errors import RpcError
 
@@ -44,6 +45,7 @@ class ProcessTable:
         self._limits = limits
         self._procs: dict[str, ManagedProcess] = {}
         self._expiry: dict[str, asyncio.TimerHandle] = {}
+        self._leftover_trees: list[ProcessTree] = []
         self._closed = False
 
     def get(self, process_id: str) -> ManagedProcess | None:
@@ -102,8 +104,11 @@ class ProcessTable:
         self._expiry.pop(process_id, None)
         if self._procs.get(process_id) is proc:
             del self._procs[process_id]
-            task = asyncio.get_running_loop().create_task(proc.aclose())
-            task.add_done_callback(_log_failure)
+            proc.forget()
+            # Escapees of a forgotten process still belong to the session: they are
+            # killed when it ends, not when the id is released.
+            if not proc.tree.empty:
+                self._leftover_trees.append(proc.tree)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -115,8 +120,6 @@ class ProcessTable:
         if procs:
             log.info("session %s closing: killing %d process tree(s)", self._session.id, len(procs))
         await asyncio.gather(*(p.aclose() for p in procs), return_exceptions=True)
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("closing a retained process failed", exc_info=task.exception())
+        for tree in self._leftover_trees:
+            self._supervisor.kill(tree)
+        self._leftover_trees.clear()

@@ -193,3 +193,21 @@ async def test_long_poll_read_does_not_block_other_requests_on_execserver(
             assert order == [read_id, status_id]
         await c.call("process/terminate", {"processId": "quiet"})
         await c.wait_closed("quiet")
+
+
+async def test_escapee_outlives_its_retained_process_but_not_the_session() -> None:
+    flags = ["--exited-process-retention", "0.5", "--session-ttl", "1"]
+    async with start_server("execserver", flags) as server:
+        async with connect(server.url) as c:
+            await c.start("gone", ["bash", "-c", "setsid sleep 1000 & echo $!"])
+            await c.wait_closed("gone")
+            escapee = int(c.events("gone").output())
+            async with asyncio.timeout(30):
+                while True:
+                    try:
+                        await c.read("gone")
+                    except RpcFailure:
+                        break  # the process id was released
+                    await asyncio.sleep(0.1)
+            assert _alive(escapee)  # releasing the id does not kill what it left behind
+        assert await _wait_all_dead([escapee]) == []  # the session's end does
