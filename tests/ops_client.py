@@ -61,6 +61,7 @@ class RpcSocket:
         self.ws = ws
         self._ids = itertools.count(1)
         self.notifications: list[dict[str, Any]] = []
+        self._responses: dict[Any, dict[str, Any]] = {}
 
     async def send(self, message: dict[str, Any]) -> None:
         await self.ws.send_str(json.dumps(message))
@@ -73,11 +74,17 @@ class RpcSocket:
         return decoded
 
     async def response(self, request_id: int | str) -> dict[str, Any]:
+        """The response to ``request_id``; other responses are kept for their own turn."""
+        if request_id in self._responses:
+            return self._responses.pop(request_id)
         while True:
             message = await self.receive()
-            if message.get("id") == request_id and "method" not in message:
+            if "method" in message:
+                self.notifications.append(message)
+            elif message.get("id") == request_id:
                 return message
-            self.notifications.append(message)
+            else:
+                self._responses[message.get("id")] = message
 
     async def call(self, method: str, params: Any = None) -> dict[str, Any]:
         request_id = next(self._ids)

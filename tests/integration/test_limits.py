@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -74,3 +75,30 @@ async def test_limit_refusals_do_not_break_json_rpc_ordering_of_other_replies() 
             second = await asyncio.wait_for(rpc.receive(), 10)
             assert [first["id"], second["id"]] == ["big", "small"]
             assert "result" in second
+
+
+async def test_inflight_limit_over_real_sockets_with_long_poll_reads(tmp_path: Path) -> None:
+    flags = ["--max-inflight-requests", "2", "--concurrent-requests", "4"]
+    async with start_server("execserver", flags) as server:
+        async with rpc_socket(server.url) as rpc:
+            await rpc.handshake()
+            # Runs until the test creates `go`: every request slot is then busy with
+            # reads, so the process must end without a request.
+            start = {
+                "processId": "waiter",
+                "argv": ["/bin/sh", "-c", "while [ ! -e go ]; do sleep 0.05; done"],
+                "cwd": tmp_path.as_uri(),
+                "env": {"PATH": "/usr/bin:/bin"},
+                "tty": False,
+            }
+            assert "result" in await rpc.call("process/start", start)
+            read = {"processId": "waiter", "afterSeq": 0, "waitMs": 60000}
+            await rpc.send({"id": "r1", "method": "process/read", "params": read})
+            await rpc.send({"id": "r2", "method": "process/read", "params": read})
+            refused = await rpc.call("environment/status")
+            assert refused["error"]["code"] == -32000
+            assert "--max-inflight-requests=2" in refused["error"]["message"]
+            (tmp_path / "go").touch()
+            assert "result" in await rpc.response("r1")
+            assert "result" in await rpc.response("r2")
+            assert (await rpc.call("environment/status"))["result"] == {"status": "ready"}
