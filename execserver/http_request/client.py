@@ -90,6 +90,8 @@ class HttpClient:
                 auto_decompress=False,
                 request_class=_VerbatimRequest,
                 timeout=aiohttp.ClientTimeout(total=None),
+                # reqwest honours HTTP(S)_PROXY/ALL_PROXY/NO_PROXY; so does the reference.
+                trust_env=True,
             )
         return self._session
 

@@ -130,7 +130,9 @@ async def upstream() -> AsyncIterator[Upstream]:
 @pytest.fixture(params=["execserver", "reference"])
 async def server(request: pytest.FixtureRequest) -> AsyncIterator[RunningServer]:
     """Either server, with a secret and a deny-listed credential in its environment."""
-    env = dict(os.environ, SPEC_SECRET=SECRET, AWS_SECRET_ACCESS_KEY="do-not-send")
+    # Both servers honour *_PROXY variables; the upstream is reached directly.
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env.update(SPEC_SECRET=SECRET, AWS_SECRET_ACCESS_KEY="do-not-send")
     env.pop("NOT_SET_ANYWHERE", None)
     async with start_server(request.param, env=env) as running:
         yield running
@@ -471,3 +473,35 @@ async def test_request_shapes(server: RunningServer, upstream: Upstream) -> None
     }
     assert raw_path(encoded) == "/echo?q=a%20b&x=%20"
     assert raw_path(escaped_path) == "/ech%6F"  # dot segments resolved, escapes kept
+
+
+async def test_proxy_from_the_environment(upstream: Upstream, kind_param: str) -> None:
+    """Like reqwest, the executor sends requests through HTTP_PROXY from its environment."""
+    seen: list[str] = []
+
+    async def proxy_handler(request: web.Request) -> web.Response:
+        seen.append(str(request.url))
+        return web.Response(text="via proxy")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", proxy_handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    proxy = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env["HTTP_PROXY"] = proxy
+    try:
+        async with start_server(kind_param, env=env) as running, connect(running.url) as client:
+            result = (await request(client, method="GET", url=f"{upstream.base}/echo")).result
+    finally:
+        await runner.cleanup()
+    assert unb64(result["bodyBase64"]) == b"via proxy"
+    assert seen == [f"{upstream.base}/echo"]
+
+
+@pytest.fixture(params=["execserver", "reference"])
+def kind_param(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
