@@ -129,3 +129,38 @@ async def connect(url: str, *, handshake: bool = True) -> AsyncIterator[RpcClien
             yield client
         finally:
             await client.aclose()
+
+
+def normalize(value: Any, root: str) -> Any:
+    """Replace the scratch directory with ``<D>`` and epoch milliseconds with ``<MS>``."""
+    if isinstance(value, str):
+        return value.replace(root, "<D>")
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int) and value > 10**12:
+        return "<MS>"
+    if isinstance(value, list):
+        return [normalize(v, root) for v in value]
+    if isinstance(value, dict):
+        return {k: normalize(v, root) for k, v in value.items()}
+    return value
+
+
+def outcome(reply: Reply, root: str) -> Any:
+    """``{"result": ...}`` or ``{"error": [code, message]}``, normalised."""
+    if reply.ok:
+        return {"result": normalize(reply.result, root)}
+    code, message = reply.error
+    return {"error": [code, normalize(message, root)]}
+
+
+async def check_cases(
+    client: RpcClient, root: str, cases: list[tuple[str, str, dict[str, Any], Any]]
+) -> None:
+    """Run ``(label, method, params, expected outcome)`` in order; report every mismatch."""
+    mismatches = []
+    for label, method, params, expected in cases:
+        got = outcome(await client.call(method, params), root)
+        if got != expected:
+            mismatches.append(f"{label}:\n   expected {expected}\n   got      {got}")
+    assert not mismatches, "\n".join(mismatches)
