@@ -221,3 +221,14 @@ async def read_all(client: Client, process_id: str, after_seq: int = 0) -> list[
 
 def json_dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True)
+
+
+async def poll_until(predicate: Callable[[], bool], timeout: float = 10) -> bool:
+    """Poll an OS condition that has no event (a pid died, a process left its group)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    done = predicate()
+    while not done and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+        done = predicate()
+    return done

@@ -98,11 +98,14 @@ async def test_fifty_megabytes_arrive_complete(execserver: RunningServer) -> Non
     assert digest.hexdigest() == hashlib.sha256(b"x" * total).hexdigest()
 
 
-async def test_pty_chunks_are_at_most_4095_bytes(any_server: RunningServer) -> None:
+async def test_pty_chunk_sizes(any_server: RunningServer) -> None:
     async with connect(any_server.url) as c:
         ev = await c.run("tb", ["bash", "-c", "head -c 200000 /dev/zero | tr '\\0' 'b'"], tty=True)
     sizes = [len(unb64(p["chunk"])) for m, p in ev.events if m == "process/output"]
-    assert sum(sizes) == 200000 and max(sizes) <= 4095
+    # The reference's pty reads are usually <= 4095 bytes but reach 8192 at times;
+    # ours always cut at 4095.
+    limit = 4095 if any_server.kind == "execserver" else 8192
+    assert sum(sizes) == 200000 and max(sizes) <= limit
 
 
 async def test_retention_keeps_about_one_mebibyte_and_loss_is_a_seq_gap(

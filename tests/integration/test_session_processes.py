@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 
 import psutil
 import pytest
 
-from tests.process_client import RpcFailure, connect, open_ws, unb64
+from tests.process_client import RpcFailure, connect, open_ws, poll_until, unb64
 from tests.servers import RunningServer, start_server
 
 # A tree with every kind of descendant: a plain background job, a setsid escapee,
@@ -163,11 +164,14 @@ async def test_terminate_spares_a_setsid_grandchild_like_the_reference(
         await c.wait_output("k", b"\n")
         grandchild = int(c.events("k").output())
         try:
+            # $! is printed right after fork: wait until the child really left the group.
+            assert await poll_until(lambda: os.getsid(grandchild) == grandchild)
             await c.call("process/terminate", {"processId": "k"})
             await c.wait_closed("k")
             assert _alive(grandchild)
         finally:
-            os.kill(grandchild, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(grandchild, signal.SIGKILL)
 
 
 async def test_long_poll_read_does_not_block_other_requests_on_execserver(
