@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import signal
@@ -56,8 +57,26 @@ def read_stat(pid: int) -> ProcInfo | None:
     )
 
 
-def read_proc_table() -> dict[int, ProcInfo]:
-    table: dict[int, ProcInfo] = {}
+class ProcTable(dict[int, ProcInfo]):
+    """A /proc snapshot with indexes built once per snapshot (sweeps cover many trees)."""
+
+    @functools.cached_property
+    def children(self) -> dict[int, list[int]]:
+        index: dict[int, list[int]] = {}
+        for pid, info in self.items():
+            index.setdefault(info.ppid, []).append(pid)
+        return index
+
+    @functools.cached_property
+    def by_session(self) -> dict[int, list[int]]:
+        index: dict[int, list[int]] = {}
+        for pid, info in self.items():
+            index.setdefault(info.sid, []).append(pid)
+        return index
+
+
+def read_proc_table() -> ProcTable:
+    table = ProcTable()
     for name in os.listdir("/proc"):
         if name.isdigit():
             info = read_stat(int(name))
@@ -82,10 +101,8 @@ def own_children() -> list[int]:
     return pids
 
 
-def descendants(roots: Iterable[int], table: dict[int, ProcInfo]) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for pid, info in table.items():
-        children.setdefault(info.ppid, []).append(pid)
+def descendants(roots: Iterable[int], table: ProcTable) -> set[int]:
+    children = table.children
     found: set[int] = set()
     stack = list(roots)
     while stack:
@@ -115,13 +132,13 @@ class ProcessTree:
             if (info := table.get(pid)) is not None and info.start == start
         ]
 
-    def refresh(self, table: dict[int, ProcInfo]) -> None:
+    def refresh(self, table: ProcTable) -> None:
         """Re-record the descendants; forget those that died (or whose pid was recycled)."""
         alive = self.live_tracked(table)
         roots = [self.root, *alive] if self.root_alive else alive
         members = descendants(roots, table)
         # Members of the child's own session, even if re-parented away from it.
-        members.update(pid for pid, info in table.items() if info.sid == self.root)
+        members.update(table.by_session.get(self.root, ()))
         members.update(alive)
         members.discard(self.root)
         self.tracked = {pid: table[pid].start for pid in members if pid in table}
@@ -172,7 +189,7 @@ def read_environ(pid: int) -> frozenset[bytes]:
         return frozenset()
 
 
-def claim_unowned_children(trees: list[ProcessTree], table: dict[int, ProcInfo]) -> None:
+def claim_unowned_children(trees: list[ProcessTree], table: ProcTable) -> None:
     """Attribute children the daemon inherited as subreaper that no tree has recorded.
 
     Such an orphan escaped (setsid + parent exit) between two sweeps. Among the
@@ -183,8 +200,9 @@ def claim_unowned_children(trees: list[ProcessTree], table: dict[int, ProcInfo])
     me = os.getpid()
     my_sid = table[me].sid if me in table else os.getsid(0)
     claimed = {t.root for t in trees} | {pid for t in trees for pid in t.tracked}
-    for pid, info in table.items():
-        if info.ppid != me or pid in claimed or info.sid == my_sid or info.state == "Z":
+    for pid in table.children.get(me, ()):
+        info = table[pid]
+        if pid in claimed or info.sid == my_sid or info.state == "Z":
             continue
         env = read_environ(pid)
         best: ProcessTree | None = None
