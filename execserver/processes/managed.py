@@ -84,6 +84,7 @@ class ManagedProcess:
         pipe_stdin: bool,
         classify_denial: DenialClassifier | None,
         on_closed: Callable[[ManagedProcess], None],
+        on_exited: Callable[[ManagedProcess], None] | None = None,
     ) -> None:
         self.process_id = process_id
         self.pid = spawned.pid
@@ -104,6 +105,7 @@ class ManagedProcess:
         self._drain_timeout_s = drain_timeout_s
         self._classify_denial = classify_denial
         self._on_closed = on_closed
+        self._on_exited = on_exited
         self._loop = asyncio.get_running_loop()
         self._started = time.monotonic()
         self._pty_master = spawned.pty_master
@@ -297,6 +299,8 @@ class ManagedProcess:
             self.sandbox_denied = self._classify_denial(code, self._output_tail())
         self.exit_seq = self.log.reserve()
         self._supervisor.root_exited(self.tree)
+        if self._on_exited is not None:
+            self._on_exited(self)
         self._wake()
         if self._abandon or not self._streams:
             # After process/terminate the reference abandons output collection at once.

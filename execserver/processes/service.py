@@ -70,6 +70,7 @@ def _table(ctx: RequestContext) -> ProcessTable:
                 _config_value(ctx, "process_drain_timeout_s", DEFAULT_DRAIN_TIMEOUT_S)
             ),
             limits=getattr(ctx.runtime.config, "limits", None),
+            metrics=getattr(ctx.runtime, "metrics", None),
         ),
     )
 

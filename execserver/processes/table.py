@@ -18,6 +18,7 @@ from execserver.processes.managed import DenialClassifier, ManagedProcess
 from execserver.processes.supervisor import Supervisor
 from execserver.processes.tree import ProcessTree
 from execserver.server.limits import check_below
+from execserver.server.metrics import Metrics
 from execserver.wire.errors import RpcError
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ class ProcessTable:
         retained_bytes: int,
         drain_timeout_s: float,
         limits: LimitsConfig | None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._session = session
         self._supervisor = supervisor
@@ -43,6 +45,7 @@ class ProcessTable:
         self._retained_bytes = retained_bytes
         self._drain_timeout_s = drain_timeout_s
         self._limits = limits
+        self._metrics = metrics
         self._procs: dict[str, ManagedProcess] = {}
         self._expiry: dict[str, asyncio.TimerHandle] = {}
         self._leftover_trees: list[ProcessTree] = []
@@ -88,9 +91,17 @@ class ProcessTable:
             pipe_stdin=plan.pipe_stdin,
             classify_denial=classify_denial,
             on_closed=self._on_closed,
+            on_exited=self._on_exited,
         )
         self._procs[process_id] = proc
+        if self._metrics is not None:
+            self._metrics.process_started()
         return proc
+
+    def _on_exited(self, proc: ManagedProcess) -> None:
+        if self._metrics is not None:
+            wall = proc.accounting.wall_s if proc.accounting is not None else 0.0
+            self._metrics.process_exited(wall, proc.sandbox_denied)
 
     def _on_closed(self, proc: ManagedProcess) -> None:
         if self._closed:

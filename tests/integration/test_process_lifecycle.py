@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+import aiohttp
 import pytest
 
 from tests.process_client import BASE_ENV, RpcFailure, connect, unb64
@@ -309,3 +310,19 @@ async def test_process_limit_per_session_names_the_flag() -> None:
         await c.run("c", ["true"])  # a closed process frees its slot
         await c.call("process/terminate", {"processId": "b"})
         await c.wait_closed("b")
+
+
+async def test_process_metrics_count_starts_and_exits() -> None:
+    async with (
+        start_server("execserver", ["--metrics"]) as server,
+        connect(server.url) as c,
+    ):
+        await c.run("m1", ["true"])
+        await c.start("m2", ["sleep", "30"])
+        async with aiohttp.ClientSession() as http:
+            async with http.get(server.http_url + "/metrics") as resp:
+                text = await resp.text()
+        assert "execserver_processes_started_total 2.0" in text
+        assert "execserver_processes_live 1.0" in text
+        await c.call("process/terminate", {"processId": "m2"})
+        await c.wait_closed("m2")
