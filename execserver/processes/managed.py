@@ -1,13 +1,14 @@
 """One managed child: output pumps, exit reaping, event delivery, stdin, signals.
 
 Hot path: the loop calls ``_on_readable`` when an output fd is readable; it
-reads up to the reference's chunk size per read, appends to the log (which
-assigns the seq) and wakes the sender. A single sender task per process turns
-log entries into notifications in seq order; when the connection's outbound
-queue is full the sender waits, the backlog grows and the pumps pause, so the
-pipe fills and the child blocks instead of the daemon growing. Exit is reaped
-from a pidfd callback that never waits for the sender, so ``process/read``
-sees the exit at once even under backpressure.
+reads up to eight chunks per syscall, cuts them at the reference's chunk size,
+appends them to the log (which assigns the seqs) and wakes the sender. A
+single sender task per process turns log entries into notifications in seq
+order; when the connection's outbound queue is full the sender waits, the
+backlog grows and the pumps pause, so the pipe fills and the child blocks
+instead of the daemon growing. Exit is reaped from a pidfd callback that never
+waits for the sender, so ``process/read`` sees the exit at once even under
+backpressure.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import logging
 import os
 import signal
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from execserver.processes.launch import Spawned
 from execserver.processes.log import Chunk, OutputLog
+from execserver.processes.stdin import StdinWriter
 from execserver.wire import methods as m
 from execserver.wire.errors import RpcError
 from execserver.wire.process import (
@@ -117,9 +118,10 @@ class ManagedProcess:
         self._drain_mark = 0  # log.next_seq when the drain timer was armed
         self._waiters: list[asyncio.Future[None]] = []
         self._sent = 0  # highest seq handed to session.notify
-        self._stdin_fd = spawned.stdin_fd
-        self._stdin_queue: deque[memoryview] = deque()
-        self._stdin_writing = False
+        self._stdin: StdinWriter | None = None
+        if spawned.stdin_fd is not None:
+            owns = spawned.stdin_fd != spawned.pty_master
+            self._stdin = StdinWriter(spawned.stdin_fd, owns_fd=owns)
         self._write_ids: dict[str, None] = {}
         self._pidfd = os.pidfd_open(self.pid)
         self._loop.add_reader(self._pidfd, self._on_exit)
@@ -239,8 +241,8 @@ class ManagedProcess:
         if self._streams.pop(fd, None) is None:
             return
         self._loop.remove_reader(fd)
-        if fd == self._stdin_fd:  # the pty master is both output and input
-            self._close_stdin(close_fd=False)
+        if fd == self._pty_master:  # the pty master is both output and input
+            self._close_stdin()
         os.close(fd)
         if self.exited and not self._streams:
             self._mark_closed()
@@ -398,45 +400,14 @@ class ManagedProcess:
         self._write_ids[write_id] = None
         if len(self._write_ids) > MAX_WRITE_IDS:
             del self._write_ids[next(iter(self._write_ids))]
-        if data and self._stdin_fd is not None:
-            self._stdin_queue.append(memoryview(data))
-            if not self._stdin_writing:
-                self._flush_stdin()
+        if self._stdin is not None:
+            self._stdin.write(data)
         return "accepted"
 
-    def _flush_stdin(self) -> None:
-        fd = self._stdin_fd
-        queue = self._stdin_queue
-        while queue and fd is not None:
-            try:
-                n = os.write(fd, queue[0])
-            except BlockingIOError:
-                if not self._stdin_writing:
-                    self._stdin_writing = True
-                    self._loop.add_writer(fd, self._flush_stdin)
-                return
-            except OSError:  # EPIPE/EIO: the child closed its stdin; the bytes are dropped
-                queue.clear()
-                break
-            if n == len(queue[0]):
-                queue.popleft()
-            else:
-                queue[0] = queue[0][n:]
-        if self._stdin_writing and fd is not None:
-            self._stdin_writing = False
-            self._loop.remove_writer(fd)
-
-    def _close_stdin(self, *, close_fd: bool = True) -> None:
-        fd = self._stdin_fd
-        if fd is None:
-            return
-        self._stdin_fd = None
-        self._stdin_queue.clear()
-        if self._stdin_writing:
-            self._stdin_writing = False
-            self._loop.remove_writer(fd)
-        if close_fd and fd not in self._streams:  # a pty master closes with the output
-            os.close(fd)
+    def _close_stdin(self) -> None:
+        if self._stdin is not None:
+            self._stdin.close()
+            self._stdin = None
 
     # ---- signals ---------------------------------------------------------------------
 
