@@ -1,0 +1,99 @@
+"""Process-tree tracking on real processes: descendants, setsid escapees, the kill."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from execserver.processes.tree import (
+    ProcessTree,
+    claim_unowned_children,
+    descendants,
+    read_proc_table,
+    read_stat,
+)
+
+
+def _dead(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait(predicate: object, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.fixture
+def tree_root() -> Iterator[tuple[subprocess.Popen[bytes], list[int]]]:
+    """A session leader with a plain background job and a setsid escapee."""
+    script = "sleep 1000 & echo $!; setsid sleep 1000 & echo $!; echo ready; wait"
+    proc = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, start_new_session=True)
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline() for _ in range(3)]
+    pids = [int(x) for x in lines[:2]]
+    assert _wait(lambda: os.getsid(pids[1]) == pids[1])
+    try:
+        yield proc, pids
+    finally:
+        for pid in [proc.pid, *pids]:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                continue
+        proc.wait()
+        proc.stdout.close()
+
+
+def test_stat_and_descendants(tree_root: tuple[subprocess.Popen[bytes], list[int]]) -> None:
+    proc, (job, escapee) = tree_root
+    info = read_stat(proc.pid)
+    assert info is not None and info.sid == proc.pid and info.pgid == proc.pid
+    table = read_proc_table()
+    assert {job, escapee} <= descendants([proc.pid], table)
+    assert table.by_session[proc.pid].count(job) == 1
+    assert escapee not in table.by_session.get(proc.pid, [])
+
+
+def test_kill_reaches_the_setsid_escapee(
+    tree_root: tuple[subprocess.Popen[bytes], list[int]],
+) -> None:
+    proc, (job, escapee) = tree_root
+    start = read_stat(proc.pid)
+    assert start is not None
+    tree = ProcessTree(proc.pid, start.start)
+    tree.refresh(read_proc_table())
+    assert {job, escapee} <= set(tree.tracked)
+    assert tree.kill() >= 3
+    proc.wait()
+    assert _wait(lambda: _dead(job) and _dead(escapee))
+
+
+def test_escapee_of_an_exited_root_is_claimed_by_environment() -> None:
+    # An unrecorded child of ours in its own session stands for an orphan the daemon
+    # inherited as subreaper: it is attributed by the environment it started with.
+    env = {"PATH": "/usr/bin:/bin", "MARKER": "tree-a"}
+    proc = subprocess.Popen(["bash", "-c", "exec sleep 1000"], env=env, start_new_session=True)
+    try:
+        info = read_stat(proc.pid)
+        assert info is not None
+        # A tree started before the orphan with the same environment claims it; one
+        # with a different environment does not.
+        matching = ProcessTree(1, 0, frozenset(f"{k}={v}".encode() for k, v in env.items()))
+        other = ProcessTree(2, 0, frozenset({b"PATH=/usr/bin:/bin", b"MARKER=tree-b", b"X=1"}))
+        claim_unowned_children([other, matching], read_proc_table())
+        assert proc.pid in matching.tracked and proc.pid not in other.tracked
+    finally:
+        proc.kill()
+        proc.wait()
