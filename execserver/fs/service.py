@@ -31,6 +31,7 @@ from execserver.fs.paths import native_path, validate_path_uri
 from execserver.fs.sandboxed_open import open_handle_fd
 from execserver.fs.walk import walk
 from execserver.fs.watch import MissingWatch
+from execserver.server import audit
 from execserver.server.rpc import MethodTable, RequestContext
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
@@ -116,6 +117,12 @@ def _validate_watch(params: WatchMissingParams) -> None:
 # ---- whole-path operations ------------------------------------------------------------
 
 
+def _audit(ctx: RequestContext, op: str, path: str, **fields: Any) -> None:
+    """Record a successful change in the audit log (paths and sizes, never contents)."""
+    session = ctx.connection.session
+    audit.fs_changed(ctx.runtime, session.id if session else None, op, path, **fields)
+
+
 async def read_file(ctx: RequestContext, params: ReadFileParams) -> ReadFileResponse:
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
     data = await run_fs_op(_sandbox(params), ops_read.read_file, args, write=False)
@@ -140,16 +147,15 @@ async def write_file(ctx: RequestContext, params: WriteFileParams) -> Empty:
         await run_fs_op(sandbox, ops_write.write_file, args, write=True)
     else:
         await in_thread(ops_write.write_file_bytes, path, data, params.follow_symlinks)
+    _audit(ctx, "write", path, bytes=len(data))
     return Empty()
 
 
 async def create_directory(ctx: RequestContext, params: CreateDirectoryParams) -> Empty:
-    args = {
-        "path": native_path(params.path),
-        "recursive": params.recursive,
-        "follow_symlinks": params.follow_symlinks,
-    }
+    path = native_path(params.path)
+    args = {"path": path, "recursive": params.recursive, "follow_symlinks": params.follow_symlinks}
     await run_fs_op(_sandbox(params), ops_write.create_directory, args, write=True)
+    _audit(ctx, "mkdir", path)
     return Empty()
 
 
@@ -199,23 +205,23 @@ async def walk_tree(ctx: RequestContext, params: WalkParams) -> dict[str, Any]:
 
 
 async def remove(ctx: RequestContext, params: RemoveParams) -> Empty:
+    path = native_path(params.path)
     args = {
-        "path": native_path(params.path),
+        "path": path,
         "recursive": params.recursive,
         "force": params.force,
         "follow_symlinks": params.follow_symlinks,
     }
     await run_fs_op(_sandbox(params), ops_write.remove, args, write=True)
+    _audit(ctx, "remove", path)
     return Empty()
 
 
 async def copy(ctx: RequestContext, params: CopyParams) -> Empty:
-    args = {
-        "source_path": native_path(params.source_path),
-        "destination_path": native_path(params.destination_path),
-        "recursive": params.recursive,
-    }
+    source, destination = native_path(params.source_path), native_path(params.destination_path)
+    args = {"source_path": source, "destination_path": destination, "recursive": params.recursive}
     await run_fs_op(_sandbox(params), ops_write.copy, args, write=True)
+    _audit(ctx, "copy", destination, source=source)
     return Empty()
 
 
@@ -283,6 +289,7 @@ async def write_block(ctx: RequestContext, params: WriteBlockParams) -> Empty:
         await in_thread_to_completion(handle_io.write_block, handle.fd, offset, data)
     finally:
         handles.release(handle)
+    _audit(ctx, "writeBlock", params.handle_id, offset=offset, bytes=length)
     return Empty()
 
 

@@ -619,3 +619,43 @@ async def test_large_write_and_read_file_round_trip(
         result = await client.ok("fs/readFile", {"path": uri(tmp_path / "big")})
     assert (tmp_path / "big").read_bytes() == data
     assert unb64(result["dataBase64"]) == data
+
+
+async def test_changes_are_audited(tmp_path: Path) -> None:
+    import asyncio
+    import json
+
+    from tests.servers import start_server
+
+    log = tmp_path / "audit.jsonl"
+    work = tmp_path / "work"
+    work.mkdir()
+    async with (
+        start_server("execserver", ["--audit-log", str(log)]) as running,
+        connect(running.url) as client,
+    ):
+        await client.ok("fs/writeFile", {"path": uri(work / "a"), "dataBase64": b64("abc")})
+        await client.ok("fs/createDirectory", {"path": uri(work / "d")})
+        await client.ok(
+            "fs/copy",
+            {"sourcePath": uri(work / "a"), "destinationPath": uri(work / "b"), "recursive": False},
+        )
+        await client.ok("fs/remove", {"path": uri(work / "b")})
+        await client.err("fs/remove", {"path": uri(work / "gone"), "force": False})
+        events: list[dict[str, Any]] = []
+        for _ in range(100):  # the audit log is written by a background writer
+            text = log.read_text() if log.exists() else ""
+            events = [json.loads(line) for line in text.splitlines()]
+            if sum(e["event"].startswith("fs.") for e in events) >= 4:
+                break
+            await asyncio.sleep(0.05)
+    fs_events = [(e["event"], e["path"]) for e in events if e["event"].startswith("fs.")]
+    assert fs_events == [
+        ("fs.write", str(work / "a")),
+        ("fs.mkdir", str(work / "d")),
+        ("fs.copy", str(work / "b")),
+        ("fs.remove", str(work / "b")),
+    ]
+    write = next(e for e in events if e["event"] == "fs.write")
+    assert write["bytes"] == 3
+    assert "abc" not in log.read_text()  # sizes, never contents
