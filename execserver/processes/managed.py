@@ -150,11 +150,17 @@ class ManagedProcess:
     async def _wait_change(self, timeout: float | None = None) -> None:
         fut: asyncio.Future[None] = self._loop.create_future()
         self._waiters.append(fut)
-        if timeout is None:
-            await fut
-        else:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(fut, timeout)
+        try:
+            if timeout is None:
+                await fut
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(fut, timeout)
+        finally:
+            # A timed-out or cancelled waiter must not pile up on a quiet process.
+            if not fut.done() or fut.cancelled():
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(fut)
 
     async def wait_newer(self, after_seq: int, timeout: float) -> None:
         """Long-poll: until output newer than ``after_seq`` exists, the child exited, or timeout."""
