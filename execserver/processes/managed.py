@@ -62,8 +62,12 @@ MAX_WRITE_IDS = 65536
 
 @dataclass
 class Accounting:
+    """Resource use of the direct child, from wait4() at reap time."""
+
     wall_s: float
     cpu_s: float
+    # ru_maxrss counts the pre-exec image too (the vfork'd/forked copy of the daemon),
+    # so for small programs this is the daemon's size: an upper bound, not a measure.
     max_rss_kib: int
 
 
@@ -338,7 +342,7 @@ class ManagedProcess:
         self._wake()
         acct = self.accounting
         log.info(
-            "process %s closed: exit=%s program=%s wall=%.3fs cpu=%.3fs max_rss=%dKiB",
+            "process %s closed: exit=%s program=%s wall=%.3fs cpu=%.3fs max_rss<=%dKiB",
             self.process_id,
             self.exit_code,
             os.path.basename(self.program),
