@@ -71,7 +71,10 @@ async def http_request(ctx: RequestContext, params: HttpRequestParams) -> HttpRe
     if params.stream_response:
         connection = ctx.connection
 
+        http_bytes = ctx.runtime.metrics.bytes_streamed.labels("http")
+
         async def send(delta: HttpRequestBodyDeltaNotification) -> None:
+            http_bytes.inc(len(delta.delta_base64))
             await connection.send_notification(m.HTTP_REQUEST_BODY_DELTA, delta)
 
         streams.start(params.request_id, response, deadline, send)
@@ -85,6 +88,7 @@ async def http_request(ctx: RequestContext, params: HttpRequestParams) -> HttpRe
         ) from None
     finally:
         response.release()
+    ctx.runtime.metrics.bytes_streamed.labels("http").inc(len(body))
     return HttpRequestResponse(response.status, headers, body)
 
 

@@ -505,3 +505,26 @@ async def test_proxy_from_the_environment(upstream: Upstream, kind_param: str) -
 def kind_param(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
     return kind
+
+
+async def test_response_bytes_are_counted(upstream: Upstream) -> None:
+    import aiohttp
+
+    async with (
+        start_server("execserver", ["--metrics"]) as running,
+        connect(running.url) as client,
+    ):
+        await request(client, method="GET", url=f"{upstream.base}/big")  # 1 MiB buffered
+        await request(client, method="GET", url=f"{upstream.base}/big", streamResponse=True)
+        await collect_stream(client, "r")
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(running.http_url + "/metrics") as response,
+        ):
+            text = await response.text()
+    line = next(
+        x
+        for x in text.splitlines()
+        if x.startswith('execserver_bytes_streamed_total{stream="http"}')
+    )
+    assert float(line.split()[-1]) == 2 * 256 * 4096
