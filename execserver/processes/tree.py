@@ -181,6 +181,17 @@ def reap_orphans(trees: Iterable[ProcessTree], table: dict[int, ProcInfo]) -> No
                 tree.tracked.pop(pid, None)
 
 
+# Share of a tree's start environment an orphan must still carry to be attributed
+# to it (shells add and change a few variables; they rarely drop most of them).
+MIN_ENV_SIMILARITY = 0.5
+
+
+def env_similarity(env: frozenset[bytes], tree: ProcessTree) -> float:
+    if not tree.env_entries:
+        return MIN_ENV_SIMILARITY  # no evidence either way: a weak match
+    return len(env & tree.env_entries) / len(tree.env_entries)
+
+
 def read_environ(pid: int) -> frozenset[bytes]:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
@@ -206,13 +217,18 @@ def claim_unowned_children(trees: list[ProcessTree], table: ProcTable) -> None:
             continue
         env = read_environ(pid)
         best: ProcessTree | None = None
-        best_score = 0.5
+        best_score = 0.0
         for tree in trees:
-            if tree.root_start > info.start or not tree.env_entries:
+            if tree.root_start > info.start:
                 continue
-            score = len(env & tree.env_entries) / len(tree.env_entries)
-            if score > best_score or (
-                score == best_score and best is not None and tree.root_start > best.root_start
+            score = env_similarity(env, tree)
+            if score < MIN_ENV_SIMILARITY:
+                continue
+            # The closest match wins; among equals, the most recently started tree.
+            if (
+                best is None
+                or score > best_score
+                or (score == best_score and tree.root_start > best.root_start)
             ):
                 best, best_score = tree, score
         if best is not None:
@@ -224,15 +240,18 @@ def claim_unowned_children(trees: list[ProcessTree], table: ProcTable) -> None:
 def adopt_orphans(tree: ProcessTree, known: set[int]) -> None:
     """Right after ``tree.root`` exited: its orphans are now our children; record them.
 
-    Children we did not spawn as managed roots, started after the root, in a
-    session other than ours, can only come from a managed tree.
+    A child we did not spawn as a managed root, started after the root, in a
+    session other than ours, and sharing the root's start environment, is an
+    escapee of this tree (another service's helper would not match all four).
     """
     my_sid = os.getsid(0)
     for pid in own_children():
         if pid in known or pid in tree.tracked:
             continue
         info = read_stat(pid)
-        if info is not None and info.start >= tree.root_start and info.sid != my_sid:
+        if info is None or info.start < tree.root_start or info.sid == my_sid:
+            continue
+        if env_similarity(read_environ(pid), tree) >= MIN_ENV_SIMILARITY:
             tree.tracked[pid] = info.start
 
 

@@ -120,10 +120,11 @@ async def test_processes_keep_running_while_detached() -> None:
             await b.wait_for(lambda: b.events("run").closed)
 
 
-async def test_session_expiry_kills_the_whole_tree() -> None:
+@pytest.mark.parametrize("env", [{"PATH": "/usr/bin:/bin"}, {}], ids=["with-env", "empty-env"])
+async def test_session_expiry_kills_the_whole_tree(env: dict[str, str]) -> None:
     async with start_server("execserver", ["--session-ttl", "1"]) as server:
         async with connect(server.url) as c:
-            await c.start("tree", ["bash", "-c", TREE_SCRIPT])
+            await c.start("tree", ["bash", "-c", TREE_SCRIPT], env=env)
             await c.wait_output("tree", b"ready\n")
             pids = _tree_pids(c.events("tree").output())
             assert all(_alive(p) for p in pids)
