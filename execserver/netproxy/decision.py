@@ -98,18 +98,20 @@ UNIX_SOCKET_DENIED = Decision(
 
 
 def decider_answer(decision: object) -> Decision:
-    """The client's ``decision`` object; anything but ``allow`` blocks (an unknown
-    or malformed type counts as deny)."""
+    """The client's ``decision`` object. ``allow`` allows; ``deny``/``ask`` with a
+    string ``reason`` block with that reason; anything else (unknown type, no
+    reason) is an unusable answer and denies as if none came (observed)."""
     if not isinstance(decision, dict):
         return DECIDER_UNANSWERED
-    kind = decision.get("type")
+    kind, reason = decision.get("type"), decision.get("reason")
     if kind == "allow":
         return DECIDER_ALLOW
-    reason = decision.get("reason")
+    if kind not in ("deny", "ask") or not isinstance(reason, str):
+        return DECIDER_UNANSWERED
     return Decision(
-        "ask" if kind == "ask" else "deny",
+        kind,
         "decider",
-        reason if isinstance(reason, str) else "not_allowed",
+        reason,
         header="blocked-by-policy",
         message="Request blocked by network policy.",
     )

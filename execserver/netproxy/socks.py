@@ -52,7 +52,7 @@ async def _read_request(
         host = str(ipaddress.IPv6Address(await reader.readexactly(16)))
     elif atyp == _ATYP_DOMAIN:
         (length,) = await reader.readexactly(1)
-        host = (await reader.readexactly(length)).decode("idna", errors="replace")
+        host = (await reader.readexactly(length)).decode("ascii")  # IDNs arrive as punycode
     else:
         writer.write(reply(REPLY_ADDRESS_NOT_SUPPORTED))
         return None
