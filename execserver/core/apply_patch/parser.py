@@ -21,7 +21,7 @@ from execserver.core.apply_patch.hunks import (
     UpdateChunk,
     UpdateFile,
 )
-from execserver.core.apply_patch.text import rust_lines, rust_trim
+from execserver.core.apply_patch.text import rust_lines, rust_trim, rust_trim_end
 
 __all__ = ["parse_patch"]
 
@@ -124,7 +124,9 @@ def _parse_chunk(lines: Sequence[str], line_number: int, *, first: bool) -> tupl
     head = lines[0]
     context: str | None = None
     start = 1
-    if head == EMPTY_CONTEXT_MARKER:
+    # Trailing whitespace after the markers is tolerated, leading whitespace
+    # is not (an indented "@@" is a context line), as in the reference.
+    if rust_trim_end(head) == EMPTY_CONTEXT_MARKER:
         pass
     elif head.startswith(CONTEXT_MARKER):
         context = head[len(CONTEXT_MARKER) :]
@@ -141,7 +143,7 @@ def _parse_chunk(lines: Sequence[str], line_number: int, *, first: bool) -> tupl
     end_of_file = False
     used = 0
     for line in lines[start:]:
-        if line == END_OF_FILE:
+        if rust_trim_end(line) == END_OF_FILE:
             if used == 0:
                 raise InvalidHunk(NO_LINES, line_number + 1)
             end_of_file = True

@@ -686,4 +686,62 @@ CASES: list[Case] = [
         _p(BEGIN, "*** Update File: w.txt", "@@ a", "+inserted", END),
         files={"w.txt": "a\nb\nc\n"},
     ),
+    Case(
+        "091_padded_move_line",
+        "a Move to line with leading spaces is not a Move line",
+        _p(BEGIN, "*** Update File: a.txt", "  *** Move to: b.txt", "@@", "-a", "+A", END),
+        files={"a.txt": "a\n"},
+    ),
+    Case(
+        "092_padded_end_of_file_marker",
+        "an End of File marker with trailing spaces is not the marker",
+        _p(BEGIN, "*** Update File: a.txt", "@@", "-a", "+A", "*** End of File  ", END),
+        files={"a.txt": "a\n"},
+    ),
+    Case(
+        "093_context_marker_with_space_only",
+        "'@@ ' anchors on an empty line",
+        _p(BEGIN, "*** Update File: a.txt", "@@ ", "-x", "+X", END),
+        files={"a.txt": "x\n\nx\n"},
+    ),
+    Case(
+        "094_heredoc_opener_with_trailing_space",
+        "a heredoc opener with trailing space is not unwrapped",
+        _p("<<'EOF' ", BEGIN, "*** Add File: h.txt", "+h", END, "EOF"),
+    ),
+    Case(
+        "095_heredoc_closer_suffix",
+        "the heredoc closer only has to end with EOF",
+        _p("<<EOF", BEGIN, "*** Add File: h.txt", "+h", END, "  MYEOF"),
+    ),
+    Case(
+        "096_second_chunk_without_marker_after_blank",
+        "context after an End of File chunk needs a new @@",
+        _p(BEGIN, "*** Update File: a.txt", "@@", "-b", "+B", "*** End of File", " a", END),
+        files={"a.txt": "a\nb\n"},
+    ),
+    Case(
+        "097_context_marker_with_trailing_tab",
+        "'@@' followed by a tab is a bare @@",
+        _p(BEGIN, "*** Update File: a.txt", "@@\t", "-x", "+X", END),
+        files={"a.txt": "x\n\nx\n"},
+    ),
+    Case(
+        "098_indented_end_of_file_marker",
+        "an End of File marker with leading spaces is a context line",
+        _p(BEGIN, "*** Update File: a.txt", "@@", "-a", "+A", "  *** End of File", END),
+        files={"a.txt": "a\nb\n"},
+    ),
+    Case(
+        "099_indented_context_marker",
+        "an indented @@ is a context line",
+        _p(BEGIN, "*** Update File: a.txt", "  @@", "-x", "+X", END),
+        files={"a.txt": "x\n"},
+    ),
+    Case(
+        "100_padded_end_of_file_marker_anchors",
+        "a padded End of File marker still anchors at the end",
+        _p(BEGIN, "*** Update File: a.txt", "@@", "-a", "+A", "*** End of File \t", END),
+        files={"a.txt": "a\nb\na\n"},
+    ),
 ]
