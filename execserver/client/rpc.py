@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import msgspec
 
@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 NotificationHandler = Callable[[str, msgspec.Raw], None]
 LostHandler = Callable[["RpcConnection", str], None]
+# Server -> client requests (network/policyRequest, protocol §9.6): returns the
+# result to send, or NOT_HANDLED to refuse the method; raising answers an error.
+RequestHandler = Callable[[str, msgspec.Raw], Awaitable[object]]
+NOT_HANDLED: object = object()
 
 _NO_PARAMS = msgspec.Raw(b"{}")
 
@@ -69,6 +73,11 @@ class _OutgoingError(msgspec.Struct):
     message: str
 
 
+class _ResultReply(msgspec.Struct):
+    id: int | str
+    result: object
+
+
 class _ErrorReply(msgspec.Struct):
     id: int | str
     error: _OutgoingError
@@ -97,10 +106,12 @@ class RpcConnection:
         ids: Iterator[int] | None = None,
         on_notification: NotificationHandler,
         on_lost: LostHandler | None = None,
+        on_request: RequestHandler | None = None,
     ) -> None:
         self.transport = transport
         self._ids = ids if ids is not None else itertools.count(1)
         self._on_notification = on_notification
+        self._on_request = on_request
         self._on_lost = on_lost
         self._pending: dict[int, asyncio.Future[msgspec.Raw]] = {}
         self._send_lock = asyncio.Lock()
@@ -219,6 +230,8 @@ class RpcConnection:
                     self._on_notification(message.method, message.params)
                 except Exception:
                     log.exception("notification handler failed for %s", message.method)
+            elif self._on_request is not None:
+                self._spawn(self._answer_server_request(message.id, message.method, message.params))
             else:
                 self._refuse_server_request(message.id, message.method)
             return
@@ -237,9 +250,36 @@ class RpcConnection:
         else:
             future.set_result(message.result if message.result else msgspec.Raw(b"null"))
 
+    async def _answer_server_request(
+        self, request_id: int | str, method: str, params: msgspec.Raw
+    ) -> None:
+        """Answer exactly once: the handler's result, or an error object (the
+        server drops the connection on a reply it did not ask for, §3.5)."""
+        assert self._on_request is not None
+        reply: _ResultReply | _ErrorReply
+        try:
+            result = await self._on_request(method, params)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("handler for server request %s failed: %s", method, exc)
+            reply = _ErrorReply(request_id, _OutgoingError(codes.INTERNAL_ERROR, str(exc)))
+        else:
+            if result is NOT_HANDLED:
+                self._refuse_server_request(request_id, method)
+                return
+            reply = _ResultReply(request_id, result)
+        with contextlib.suppress(Exception):
+            await self._send(_encoder.encode(reply))
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     def _refuse_server_request(self, request_id: int | str, method: str) -> None:
-        # The server only asks (network/policyRequest) for processes that use an
-        # executor-launched proxy, which this client never requests. Answering
+        # Nobody handles this method (no handler registered for the server's
+        # network/policyRequest, the only request 0.169.0 sends). Answering
         # with an error denies at once and keeps the connection (protocol §9.6);
         # leaving it unanswered would make the server wait for its timeout.
         reply = _ErrorReply(
