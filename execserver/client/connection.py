@@ -41,7 +41,7 @@ from execserver.client.errors import (
 )
 from execserver.client.events import Closed, Exited, Output
 from execserver.client.process import RemoteProcess
-from execserver.client.rpc import RpcConnection
+from execserver.client.rpc import NOT_HANDLED, RpcConnection
 from execserver.client.transport import StdioTransport, Transport, WebSocketTransport
 from execserver.wire import methods
 from execserver.wire.lifecycle import (
@@ -166,6 +166,9 @@ class ExecServerClient:
         self._failure: str | None = None
         self._recovery: asyncio.Task[None] | None = None
         self._processes: dict[str, RemoteProcess] = {}
+        # netproxy (issue 13): server->client requests and extra notifications.
+        self._request_handlers: dict[str, Callable[[msgspec.Raw], Awaitable[object]]] = {}
+        self._listeners: dict[str, list[Callable[[msgspec.Raw], None]]] = {}
         self.session_id: str = ""
         self.environment_info: EnvironmentInfo | None = None
         self.reconnects = 0
@@ -274,6 +277,7 @@ class ExecServerClient:
             ids=self._ids,
             on_notification=self._on_notification,
             on_lost=self._on_lost,
+            on_request=self._on_server_request,
         )
         conn.start()
         try:
@@ -596,8 +600,38 @@ class ExecServerClient:
         elif method == methods.PROCESS_CLOSED:
             cl = decode_result(params, ProcessClosedNotification)
             self._route(cl.process_id, Closed(cl.seq))
+        elif method in self._listeners:
+            for listener in list(self._listeners[method]):
+                listener(params)
         else:
             log.debug("ignoring notification %s", method)
+
+    # -- server -> client requests (netproxy, issue 13) ----------------------
+
+    def handle_server_request(
+        self, method: str, handler: Callable[[msgspec.Raw], Awaitable[object]] | None
+    ) -> None:
+        """Answer the server's ``method`` requests (e.g. ``network/policyRequest``)
+        with ``handler``'s result; a raised error is answered as a JSON-RPC error.
+        ``None`` removes it (the request is then refused, which the server treats
+        as a deny for policy requests)."""
+        if handler is None:
+            self._request_handlers.pop(method, None)
+        else:
+            self._request_handlers[method] = handler
+
+    def add_notification_listener(
+        self, method: str, listener: Callable[[msgspec.Raw], None]
+    ) -> None:
+        """Also see notifications the client does not route itself (e.g.
+        ``network/policyDecision``); called from the reader, must not block."""
+        self._listeners.setdefault(method, []).append(listener)
+
+    async def _on_server_request(self, method: str, params: msgspec.Raw) -> object:
+        handler = self._request_handlers.get(method)
+        if handler is None:
+            return NOT_HANDLED
+        return await handler(params)
 
     def _route(self, process_id: str, event: Output | Exited | Closed) -> None:
         proc = self._processes.get(process_id)
