@@ -8,6 +8,7 @@ reference use ``localhost`` (resolved from /etc/hosts) instead.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -161,7 +162,7 @@ async def upstream_server() -> AsyncIterator[Upstream]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     server = site._server
-    assert server is not None and server.sockets
+    assert isinstance(server, asyncio.Server) and server.sockets
     upstream.port = int(server.sockets[0].getsockname()[1])
     try:
         yield upstream
