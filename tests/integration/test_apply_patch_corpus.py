@@ -76,8 +76,9 @@ def replay(files: dict[str, str], delta: AppliedPatchDelta, root: Path) -> dict[
             assert isinstance(change, UpdateChange)
             assert out[rel(item.path)] == change.old_content
             if change.move_path is not None:
-                del out[rel(item.path)]
+                # The destination is written first, then the source removed.
                 out[rel(change.move_path)] = change.new_content
+                del out[rel(item.path)]
             else:
                 out[rel(item.path)] = change.new_content
     return out

@@ -81,6 +81,7 @@ def _single_update_cases() -> list[Path]:
             len(hunks) == 1
             and isinstance(hunks[0], UpdateFile)
             and hunks[0].path in case["files"]
+            and (hunks[0].move_path or hunks[0].path) in case["reference"]["files"]
             and "Failed to find" not in case["reference"]["stderr"]
             and case["reference"]["exit_code"] == 0
         ):

@@ -172,6 +172,9 @@ def test_parse_patch_accepts_relative_and_absolute_hunk_paths() -> None:
 def test_hunk_resolve_path_accepts_relative_and_absolute_paths() -> None:
     assert resolve("a/b.txt", "/work") == "/work/a/b.txt"
     assert resolve("/etc/x", "/work") == "/etc/x"
+    # Normalised lexically, as the reference prints them (corpus 106, 107).
+    assert resolve("./a/../b//c.txt", "/work") == "/work/b/c.txt"
+    assert resolve("//x/./y", "/work") == "/x/y"
 
 
 def test_rust_lines_and_trim_match_the_reference_helpers() -> None:

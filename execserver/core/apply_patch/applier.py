@@ -2,8 +2,8 @@
 
 The first error stops the run and nothing is rolled back: the delta returned
 with the failure lists what did land. Error texts name the resolved path (the
-hunk path joined onto the cwd), the success summary the path as the patch
-spells it — both as the reference prints them.
+hunk path joined onto the cwd and normalised), the success summary the path as
+the patch spells it — both as the reference prints them.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class _Run:
             self.delta.exact = False
             return None
 
-    async def _write(self, path: str, shown: str, data: bytes) -> None:
+    async def _write(self, path: str, data: bytes) -> None:
         """Write, creating missing parent directories on NotFound."""
         follow = self.follow_symlinks
         try:
@@ -97,56 +97,54 @@ class _Run:
             pass
         except OSError:
             self.delta.exact = False
-            raise _Stop(f"Failed to write file {shown}") from None
+            raise _Stop(f"Failed to write file {path}") from None
         parent = posixpath.dirname(path)
         try:
             await self.fs.create_directory(parent, recursive=True, follow_symlinks=follow)
         except OSError:
-            raise _Stop(f"Failed to create parent directories for {shown}") from None
+            raise _Stop(f"Failed to create parent directories for {path}") from None
         try:
             await self.fs.write_file(path, data, follow_symlinks=follow)
         except OSError:
             self.delta.exact = False
-            raise _Stop(f"Failed to write file {shown}") from None
+            raise _Stop(f"Failed to write file {path}") from None
 
     # -- hunks -------------------------------------------------------------
 
     async def add(self, hunk: AddFile) -> None:
-        shown = resolve(hunk.path, self.cwd)
-        path = posixpath.normpath(shown)
+        path = resolve(hunk.path, self.cwd)
         previous = await self._existing_text(path)
-        await self._write(path, shown, hunk.contents.encode("utf-8"))
+        await self._write(path, hunk.contents.encode("utf-8"))
         self.delta.record(path, AddChange(hunk.contents, previous))
         self.affected.added.append(hunk.path)
 
     async def delete(self, hunk: DeleteFile) -> None:
-        shown = resolve(hunk.path, self.cwd)
-        path = posixpath.normpath(shown)
+        path = resolve(hunk.path, self.cwd)
         follow = self.follow_symlinks
         try:
             meta = await self.fs.get_metadata(path, follow_symlinks=follow)
         except OSError:
-            raise _Stop(f"Failed to delete file {shown}") from None
+            raise _Stop(f"Failed to delete file {path}") from None
         if meta.is_directory and not meta.is_symlink:
-            raise _Stop(f"Failed to delete file {shown}")
+            raise _Stop(f"Failed to delete file {path}")
         content = await self._existing_text(path)
         try:
             await self.fs.remove(path, recursive=False, force=False, follow_symlinks=follow)
         except OSError:
-            raise _Stop(f"Failed to delete file {shown}") from None
+            raise _Stop(f"Failed to delete file {path}") from None
         if content is None:
             self.delta.exact = False
         else:
             self.delta.record(path, DeleteChange(content))
         self.affected.deleted.append(hunk.path)
 
-    async def _read_for_update(self, path: str, shown: str) -> str:
+    async def _read_for_update(self, path: str) -> str:
         follow = self.follow_symlinks
-        prefix = f"Failed to read file to update {shown}"
+        prefix = f"Failed to read file to update {path}"
         try:
             meta = await self.fs.get_metadata(path, follow_symlinks=follow)
             if not meta.is_file:
-                raise _Stop(f"{prefix}: path `{shown}` is not a file")
+                raise _Stop(f"{prefix}: path `{path}` is not a file")
             data = await self.fs.read_file(path, follow_symlinks=follow)
         except OSError as exc:
             raise _Stop(f"{prefix}: {os_error_text(exc)}") from None
@@ -156,22 +154,20 @@ class _Run:
             raise _Stop(f"{prefix}: stream did not contain valid UTF-8") from None
 
     async def update(self, hunk: UpdateFile) -> None:
-        shown = resolve(hunk.path, self.cwd)
-        path = posixpath.normpath(shown)
-        old = await self._read_for_update(path, shown)
+        path = resolve(hunk.path, self.cwd)
+        old = await self._read_for_update(path)
         try:
-            new = derive_new_contents(old, hunk.chunks, shown)
+            new = derive_new_contents(old, hunk.chunks, path)
         except ApplyPatchError as exc:
             raise _Stop(str(exc)) from None
         if hunk.move_path is None:
-            await self._write(path, shown, new.encode("utf-8"))
+            await self._write(path, new.encode("utf-8"))
             self.delta.record(path, UpdateChange(old, new))
             self.affected.modified.append(hunk.path)
             return
-        dest_shown = resolve(hunk.move_path, self.cwd)
-        dest = posixpath.normpath(dest_shown)
+        dest = resolve(hunk.move_path, self.cwd)
         overwritten = await self._existing_text(dest)
-        await self._write(dest, dest_shown, new.encode("utf-8"))
+        await self._write(dest, new.encode("utf-8"))
         # The destination is committed from here on; should removing the
         # source fail, the delta still shows the new file.
         slot = self.delta.record(dest, AddChange(new, overwritten))
@@ -179,10 +175,10 @@ class _Run:
         try:
             meta = await self.fs.get_metadata(path, follow_symlinks=follow)
             if meta.is_directory and not meta.is_symlink:
-                raise _Stop(f"Failed to remove original {shown}")
+                raise _Stop(f"Failed to remove original {path}")
             await self.fs.remove(path, recursive=False, force=False, follow_symlinks=follow)
         except OSError:
-            raise _Stop(f"Failed to remove original {shown}") from None
+            raise _Stop(f"Failed to remove original {path}") from None
         self.delta.replace(slot, path, UpdateChange(old, new, dest, overwritten))
         self.affected.modified.append(hunk.move_path)
 

@@ -82,6 +82,9 @@ class ParsedPatch:
 
 
 def resolve(path: str, cwd: str) -> str:
-    """The path a hunk touches, spelled as the reference spells it in error
-    messages: joined onto the cwd without normalisation."""
-    return path if path.startswith("/") else posixpath.join(cwd, path)
+    """The absolute path a hunk touches: joined onto the cwd and normalised
+    lexically (``.``, ``..``, doubled slashes), as the reference resolves and
+    prints it. Symlinks are not resolved here."""
+    joined = posixpath.normpath(posixpath.join(cwd, path))
+    # POSIX keeps a leading "//"; the reference does not.
+    return "/" + joined.lstrip("/")

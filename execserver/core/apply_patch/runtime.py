@@ -59,7 +59,7 @@ class ApplyPatchRequest:
 
     def touched_paths(self) -> list[str]:
         """Every file the patch writes or removes, move destinations included,
-        as given (resolved against the cwd, not normalised)."""
+        as absolute paths on the executor."""
         out: list[str] = []
         for hunk in self.parsed.hunks:
             out.append(resolve(hunk.path, self.cwd))

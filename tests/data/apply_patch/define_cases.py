@@ -744,4 +744,40 @@ CASES: list[Case] = [
         _p(BEGIN, "*** Update File: a.txt", "@@", "-a", "+A", "*** End of File \t", END),
         files={"a.txt": "a\nb\na\n"},
     ),
+    Case("101_empty_patch_text", "an empty patch", ""),
+    Case("102_whitespace_only_patch", "a patch of blank lines", "\n  \n\t\n"),
+    Case("103_begin_marker_only", "only the Begin marker", BEGIN),
+    Case(
+        "104_unicode_whitespace_around_markers",
+        "no-break spaces around the markers are trimmed",
+        _p("\u00a0" + BEGIN, "*** Add File: u.txt", "+u", END + "\u3000"),
+    ),
+    Case(
+        "105_information_separator_is_not_whitespace",
+        "a trailing \\x1c is not whitespace to the reference",
+        _p(BEGIN, "*** Add File: s.txt", "+s", END + "\x1c"),
+    ),
+    Case(
+        "106_dot_slash_path_in_error",
+        "a ./ path is printed as joined, not normalised",
+        _p(BEGIN, "*** Update File: ./missing.txt", "@@", "-a", "+b", END),
+    ),
+    Case(
+        "107_dot_dot_path",
+        "a path through .. inside the tree",
+        _p(BEGIN, "*** Add File: sub/../up.txt", "+up", END),
+        dirs=("sub",),
+    ),
+    Case(
+        "108_move_to_same_path",
+        "a move onto the file itself",
+        _p(BEGIN, "*** Update File: a.txt", "*** Move to: a.txt", "@@", "-a", "+A", END),
+        files={"a.txt": "a\n"},
+    ),
+    Case(
+        "109_delete_then_add_same_file",
+        "delete a file and add it again",
+        _p(BEGIN, "*** Delete File: a.txt", "*** Add File: a.txt", "+new", END),
+        files={"a.txt": "old\n"},
+    ),
 ]
