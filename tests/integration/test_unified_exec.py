@@ -507,3 +507,31 @@ async def test_many_open_processes_produce_the_limit_warning(
     assert process_limit_warning(60, 61).startswith(
         "Warning: The maximum number of unified exec processes you can keep open is 60 "
     )
+
+
+async def test_login_shell_disabled_by_config_refuses_an_explicit_login(
+    client: ExecServerClient, workspace: Path
+) -> None:
+    manager = UnifiedExecManager(client, allow_login_shell=False)
+    with pytest.raises(RespondToModel) as info:
+        await manager.exec_command({"cmd": "true", "login": True}, _turn(workspace))
+    assert info.value.message == (
+        "login shell is disabled by config; omit `login` or set it to false."
+    )
+    out = await manager.exec_command({"cmd": "echo $0"}, _turn(workspace))
+    assert out.exit_code == 0
+
+
+async def test_escalation_request_is_refused_unless_on_request(
+    manager: UnifiedExecManager, workspace: Path
+) -> None:
+    with pytest.raises(RespondToModel) as info:
+        await manager.exec_command(
+            {"cmd": "true", "sandbox_permissions": "require_escalated"},
+            _turn(workspace, policy=AskForApproval.NEVER),
+        )
+    assert info.value.message == (
+        "approval policy is Never; reject command — you cannot ask for escalated "
+        "permissions if the approval policy is Never"
+    )
+    assert len(manager.store) == 0
