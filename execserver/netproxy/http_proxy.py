@@ -98,8 +98,8 @@ async def handle(
                 await _forward(engine, reader, writer, method, target, headers, client)
         except BadRequest as exc:
             writer.write(d.simple_response(400, "Bad Request", str(exc)))
-    except (ConnectionError, OSError):
-        pass
+    except (ConnectionError, OSError, RuntimeError):
+        pass  # the child went away, or the proxy closed its transport (RuntimeError)
     finally:
         await close(writer)
 

@@ -92,7 +92,7 @@ async def handle(
             await relay(reader, writer, up_reader, up_writer)
         finally:
             await close(up_writer)
-    except (ConnectionError, OSError):
-        pass
+    except (ConnectionError, OSError, RuntimeError):
+        pass  # the child went away, or the proxy closed its transport (RuntimeError)
     finally:
         await close(writer)
