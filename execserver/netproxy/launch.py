@@ -1,31 +1,41 @@
-"""The seam between ``process/start`` and the proxy: start one for a process
-with ``networkProxy``, wire it to the session (``network/policyRequest`` out,
-``network/policyDecision`` notifications), and stop it when the process is
-closed or the session ends.
+"""The seam between ``process/start`` and managed networking.
+
+:func:`prepare_network` does everything ``process/start`` needs before it
+plans the launch: start the process's own proxy (``networkProxy``) and inject
+its variables, and for a sandboxed child under ``enforceManagedNetwork`` the
+routes its in-sandbox bridge uses (to our proxy, or to a loopback proxy named
+by its proxy variables / ``managedNetwork.loopbackPorts``). What it started is
+stopped when the process is closed, or with the session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+import msgspec
+
+from execserver.netproxy.loopback import LoopbackBridge, loopback_proxy_ports
 from execserver.netproxy.proxy import ProcessNetworkProxy
+from execserver.netproxy.sandbox import ProxyRoutes
+from execserver.processes.envpolicy import build_environment
 from execserver.wire import methods as m
 from execserver.wire.network import (
     NetworkPolicyDecisionNotification,
     NetworkPolicyRequestParams,
     NetworkRequestTarget,
 )
-from execserver.wire.process import RemoteNetworkProxyLaunchConfig
+from execserver.wire.process import ExecParams, RemoteNetworkProxyLaunchConfig
 
 if TYPE_CHECKING:
     from execserver.server.sessions import Session
 
 log = logging.getLogger(__name__)
 
-# How long a closed-wait poll sleeps between checks; the proxy outlives its
-# process by at most this much (it only serves that process's children).
+# How long one closed-wait sleeps between checks (it wakes on every change).
 CLOSE_POLL_S = 3600.0
 
 
@@ -36,28 +46,31 @@ class ClosableProcess(Protocol):
     async def wait_closed(self, timeout: float) -> None: ...
 
 
+class Resource(Protocol):
+    async def aclose(self) -> None: ...
+
+
 class SessionProxies:
-    """Session-scoped: every live proxy of the session, closed with it."""
+    """Session-scoped: every live proxy/bridge of the session, closed with it."""
 
     def __init__(self) -> None:
-        self._proxies: set[ProcessNetworkProxy] = set()
+        self._live: set[Resource] = set()
         self._watchers: set[asyncio.Task[None]] = set()
 
-    def add(self, proxy: ProcessNetworkProxy) -> None:
-        self._proxies.add(proxy)
+    def add(self, resource: Resource) -> None:
+        self._live.add(resource)
 
-    async def discard(self, proxy: ProcessNetworkProxy) -> None:
-        self._proxies.discard(proxy)
-        await proxy.aclose()
+    async def discard(self, resource: Resource) -> None:
+        self._live.discard(resource)
+        await resource.aclose()
 
-    def close_with(self, proc: ClosableProcess, proxy: ProcessNetworkProxy) -> None:
-        """Stop ``proxy`` once ``proc`` is closed (its last output was read, so no
-        child of it can still be talking through the proxy... or it is orphaned)."""
+    def close_with(self, proc: ClosableProcess, resource: Resource) -> None:
+        """Stop ``resource`` once ``proc`` is closed (all its output read)."""
 
         async def watch() -> None:
             while not proc.closed:
                 await proc.wait_closed(CLOSE_POLL_S)
-            await self.discard(proxy)
+            await self.discard(resource)
 
         task = asyncio.get_running_loop().create_task(watch())
         self._watchers.add(task)
@@ -66,9 +79,13 @@ class SessionProxies:
     async def aclose(self) -> None:
         for task in list(self._watchers):
             task.cancel()
-        proxies = list(self._proxies)
-        self._proxies.clear()
-        await asyncio.gather(*(p.aclose() for p in proxies), return_exceptions=True)
+        live = list(self._live)
+        self._live.clear()
+        await asyncio.gather(*(r.aclose() for r in live), return_exceptions=True)
+
+
+def session_proxies(session: Session) -> SessionProxies:
+    return session.state.get(SessionProxies, SessionProxies)
 
 
 async def start_process_proxy(
@@ -85,7 +102,7 @@ async def start_process_proxy(
         return await session.request(m.NETWORK_POLICY_REQUEST, params, timeout)
 
     proxy = ProcessNetworkProxy(config, process_id=process_id, notify=notify, ask=ask)
-    proxies = session.state.get(SessionProxies, SessionProxies)
+    proxies = session_proxies(session)
     proxies.add(proxy)
     try:
         await proxy.start()
@@ -102,5 +119,61 @@ async def start_process_proxy(
     return proxy
 
 
-def session_proxies(session: Session) -> SessionProxies:
-    return session.state.get(SessionProxies, SessionProxies)
+@dataclass
+class NetworkSetup:
+    """What process/start launches with: params (proxy variables injected), the
+    sandbox bridge's routes, and what to stop when the process is gone."""
+
+    session: Session
+    params: ExecParams
+    routes: ProxyRoutes | None = None
+    owned: list[Resource] = field(default_factory=list)
+
+    def close_with(self, proc: ClosableProcess) -> None:
+        for resource in self.owned:
+            session_proxies(self.session).close_with(proc, resource)
+
+    async def aclose(self) -> None:
+        for resource in self.owned:
+            await session_proxies(self.session).discard(resource)
+
+
+async def prepare_network(
+    session: Session, params: ExecParams, *, sandboxed: bool, daemon_env: Mapping[str, str]
+) -> NetworkSetup:
+    setup = NetworkSetup(session, params)
+    try:
+        if params.network_proxy is not None:
+            proxy = await start_process_proxy(session, params.process_id, params.network_proxy)
+            setup.owned.append(proxy)
+            # The proxy's variables win over the request's env (as on the reference).
+            setup.params = msgspec.structs.replace(
+                params, env={**params.env, **proxy.environment()}
+            )
+            if sandboxed and params.enforce_managed_network:
+                setup.routes = await proxy.sandbox_routes()
+        elif sandboxed and params.enforce_managed_network:
+            setup.routes = await _loopback_routes(setup, daemon_env)
+    except BaseException:
+        await setup.aclose()
+        raise
+    return setup
+
+
+async def _loopback_routes(
+    setup: NetworkSetup, daemon_env: Mapping[str, str]
+) -> ProxyRoutes | None:
+    """Bridge a client-side loopback proxy; None (the sandbox refuses: fail closed)
+    when the variables name no loopback proxy or something unreachable."""
+    params = setup.params
+    env = build_environment(params.env, params.env_policy, daemon_env)
+    ports, foreign = loopback_proxy_ports(env)
+    if not ports or foreign:
+        return None
+    managed = params.managed_network
+    extra = managed.loopback_ports or [] if managed is not None else []
+    bridge = LoopbackBridge([*ports, *extra])
+    session_proxies(setup.session).add(bridge)
+    setup.owned.append(bridge)
+    allow_local = bool(managed is not None and managed.allow_local_binding)
+    return await bridge.start(allow_local_binding=allow_local)

@@ -392,3 +392,44 @@ async def test_sandboxed_child_still_gets_policy_decisions() -> None:
     assert blocked_body(blocked)["reason"] == "denied"
     assert up.seen == [f"GET /allowed host=upstream.test:{up.port}"]
     assert [r["params"]["request"]["host"] for r in run.requests] == ["other.test"]
+
+
+async def test_enforced_sandbox_is_bridged_to_a_client_side_loopback_proxy(
+    any_server: RunningServer,
+) -> None:
+    """No networkProxy, but HTTP_PROXY names a proxy on the executor's loopback (a
+    client-side proxy): the sandboxed child reaches it, and nothing else."""
+    async with upstream_server() as proxy, upstream_server() as other:
+        proxy_url = f"http://127.0.0.1:{proxy.port}"
+        run = await run_child(
+            any_server.url,
+            [["fetch", "GET", "http://example.invalid/p"], ["direct", "127.0.0.1", other.port]],
+            network_proxy=None,
+            extra={
+                "sandbox": SANDBOX_READ_ONLY,
+                "enforceManagedNetwork": True,
+                "managedNetwork": {"loopbackPorts": [proxy.port]},
+                "env": {"PATH": "/usr/bin:/bin", "HTTP_PROXY": proxy_url},
+            },
+        )
+    fetched, direct = run.results
+    assert fetched["status"] == 200
+    assert proxy.seen == ["GET /p host=example.invalid"]
+    assert direct["direct"] == "failed"
+    assert other.seen == []
+
+
+async def test_enforced_sandbox_without_any_proxy_fails_closed(any_server: RunningServer) -> None:
+    run = await run_child(
+        any_server.url,
+        [["direct", "127.0.0.1", 9]],
+        network_proxy=None,
+        extra={
+            "sandbox": SANDBOX_READ_ONLY,
+            "enforceManagedNetwork": True,
+            "managedNetwork": {"loopbackPorts": [9]},
+        },
+    )
+    assert run.results == []  # the command never ran
+    assert (run.exit_code, run.sandbox_denied) == (101, True)
+    assert "managed proxy mode requires proxy environment variables" in run.raw_output

@@ -190,7 +190,7 @@ class Run:
     exit_code: int | None
     start: dict[str, Any]
     raw_output: str
-    still_connected: bool = True
+    sandbox_denied: bool | None = None
 
 
 def proxy_params(*, timeout_ms: int | None = 5000, **proxy: Any) -> dict[str, Any]:
@@ -264,6 +264,7 @@ async def run_on(
                 await peer.send({"id": msg["id"], "result": {"decision": reply}})
         elif method == "process/exited" and msg["params"]["processId"] == process_id:
             run.exit_code = msg["params"]["exitCode"]
+            run.sandbox_denied = msg["params"]["sandboxDenied"]
         elif method == "process/closed" and msg["params"]["processId"] == process_id:
             break
     run.raw_output = out.decode(errors="replace")

@@ -1,0 +1,105 @@
+"""Host side of the sandbox bridge for a proxy the executor did not launch.
+
+``enforceManagedNetwork`` with proxy variables pointing at a loopback proxy
+(a client-side proxy, ``managedNetwork.loopbackPorts``) and no
+``networkProxy``: the reference bridges the sandboxed child to that proxy
+(observed: requests through HTTP_PROXY arrive, direct connects are refused).
+Each such port gets a unix socket here that forwards to 127.0.0.1:PORT; the
+in-sandbox half is the same bridge as for our own proxy (``bridge.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from urllib.parse import urlsplit
+
+from execserver.netproxy.relay import close, relay
+from execserver.netproxy.sandbox import ProxyRoutes
+
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def loopback_proxy_ports(env: Mapping[str, str]) -> tuple[list[int], bool]:
+    """Ports of the proxy variables that name a loopback proxy, and whether any
+    proxy variable names something else (which no bridge can reach)."""
+    ports: list[int] = []
+    foreign = False
+    for name, value in env.items():
+        if name.upper() not in PROXY_VARIABLES or not value:
+            continue
+        try:
+            parts = urlsplit(value if "://" in value else f"http://{value}")
+            port = parts.port
+        except ValueError:
+            foreign = True
+            continue
+        if parts.hostname in LOOPBACK_HOSTS and port is not None:
+            if port not in ports:
+                ports.append(port)
+        else:
+            foreign = True
+    return ports, foreign
+
+
+class LoopbackBridge:
+    def __init__(self, ports: Iterable[int]) -> None:
+        self.ports = sorted(set(ports))
+        self.socket_dir: str | None = None
+        self._servers: list[asyncio.Server] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    async def start(self, *, allow_local_binding: bool = False) -> ProxyRoutes:
+        self.socket_dir = tempfile.mkdtemp(prefix="execserver-loopback-")
+        routes = []
+        try:
+            for port in self.ports:
+                path = os.path.join(self.socket_dir, f"{port}.sock")
+                self._servers.append(await asyncio.start_unix_server(self._forwarder(port), path))
+                routes.append((port, path))
+        except BaseException:
+            await self.aclose()
+            raise
+        return ProxyRoutes(tuple(routes), allow_local_binding)
+
+    def _forwarder(
+        self, port: int
+    ) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+        async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            self._tasks.add(task)
+            try:
+                up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await close(writer)
+                self._tasks.discard(task)
+                return
+            try:
+                await relay(reader, writer, up_reader, up_writer)
+            except asyncio.CancelledError:
+                pass  # aclose(); see ProcessNetworkProxy._serving
+            finally:
+                await close(up_writer)
+                await close(writer)
+                self._tasks.discard(task)
+
+        return forward
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for server in self._servers:
+            server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
