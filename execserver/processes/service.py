@@ -10,9 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import msgspec
-
-from execserver.netproxy.launch import session_proxies, start_process_proxy
+from execserver.netproxy.launch import prepare_network
 from execserver.netproxy.sandbox import ProxyRoutes
 from execserver.processes.envpolicy import build_environment
 from execserver.processes.launch import LaunchPlan, plan_launch
@@ -150,27 +148,23 @@ async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse
     cwd = str(uri_to_path(params.cwd))
     sandbox = decode_sandbox_param(params.sandbox)
     classify: DenialClassifier | None = None
-    # netproxy (issue 13): the process's own egress proxy; its variables win over env.
-    proxy = None
-    if params.network_proxy is not None:
-        proxy = await start_process_proxy(ctx.session, params.process_id, params.network_proxy)
-        params = msgspec.structs.replace(params, env={**params.env, **proxy.environment()})
+    # netproxy (issue 13): the process's proxy (its variables injected into env) and,
+    # for enforceManagedNetwork, the routes of the sandbox's bridge to a proxy.
+    net = await prepare_network(
+        ctx.session, params, sandboxed=sandbox is not None, daemon_env=os.environ
+    )
+    params = net.params
     try:
         if sandbox is None:
             plan = plan_launch(params, cwd, os.environ)
         else:
-            routes = None
-            if proxy is not None and params.enforce_managed_network:
-                routes = await proxy.sandbox_routes()
-            plan = _sandbox_plan(sandbox, params, cwd, routes)
+            plan = _sandbox_plan(sandbox, params, cwd, net.routes)
             classify = is_sandbox_denied
         proc = table.start(params.process_id, plan, classify)
     except BaseException:
-        if proxy is not None:
-            await session_proxies(ctx.session).discard(proxy)
+        await net.aclose()
         raise
-    if proxy is not None:
-        session_proxies(ctx.session).close_with(proc, proxy)
+    net.close_with(proc)
     return ExecResponse(params.process_id, plan.sandbox_type)
 
 
