@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from execserver.netproxy import decision as d
 from execserver.netproxy.engine import PolicyEngine
@@ -169,7 +169,7 @@ async def _forward_unix(
     writer: asyncio.StreamWriter,
     target: d.Target,
     path: str,
-    parts: object,
+    parts: SplitResult,
     headers: list[tuple[str, str]],
 ) -> None:
     """``x-unix-socket: /path``: the request goes to a host unix socket, if the
@@ -194,13 +194,15 @@ async def _exchange(
     up_reader: asyncio.StreamReader,
     up_writer: asyncio.StreamWriter,
     method: str,
-    parts: object,
+    parts: SplitResult,
     headers: list[tuple[str, str]],
 ) -> None:
-    path = getattr(parts, "path", "") or "/"
-    query = getattr(parts, "query", "")
+    path = parts.path or "/"
+    query = parts.query
     origin_form = path + (f"?{query}" if query else "")
     lines = [f"{method} {origin_form} HTTP/1.1"]
+    if header(headers, "host") is None:  # HTTP/1.1 requires it; the URL names it
+        lines.append(f"Host: {parts.netloc}")
     lines += [f"{k}: {v}" for k, v in headers if k.lower() not in _DROP]
     lines.append("Connection: close")
     try:
