@@ -34,16 +34,24 @@ def decode_base64(text: str) -> bytes:
 
 
 def _raise_rust_error(raw: bytes) -> None:
+    """Reproduce the order of the crate's checks (verified against the reference)."""
     body_end = len(raw)
     while body_end > 0 and raw[body_end - 1] == _PAD:
         body_end -= 1
     for offset, byte in enumerate(raw[:body_end]):
         if byte not in _ALPHABET:
             raise Base64Error(f"Invalid symbol {byte}, offset {offset}.")
-    if body_end % 4 == 1:
-        raise Base64Error(f"Invalid input length: {body_end}")
+    partial = body_end % 4
     padding = len(raw) - body_end
-    if len(raw) % 4 != 0 or padding > 2:
+    if padding:
+        # Padding may only close a quantum holding 2 or 3 symbols, and only as much as it needs.
+        if partial < 2 or padding > 4 - partial:
+            raise Base64Error(f"Invalid symbol {_PAD}, offset {body_end}.")
+        if padding < 4 - partial:
+            raise Base64Error("Invalid padding")
+    elif partial == 1:
+        raise Base64Error(f"Invalid input length: {body_end}")
+    elif partial:
         raise Base64Error("Invalid padding")
     last = body_end - 1
     raise Base64Error(f"Invalid last symbol {raw[last]}, offset {last}.")

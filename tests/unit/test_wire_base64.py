@@ -1,0 +1,49 @@
+"""Strict base64 with the reference's error texts (table recorded from 0.169.0)."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from execserver.wire.base64 import Base64Error, decode_base64
+
+REFERENCE_ERRORS = {
+    "A": "Invalid input length: 1",
+    "AB": "Invalid padding",
+    "AB=": "Invalid padding",
+    "AB==": "Invalid last symbol 66, offset 1.",
+    "ABC": "Invalid padding",
+    "ABC=": "Invalid last symbol 67, offset 2.",
+    "abc==": "Invalid symbol 61, offset 3.",
+    "abcd=": "Invalid symbol 61, offset 4.",
+    "abcd==": "Invalid symbol 61, offset 4.",
+    "ab=c": "Invalid symbol 61, offset 2.",
+    "a===": "Invalid symbol 61, offset 1.",
+    "====": "Invalid symbol 61, offset 0.",
+    "=": "Invalid symbol 61, offset 0.",
+    "ab==cd==": "Invalid symbol 61, offset 2.",
+    "AQ=": "Invalid padding",
+    "AR==": "Invalid last symbol 82, offset 1.",
+    "ab c": "Invalid symbol 32, offset 2.",
+    "\u00e9": "Invalid symbol 195, offset 0.",
+    "abcde": "Invalid input length: 5",
+}
+
+
+@pytest.mark.parametrize(("text", "message"), sorted(REFERENCE_ERRORS.items()))
+def test_invalid_input_is_refused_with_the_reference_text(text: str, message: str) -> None:
+    with pytest.raises(Base64Error) as info:
+        decode_base64(text)
+    assert str(info.value) == message
+
+
+@given(st.binary(max_size=300))
+def test_canonical_base64_round_trips(data: bytes) -> None:
+    assert decode_base64(base64.b64encode(data).decode()) == data
+
+
+def test_empty_string_is_zero_bytes() -> None:
+    assert decode_base64("") == b""
