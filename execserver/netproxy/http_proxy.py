@@ -202,7 +202,7 @@ async def _exchange(
     origin_form = path + (f"?{query}" if query else "")
     lines = [f"{method} {origin_form} HTTP/1.1"]
     if header(headers, "host") is None:  # HTTP/1.1 requires it; the URL names it
-        lines.append(f"Host: {parts.netloc}")
+        lines.append(f"Host: {parts.netloc.rpartition('@')[2]}")
     lines += [f"{k}: {v}" for k, v in headers if k.lower() not in _DROP]
     lines.append("Connection: close")
     try:

@@ -9,6 +9,7 @@ resolver hook.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -433,3 +434,23 @@ async def test_enforced_sandbox_without_any_proxy_fails_closed(any_server: Runni
     assert run.results == []  # the command never ran
     assert (run.exit_code, run.sandbox_denied) == (101, True)
     assert "managed proxy mode requires proxy environment variables" in run.raw_output
+
+
+async def test_the_proxy_stops_when_its_process_is_closed(execserver: RunningServer) -> None:
+    run = await run_child(
+        execserver.url, [["env", ["CODEX_"]]], network_proxy=proxy_params(enableSocks5=True)
+    )
+    env = run.results[0]["env"]
+    ports = [int(env[name].rsplit(":", 1)[1]) for name in ("HTTP_PROXY", "ALL_PROXY")]
+    # Closing is asynchronous to process/closed: poll (bounded) until refused.
+    for port in ports:
+        refused = False
+        for _ in range(100):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except ConnectionRefusedError:
+                refused = True
+                break
+            writer.close()
+            await asyncio.sleep(0.05)
+        assert refused, f"proxy port {port} still open after process/closed"
