@@ -38,10 +38,14 @@ def test_every_defined_case_is_recorded() -> None:
     assert sorted(BY_NAME) == [p.stem for p in CASES]
 
 
+@pytest.mark.parametrize("via_flag", [False, True], ids=["arg0", "flag"])
 @pytest.mark.parametrize("case_path", CASES, ids=[p.stem for p in CASES])
-def test_record_matches_a_fresh_reference_run(case_path: Path) -> None:
+def test_record_matches_a_fresh_reference_run(case_path: Path, via_flag: bool) -> None:
+    """Both entry points of the reference (``apply_patch`` as arg0 and
+    ``codex --codex-run-as-apply-patch``) give the recorded result."""
     recorded: dict[str, Any] = json.loads(case_path.read_text(encoding="utf-8"))
     case = BY_NAME[case_path.stem]
     assert recorded["patch"] == case.patch
     assert recorded["files"] == case.files
-    assert RECORDER.record(case, reference_binary()) == recorded["reference"]
+    fresh = RECORDER.record(case, reference_binary(), via_flag=via_flag)
+    assert fresh == recorded["reference"]

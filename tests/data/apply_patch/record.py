@@ -60,7 +60,9 @@ def snapshot(root: Path) -> tuple[dict[str, str], list[str]]:
     return dict(sorted(files.items())), sorted(dirs)
 
 
-def record(case: Case, binary: str) -> dict[str, object]:
+def record(case: Case, binary: str, *, via_flag: bool = False) -> dict[str, object]:
+    """``via_flag`` runs ``codex --codex-run-as-apply-patch PATCH`` instead of the
+    arg0 entry point; both are the same applier."""
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp).resolve()
         bindir = base / "bin"
@@ -70,8 +72,13 @@ def record(case: Case, binary: str) -> dict[str, object]:
         root.mkdir()
         write_tree(root, case)
         patch = case.patch.replace(ROOT_TOKEN, str(root))
+        argv = (
+            [binary, "--codex-run-as-apply-patch", patch]
+            if via_flag
+            else [str(bindir / "apply_patch"), patch]
+        )
         proc = subprocess.run(
-            [str(bindir / "apply_patch"), patch],
+            argv,
             cwd=root,
             capture_output=True,
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
