@@ -94,6 +94,9 @@ class ActiveNetworkApproval:
     mode: NetworkApprovalMode
     environment_id: str
     command: str
+    # The executor's processId of the attempt, for attributing its proxy's
+    # network/policyRequest to this registration.
+    process_id: str = ""
     cancelled: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     outcome: NetworkDenial | None = None
 
@@ -128,7 +131,12 @@ class NetworkApprovalService:
     # -- registrations ---------------------------------------------------
 
     def begin(
-        self, spec: NetworkApprovalSpec, *, environment_id: str, managed_network_active: bool
+        self,
+        spec: NetworkApprovalSpec,
+        *,
+        environment_id: str,
+        managed_network_active: bool,
+        process_id: str = "",
     ) -> ActiveNetworkApproval | None:
         if not managed_network_active:
             return None
@@ -137,6 +145,7 @@ class NetworkApprovalService:
             mode=spec.mode,
             environment_id=environment_id,
             command=spec.command,
+            process_id=process_id,
         )
         self._active[active.registration_id] = active
         return active
@@ -146,6 +155,14 @@ class NetworkApprovalService:
 
     def active_calls_for_environment(self, environment_id: str) -> list[ActiveNetworkApproval]:
         return [a for a in self._active.values() if a.environment_id == environment_id]
+
+    def registrations_for_process(self, environment_id: str, process_id: str) -> list[str]:
+        """Registration ids of the live attempt that runs ``process_id``."""
+        return [
+            a.registration_id
+            for a in self._active.values()
+            if a.environment_id == environment_id and a.process_id == process_id
+        ]
 
     def record_blocked_request(self, registration_id: str, message: str | None = None) -> None:
         """The policy blocked a request of this call: remember it (a user's

@@ -228,6 +228,7 @@ class ToolOrchestrator:
                 spec,
                 environment_id=turn.environment.environment_id,
                 managed_network_active=turn.managed_network is not None,
+                process_id=attempt.process_id,
             )
         if active is not None:
             attempt.network_denial_cancellation = active.cancelled

@@ -378,3 +378,27 @@ def test_immediate_finish_turns_a_denial_into_rejected() -> None:
     service.record_blocked_request(denied.registration_id)
     with pytest.raises(Rejected, match="denied by the Codex sandbox network proxy"):
         service.finish_immediate(denied)
+
+
+def test_registrations_are_found_by_the_attempt_process_id() -> None:
+    service = _service(ScriptedUser())
+    active = service.begin(
+        DEFERRED, environment_id="env-a", managed_network_active=True, process_id="7-abc"
+    )
+    assert active is not None
+    _begin(service)
+    assert service.registrations_for_process("env-a", "7-abc") == [active.registration_id]
+    assert service.registrations_for_process("env-b", "7-abc") == []
+    service.finish_call(active.registration_id)
+    assert service.registrations_for_process("env-a", "7-abc") == []
+
+
+async def test_user_denial_is_recorded_only_for_the_attributed_call() -> None:
+    service = _service(ScriptedUser(ReviewDecision.DENIED))
+    asking = _begin(service)
+    bystander = _begin(service)
+    await service.on_proxy_request(
+        "env-a", "h", "http", 80, registration_ids=[asking.registration_id]
+    )
+    assert asking.cancelled.is_set()
+    assert not bystander.cancelled.is_set()

@@ -479,6 +479,9 @@ async def test_deferred_success_hands_back_the_registration() -> None:
     result = await ToolOrchestrator(turn).run(ScriptedRuntime(), call)
     deferred = result.deferred_network_approval
     assert deferred is not None and service.is_active(deferred.registration_id)
+    assert service.registrations_for_process(ENV.environment_id, result.attempt.process_id) == [
+        deferred.registration_id
+    ]
     assert await deferred.finish() is None
     assert not service.is_active(deferred.registration_id)
 
