@@ -228,10 +228,12 @@ def _attempt(
 
 def sandbox_context(attempt: SandboxAttempt) -> FileSystemSandboxContext | None:
     """The ``sandbox`` member for process/start and fs/* — present exactly when
-    the attempt requested the sandbox (§3.5 step 7, invariant 9)."""
-    if not attempt.sandbox_requested:
+    the attempt requested the sandbox of an executor-managed environment
+    (§3.4, §3.5 step 7, invariant 9)."""
+    profile = attempt.exec_server_permissions
+    if not attempt.sandbox_requested or profile is None:
+        # A local environment is sandboxed by the host wrapper, not the executor.
         return None
-    profile = attempt.exec_server_permissions or attempt.permissions
     return FileSystemSandboxContext(
         permissions=profile_to_wire(profile),
         windows_sandbox_level=attempt.environment.windows_sandbox_level,

@@ -136,6 +136,7 @@ def test_local_environment_gets_a_host_sandbox_only_when_requested() -> None:
     assert _first(environment=LOCAL).sandbox is SandboxType.LINUX_SECCOMP
     assert _first(environment=LOCAL, override=BYPASS).sandbox is SandboxType.NONE
     assert _first(environment=LOCAL).exec_server_permissions is None
+    assert sandbox_context(_first(environment=LOCAL)) is None
 
 
 @pytest.mark.parametrize(
