@@ -86,7 +86,8 @@ def read_response(s, method="GET"):
 def fetch(method, url):
     s = socket.create_connection(addr("HTTP_PROXY"), timeout=60)
     host = url.split("/")[2]
-    s.sendall(f"{method} {url} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
+    head = f"{method} {url} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n"
+    s.sendall((head + "Connection: close\r\n\r\n").encode())
     return read_response(s, method)
 
 def read_head(s):
@@ -128,7 +129,8 @@ def direct(host, port):
         return {"direct": "failed", "errno": exc.errno}
 
 def env(prefixes):
-    return {"env": {k: v for k, v in os.environ.items() if k.upper().startswith(tuple(prefixes)) or "PROXY" in k.upper()}}
+    keep = lambda k: k.upper().startswith(tuple(prefixes)) or "PROXY" in k.upper()
+    return {"env": {k: v for k, v in os.environ.items() if keep(k)}}
 
 for op in json.loads(sys.argv[1]):
     try:
