@@ -23,6 +23,7 @@ import sys
 import threading
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 EXIT_SETUP_FAILED = 125
 
 
@@ -104,7 +105,11 @@ def main(argv: list[str]) -> int:
     if os.fork() == 0:
         try:
             # Die with the command; checked after arming, so no exit is missed.
-            ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            libc = ctypes.CDLL(None)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            # Not dumpable: the (filtered) command cannot write our memory through
+            # /proc/PID/mem, which seccomp's ptrace ban does not cover.
+            libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
             if os.getppid() == parent:
                 _forwarder(listeners)
         finally:

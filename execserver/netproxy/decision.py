@@ -15,13 +15,8 @@ from typing import Literal
 
 from execserver.wire.network import NetworkPolicyDecisionNotification
 
-# Protocol labels: the decision record uses these, policyRequest the request labels.
+# Protocol labels, the same in policyRequest and policyDecision (observed).
 Protocol = Literal["http", "https_connect", "socks5_tcp"]
-REQUEST_PROTOCOL: dict[str, str] = {
-    "http": "http",
-    "https_connect": "https",
-    "socks5_tcp": "socks5-tcp",
-}
 
 
 @dataclass(frozen=True)
@@ -124,10 +119,6 @@ class Target:
     port: int
     method: str | None = None
     client: str | None = None  # "ip:port" of the child's connection to the proxy
-
-    @property
-    def request_protocol(self) -> str:
-        return REQUEST_PROTOCOL.get(self.protocol, self.protocol)
 
 
 def timestamp(now: datetime.datetime | None = None) -> str:

@@ -101,9 +101,7 @@ class PolicyEngine:
         assert self._ask is not None
         try:
             async with asyncio.timeout(self._timeout):
-                result = await self._ask(
-                    target.request_protocol, target.host, target.port, self._timeout
-                )
+                result = await self._ask(target.protocol, target.host, target.port, self._timeout)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # timeout, error answer, detached session: deny

@@ -454,3 +454,24 @@ async def test_the_proxy_stops_when_its_process_is_closed(execserver: RunningSer
             writer.close()
             await asyncio.sleep(0.05)
         assert refused, f"proxy port {port} still open after process/closed"
+
+
+async def test_tunnels_and_socks_are_put_to_the_client_with_their_protocol(
+    any_server: RunningServer,
+) -> None:
+    async with upstream_server() as up:
+        run = await run_child(
+            any_server.url,
+            [["tunnel", f"localhost:{up.port}", "/t"], ["socks", "localhost", up.port, "/s"]],
+            network_proxy=proxy_params(enableSocks5=True, allowLocalBinding=True),
+            answer=lambda _: {"type": "allow"},
+        )
+    assert [r["status"] for r in run.results] == [200, 200]
+    assert [r["params"]["request"]["protocol"] for r in run.requests] == [
+        "https_connect",
+        "socks5_tcp",
+    ]
+    assert [(d["protocol"], d["decision"], d["source"]) for d in run.decisions] == [
+        ("https_connect", "allow", "decider"),
+        ("socks5_tcp", "allow", "decider"),
+    ]

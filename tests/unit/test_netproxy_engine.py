@@ -124,7 +124,7 @@ async def test_undecided_asks_with_the_request_protocol() -> None:
     e, notes = engine(decider)
     outcome = await e.check(d.Target("https_connect", "public.test", 443, "CONNECT"))
     assert outcome.decision == d.DECIDER_ALLOW
-    assert decider.asked == [("https", "public.test", 443)]
+    assert decider.asked == [("https_connect", "public.test", 443)]
     assert notes[0].policy_override is True and notes[0].protocol == "https_connect"
 
 
