@@ -67,10 +67,9 @@ def _protect(root: str, mounts: SyntheticMounts, layout: BwrapLayout) -> None:
                 f"cannot enforce sandbox read-only path {path} because it is a symlink "
                 f"inside writable root {root}"
             )
-        if os.path.exists(path) and not mounts.is_synthetic(path):
+        if not mounts.claim(path):
             layout.args += ["--ro-bind", path, path]
             continue
-        mounts.acquire(path)
         layout.synthetic.append(path)
         layout.args += ["--perms", "555", "--tmpfs", path, "--remount-ro", path]
 

@@ -28,13 +28,22 @@ class SyntheticMounts:
         self._lock = threading.Lock()
         self._refs: dict[str, int] = {}
 
-    def is_synthetic(self, path: str) -> bool:
-        with self._lock:
-            return path in self._refs
+    def claim(self, path: str) -> bool:
+        """Decide, atomically with respect to ``release``, how to protect ``path``:
+        True means it is (or becomes) a synthetic mount point and a reference was
+        taken; False means a real directory exists there and must be bound.
 
-    def acquire(self, path: str) -> None:
+        Checking existence and synthetic-ness separately raced with the last
+        release removing the directory in between: the later sandbox then asked
+        bwrap to bind a path that no longer existed."""
         with self._lock:
-            self._refs[path] = self._refs.get(path, 0) + 1
+            if path in self._refs:
+                self._refs[path] += 1
+                return True
+            if os.path.exists(path):
+                return False
+            self._refs[path] = 1
+            return True
 
     def release(self, path: str) -> None:
         with self._lock:
