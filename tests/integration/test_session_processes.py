@@ -216,3 +216,28 @@ async def test_escapee_outlives_its_retained_process_but_not_the_session() -> No
                     await asyncio.sleep(0.1)
             assert _alive(escapee)  # releasing the id does not kill what it left behind
         assert await _wait_all_dead([escapee]) == []  # the session's end does
+
+
+async def test_no_fd_is_leaked_by_any_launch_shape(execserver: RunningServer) -> None:
+    def fds() -> int:
+        return len(os.listdir(f"/proc/{execserver.process.pid}/fd"))
+
+    async with connect(execserver.url) as c:
+        await c.run("warmup", ["true"])
+        baseline = fds()
+        shapes: list[dict[str, object]] = [
+            {},
+            {"tty": True},
+            {"pipeStdin": True},
+        ]
+        for round_ in range(10):
+            for n, extra in enumerate(shapes):
+                await c.run(f"r{round_}-{n}", ["bash", "-c", "echo hi >&2; echo out"], **extra)
+            await c.start(f"k{round_}", ["sleep", "30"], pipeStdin=True)
+            await c.call("process/terminate", {"processId": f"k{round_}"})
+            await c.wait_closed(f"k{round_}")
+        with pytest.raises(RpcFailure):
+            await c.start("bad", ["no-such-program-xyz"])
+        with pytest.raises(RpcFailure):
+            await c.start("bad", ["true"], cwd="file:///nonexistent-xyz")
+        assert await poll_until(lambda: fds() == baseline)
