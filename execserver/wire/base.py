@@ -33,4 +33,4 @@ def absent_raw() -> msgspec.Raw:
 
 
 # Rust u64 fields: serde names them "u64" in its errors and rejects negatives.
-U64 = Annotated[int, msgspec.Meta(ge=0)]
+U64 = Annotated[int, msgspec.Meta(ge=0, le=2**64 - 1)]

@@ -98,8 +98,11 @@ class ParamsDecoder(Generic[T]):
             return f"missing field `{missing.group(1)}`"
         info = _type_at(self._info, path)
         offending = _value_at(value, path)
-        if _NEGATIVE_RE.match(message):
-            return f"invalid value: integer `{offending}`, expected u64"
+        if isinstance(offending, int | float) and not isinstance(offending, bool):
+            # serde_json's arbitrary-precision numbers: a negative, fractional or
+            # out-of-range number for an unsigned field is just "invalid number".
+            if _NEGATIVE_RE.match(message) or _is_unsigned(info):
+                return "invalid number"
         enum = _ENUM_RE.match(message)
         if enum and isinstance(info, mi.LiteralType | mi.EnumType):
             return _unknown_variant(offending, info)
@@ -111,6 +114,10 @@ class ParamsDecoder(Generic[T]):
             )
         expected = _expected(info, self.rust_name if not path else None, path)
         return f"invalid type: {describe_value(offending)}, expected {expected}"
+
+
+def _is_unsigned(info: mi.Type) -> bool:
+    return isinstance(info, mi.IntType) and info.ge is not None and info.ge >= 0
 
 
 def _parse_path(message: str) -> list[str | int]:
