@@ -33,4 +33,5 @@ def absent_raw() -> msgspec.Raw:
 
 
 # Rust u64 fields: serde names them "u64" in its errors and rejects negatives.
-U64 = Annotated[int, msgspec.Meta(ge=0, le=2**64 - 1)]
+# msgspec bounds must fit in int64, so values in 2**63..2**64-1 are refused too (rare).
+U64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
