@@ -13,6 +13,7 @@ from execserver.config import (
     DEFAULT_EXITED_RETENTION_S,
     DEFAULT_LISTEN,
     DEFAULT_SESSION_TTL_S,
+    PING_INTERVAL_S,
     LimitsConfig,
     ServerConfig,
     WsAuthConfig,
@@ -86,6 +87,7 @@ def _config_from_args(args: argparse.Namespace) -> ServerConfig:
         exit_on_stdin_close=args.exit_on_stdin_close,
         session_ttl_s=args.session_ttl,
         exited_process_retention_s=args.exited_process_retention,
+        ping_interval_s=args.ping_interval,
         ws_auth=WsAuthConfig(
             mode=args.ws_auth,
             token_file=args.ws_token_file,
@@ -129,6 +131,13 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         default=DEFAULT_SESSION_TTL_S,
         metavar="SECONDS",
         help="how long a detached session can be resumed (default %(default)s)",
+    )
+    p.add_argument(
+        "--ping-interval",
+        type=float,
+        default=PING_INTERVAL_S,
+        metavar="SECONDS",
+        help="websocket ping interval, as the reference's 30 s (default %(default)s)",
     )
     p.add_argument(
         "--exited-process-retention",

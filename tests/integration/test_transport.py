@@ -225,3 +225,17 @@ async def test_long_poll_read_does_not_block_the_connection(execserver: RunningS
         reply = await peer.recv(timeout=10)
         assert reply == {"id": 2, "result": {"status": "ready"}}
         await peer.call("process/terminate", {"processId": "sleeper"})
+
+
+async def test_server_pings_idle_connections_even_before_initialize() -> None:
+    async with (
+        start_server("execserver", extra=["--ping-interval", "0.2"]) as server,
+        aiohttp.ClientSession() as http,
+        http.ws_connect(server.url, autoping=False) as ws,
+    ):
+        msg = await ws.receive(timeout=10)
+        assert msg.type == aiohttp.WSMsgType.PING
+        assert msg.data == b""
+        # A connection that never answers pings is not dropped (as the reference).
+        second = await ws.receive(timeout=10)
+        assert second.type == aiohttp.WSMsgType.PING
