@@ -5,10 +5,17 @@
 
 One responder per exec-server connection (= one environment). A request about
 ``(host, protocol, port)`` for process P is put to the service, attributed to
-the registration P was bound to (:meth:`bind`), else to every active call of
-the environment (§6.4 "attribution"); the service dedupes, uses its session
+the registration of the attempt that runs P, else to every active call of the
+environment (§6.4 "attribution"); the service dedupes, uses its session
 caches, or asks the approver. The answer is ``{"decision": {"type": "allow"}}``
 or ``{"type": "deny", "reason": ...}``.
+
+Attribution needs no wiring in the runtimes: the orchestrator registers each
+attempt with its processId *before* ``process/start`` (processIds are chosen
+client-side), so even a request the process makes at once finds its call, and
+finishing or unregistering the approval ends the attribution with it. An
+explicit :meth:`bind` overrides that lookup for callers whose registrations
+carry no processId.
 
 Deadline: the server forgets its request after ``policyDecisionTimeoutMs``
 and then *drops the connection* on a late answer (§3.5). So the responder
@@ -16,7 +23,7 @@ answers "deny" on its own before that deadline when the approver is slower;
 the approver's eventual decision still lands in the session caches (an
 "allow for session" then lets the child's retry through).
 
-Decisions the proxy reports (``network/policyDecision``) that block a bound
+Decisions the proxy reports (``network/policyDecision``) that block a known
 process's request by policy are recorded on its registration, which cancels
 its token so the unified-exec watcher terminates it (§6.2).
 """
@@ -97,11 +104,24 @@ class NetworkPolicyResponder:
         client.add_notification_listener(m.NETWORK_POLICY_DECISION, self.on_decision)
 
     def bind(self, process_id: str, registration_id: str) -> None:
-        """Attribute ``process_id``'s requests to exactly this registration."""
+        """Attribute ``process_id``'s requests to exactly this registration
+        (overrides the lookup by the registrations' own processIds)."""
         self._bound[process_id] = registration_id
 
     def unbind(self, process_id: str) -> None:
         self._bound.pop(process_id, None)
+
+    def _owners(self, service: NetworkApprovalService, process_id: str) -> list[str] | None:
+        """The registrations ``process_id``'s traffic belongs to; None when it is
+        unknown (the service then considers every active call of the environment)."""
+        bound = self._bound.get(process_id)
+        if bound is not None:
+            return [bound]
+        if not process_id:
+            # Registrations begun without a processId have "" - that must not
+            # make an anonymous request theirs.
+            return None
+        return service.registrations_for_process(self.environment_id, process_id) or None
 
     def _current_service(self) -> NetworkApprovalService | None:
         if isinstance(self._service, NetworkApprovalService):
@@ -116,13 +136,12 @@ class NetworkPolicyResponder:
         if service is None:  # no managed network this turn: nobody may allow
             return decision_result(ProxyDecision(False, NETWORK_DENIED_MESSAGE))
         target = params.request
-        owner = self._bound.get(params.process_id)
         pending = service.on_proxy_request(
             self.environment_id,
             target.host,
             target.protocol,
             target.port,
-            [owner] if owner is not None else None,
+            self._owners(service, params.process_id),
         )
         try:
             async with asyncio.timeout(self._deadline):
@@ -132,19 +151,20 @@ class NetworkPolicyResponder:
         return decision_result(decision)
 
     def on_decision(self, raw: msgspec.Raw) -> None:
-        """A policy block of a bound process ends its approval (the decider's own
-        denials were already recorded by the service when it answered)."""
+        """A policy block of a known process ends its call's approval (the
+        decider's own denials were already recorded by the service when it
+        answered). A block of an unknown process is not pinned on every call:
+        that would terminate processes that never touched the host."""
         try:
             note = msgspec.json.decode(raw, type=NetworkPolicyDecisionNotification)
         except msgspec.DecodeError:
             return
         if note.decision == "allow" or note.source == "decider":
             return
-        owner = self._bound.get(note.process_id)
         service = self._current_service()
-        if owner is None or service is None:
+        if service is None:
             return
-        with contextlib.suppress(Exception):
-            service.record_blocked_request(
-                owner, f'Network access to "{note.host}" was blocked: {note.reason}'
-            )
+        message = f'Network access to "{note.host}" was blocked: {note.reason}'
+        for owner in self._owners(service, note.process_id) or ():
+            with contextlib.suppress(Exception):
+                service.record_blocked_request(owner, message)

@@ -5,12 +5,14 @@ answering network/policyRequest through the NetworkApprovalService.
 The command runs sandboxed (workspace-write profile, enforceManagedNetwork):
 its only way out is the proxy. "upstream.test" is allowed by the policy,
 "other.test" is undecided (put to the scripted user); both are the local
-aiohttp upstream via the proxy's resolver hook.
+aiohttp upstream via the proxy's resolver hook; "blocked.test" is denied by
+the policy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -34,7 +36,7 @@ from tests.integration.test_netproxy_support import Upstream, server_with_hosts,
 
 ENV_ID = "executor-1"
 FETCH = """
-import socket, sys, time, urllib.error, urllib.request
+import os, socket, sys, time, urllib.error, urllib.request
 try:
     with urllib.request.urlopen(sys.argv[1], timeout=30) as r:
         print("status", r.status, r.read().decode())
@@ -47,6 +49,8 @@ except OSError as e:
     print("direct failed")
 sys.stdout.flush()
 time.sleep(float(sys.argv[3]))
+while len(sys.argv) > 4 and not os.path.exists(sys.argv[4]):
+    time.sleep(0.05)
 """
 
 
@@ -77,11 +81,24 @@ class CountingService(NetworkApprovalService):
             approver=user, policy=AskForApproval.ON_REQUEST, profile=workspace_write_profile()
         )
         self.finished: dict[str, int] = {}
+        # The triggering command of each finished registration, and its denial.
+        self.outcomes: list[tuple[str, NetworkDenial | None]] = []
 
     def finish_call(self, registration_id: str) -> NetworkDenial | None:
-        if self.is_active(registration_id):
+        active = [
+            a
+            for a in self.active_calls_for_environment(ENV_ID)
+            if a.registration_id == registration_id
+        ]
+        if active:
             self.finished[registration_id] = self.finished.get(registration_id, 0) + 1
-        return super().finish_call(registration_id)
+        denial = super().finish_call(registration_id)
+        self.outcomes.extend((a.command, denial) for a in active)
+        return denial
+
+    def outcome_for(self, host: str) -> NetworkDenial | None:
+        (denial,) = [d for command, d in self.outcomes if f"//{host}:" in command]
+        return denial
 
 
 @dataclass
@@ -125,7 +142,7 @@ def network_turn(
         allow_upstream_proxy=False,
         dangerously_allow_all_unix_sockets=False,
         allow_local_binding=False,
-        domains={"upstream.test": "allow"},
+        domains={"upstream.test": "allow", "blocked.test": "deny"},
     )
     turn = TurnContext(
         environment=ExecutionEnvironment(
@@ -144,15 +161,29 @@ def network_turn(
     return turn, service, responder
 
 
+def fetch_command(s: Setup, host: str, *, linger: float = 0, gate: Path | None = None) -> str:
+    """The child fetches ``host`` through the proxy, lingers, then (with a
+    ``gate``) keeps running until that file exists."""
+    url = f"http://{host}:{s.upstream.port}/from-{host}"
+    cmd = f"{sys.executable} fetch.py {url} {s.upstream.port} {linger}"
+    return cmd if gate is None else f"{cmd} {gate}"
+
+
+async def poll_until_exit(s: Setup, out: ExecCommandToolOutput) -> ExecCommandToolOutput:
+    """Poll a still running command; the result carries all of its output."""
+    text = out.output
+    while out.session_id is not None:
+        out = await s.manager.write_stdin({"session_id": out.session_id, "yield_time_ms": 10000})
+        text += out.output
+    return dataclasses.replace(out, output=text)
+
+
 async def fetch(
     s: Setup, turn: TurnContext, host: str, *, linger: float = 0
 ) -> ExecCommandToolOutput:
-    url = f"http://{host}:{s.upstream.port}/from-{host}"
-    cmd = f"{sys.executable} fetch.py {url} {s.upstream.port} {linger}"
+    cmd = fetch_command(s, host, linger=linger)
     out = await s.manager.exec_command({"cmd": cmd, "login": False, "yield_time_ms": 10000}, turn)
-    while out.session_id is not None:  # still running: poll until it ends
-        out = await s.manager.write_stdin({"session_id": out.session_id, "yield_time_ms": 10000})
-    return out
+    return await poll_until_exit(s, out)
 
 
 def assert_each_finished_once(service: CountingService, attempts: int) -> None:
@@ -218,4 +249,49 @@ async def test_slow_user_is_answered_deny_in_time_and_the_connection_survives(se
     assert "status 200" in again.output
     assert len(user.network_requests) == 2
     assert setup.client.reconnects == 0
+    assert_each_finished_once(service, 2)
+
+
+@pytest.mark.parametrize(
+    ("denied_host", "answers"),
+    [("other.test", (ReviewDecision.denied("not today"),)), ("blocked.test", ())],
+    ids=["user-denies", "policy-denies"],
+)
+async def test_denial_terminates_only_the_call_that_touched_the_domain(
+    setup: Setup, denied_host: str, answers: tuple[ReviewDecision, ...]
+) -> None:
+    user = User(*answers)
+    turn, service, _ = network_turn(setup, user)
+    gate = setup.workspace / "gate"
+    # The bystander is left running (it waits for the gate) in the same
+    # environment while the other call touches the denied domain.
+    bystander = await setup.manager.exec_command(
+        {
+            "cmd": fetch_command(setup, "upstream.test", gate=gate),
+            "login": False,
+            "yield_time_ms": 250,
+        },
+        turn,
+    )
+    assert bystander.session_id is not None
+    try:
+        # Without the denial reaching its own call this one would exit 0 after 30 s.
+        denied = await fetch(setup, turn, denied_host, linger=30)
+    finally:
+        gate.touch()
+    survivor = await poll_until_exit(setup, bystander)
+
+    assert denied.exit_code is not None and denied.exit_code != 0
+    assert denied.output.endswith(NETWORK_DENIED_FALLBACK)
+    assert survivor.exit_code == 0, survivor.output
+    assert "status 200 upstream saw GET /from-upstream.test" in survivor.output
+    assert NETWORK_DENIED_FALLBACK not in survivor.output
+    assert len(setup.upstream.seen) == 1  # only the bystander's request got out
+    # Only the offending call's approval saw the denial.
+    assert service.outcome_for(denied_host) is not None
+    assert service.outcome_for("upstream.test") is None
+    if answers:
+        (prompt,) = user.network_requests
+        owners = prompt.details["registration_ids"]
+        assert isinstance(owners, list) and len(owners) == 1  # not the bystander
     assert_each_finished_once(service, 2)

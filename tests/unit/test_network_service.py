@@ -65,11 +65,12 @@ def decision_note(process_id: str, decision: str, source: str) -> msgspec.Raw:
     return msgspec.Raw(msgspec.json.encode(note))
 
 
-def begin(svc: NetworkApprovalService, env: str = "env-1") -> str:
+def begin(svc: NetworkApprovalService, env: str = "env-1", process_id: str = "") -> str:
     active = svc.begin(
         NetworkApprovalSpec(NetworkApprovalMode.DEFERRED, command="curl x"),
         environment_id=env,
         managed_network_active=True,
+        process_id=process_id,
     )
     assert active is not None
     return active.registration_id
@@ -180,6 +181,80 @@ async def test_policy_block_reported_for_a_bound_process_cancels_its_call() -> N
     assert active.cancelled.is_set()
     denial = svc.finish_call(registration)
     assert denial is not None and "blocked.test" in denial.message
+
+
+def cancelled_calls(svc: NetworkApprovalService) -> dict[str, bool]:
+    return {
+        a.registration_id: a.cancelled.is_set() for a in svc.active_calls_for_environment("env-1")
+    }
+
+
+async def test_request_is_attributed_to_the_registration_that_runs_the_process() -> None:
+    user = User(ReviewDecision.denied("no"))
+    svc = service(user)
+    first, second = begin(svc, process_id="p1"), begin(svc, process_id="p2")
+    responder = NetworkPolicyResponder(svc, environment_id="env-1")  # nothing bound
+    await responder.answer(request(process_id="p2"))
+    assert user.requests[0].details["registration_ids"] == [second]
+    assert cancelled_calls(svc) == {first: False, second: True}
+
+
+async def test_finished_registration_no_longer_claims_its_process() -> None:
+    user = User(ReviewDecision.denied("no"))
+    svc = service(user)
+    gone, other = begin(svc, process_id="p1"), begin(svc, process_id="p2")
+    svc.finish_call(gone)
+    responder = NetworkPolicyResponder(svc, environment_id="env-1")
+    await responder.answer(request(process_id="p1"))
+    # p1 is unknown now: the request falls back to the environment's active calls.
+    assert user.requests[0].details["registration_ids"] == [other]
+
+
+async def test_registrations_of_another_environment_do_not_claim_the_process() -> None:
+    user = User(ReviewDecision.denied("no"))
+    svc = service(user)
+    elsewhere = begin(svc, env="env-2", process_id="p1")
+    here = begin(svc)
+    responder = NetworkPolicyResponder(svc, environment_id="env-1")
+    await responder.answer(request(process_id="p1"))
+    assert user.requests[0].details["registration_ids"] == [here]
+    assert svc.is_active(elsewhere)
+
+
+async def test_empty_process_id_is_not_pinned_on_registrations_without_one() -> None:
+    user = User(ReviewDecision.denied("no"))
+    svc = service(user)
+    anonymous, tracked = begin(svc), begin(svc, process_id="p2")
+    responder = NetworkPolicyResponder(svc, environment_id="env-1")
+    responder.on_decision(decision_note("", "deny", "baseline_policy"))
+    assert cancelled_calls(svc) == {anonymous: False, tracked: False}
+    await responder.answer(request(process_id=""))
+    assert user.requests[0].details["registration_ids"] == [anonymous, tracked]
+
+
+def test_policy_block_cancels_only_the_call_that_runs_the_process() -> None:
+    svc = service(User())
+    first, second = begin(svc, process_id="p1"), begin(svc, process_id="p2")
+    responder = NetworkPolicyResponder(svc, environment_id="env-1")
+    responder.on_decision(decision_note("p3", "deny", "baseline_policy"))  # nobody's
+    assert cancelled_calls(svc) == {first: False, second: False}
+    responder.on_decision(decision_note("p2", "deny", "baseline_policy"))
+    assert cancelled_calls(svc) == {first: False, second: True}
+    denial = svc.finish_call(second)
+    assert denial is not None and "blocked.test" in denial.message
+    assert svc.finish_call(first) is None
+
+
+def test_explicit_bind_overrides_the_registration_lookup() -> None:
+    svc = service(User())
+    own, chosen = begin(svc, process_id="p1"), begin(svc)
+    responder = NetworkPolicyResponder(svc, environment_id="env-1")
+    responder.bind("p1", chosen)
+    responder.on_decision(decision_note("p1", "deny", "baseline_policy"))
+    assert cancelled_calls(svc) == {own: False, chosen: True}
+    responder.unbind("p1")
+    responder.on_decision(decision_note("p1", "deny", "baseline_policy"))
+    assert cancelled_calls(svc) == {own: True, chosen: True}
 
 
 class FakeClient:
