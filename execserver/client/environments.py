@@ -35,7 +35,6 @@ from execserver.client.connection import (
     ExecServerClient,
 )
 from execserver.client.errors import ExecServerError
-from execserver.client.transport import Transport, WebSocketTransport
 
 T = TypeVar("T")
 
@@ -201,21 +200,15 @@ class EnvironmentRouter:
             return slot.client
 
     async def _connect(self, env: Environment) -> ExecServerClient:
-        async def opener() -> Transport:
-            token = env.token() if env.token is not None else None
-            return await WebSocketTransport.connect(
-                env.url, token=token, timeout=self._connect_timeout
-            )
-
-        client = ExecServerClient(opener, client_name=env.client_name, **self._client_options)
-        # ExecServerClient.connect takes a fixed token; with our own opener the token
-        # source is asked again on every reconnect (fresh JWTs, rotated files).
-        try:
-            await client._start(None)
-        except BaseException:
-            await client.close()
-            raise
-        return client
+        # A callable token is asked again on every reconnect (fresh JWTs,
+        # rotated token files), not only for this first connect.
+        return await ExecServerClient.connect(
+            env.url,
+            token=env.token,
+            client_name=env.client_name,
+            connect_timeout=self._connect_timeout,
+            **self._client_options,
+        )
 
     async def call(self, env_id: str, method: str, params: object, result_type: type[T]) -> T:
         """Any request, routed by environment id."""

@@ -3,6 +3,7 @@ environment id reaches its own server with its own credentials."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -16,8 +17,9 @@ from execserver.client.environments import (
     signed_bearer_token,
     token_file,
 )
-from execserver.client.errors import ExecServerConnectError
+from execserver.client.errors import ExecServerConnectError, ExecServerTransportClosed
 from execserver.wire.lifecycle import EnvironmentInfo
+from tests.integration.test_client_support import TcpProxy
 from tests.servers import start_server
 
 SECRET = b"0123456789abcdef0123456789abcdef-jwt"
@@ -78,10 +80,38 @@ async def test_wrong_credentials_surface_as_a_refused_upgrade(tmp_path: Path) ->
             assert await router.environment_status("x") == "ready"
 
 
+async def test_token_source_is_asked_again_when_the_client_reconnects(tmp_path: Path) -> None:
+    (tmp_path / "tok").write_text("right")
+    cap = ["--ws-auth", "capability-token", "--ws-token-file", str(tmp_path / "tok")]
+    asked: list[str] = []
+
+    def token() -> str:
+        asked.append("right")
+        return "right"
+
+    async with start_server("execserver", cap) as server, TcpProxy(server.url) as proxy:
+        async with EnvironmentRouter([Environment("x", proxy.url, token)]) as router:
+            client = await router.client("x")
+            session = client.session_id
+            assert asked == ["right"]
+            proxy.drop()
+            while True:
+                # A request sent before the client noticed the drop fails; the
+                # next one waits for the resume.
+                with contextlib.suppress(ExecServerTransportClosed):
+                    assert await router.environment_status("x") == "ready"
+                    break
+            assert await router.client("x") is client  # resumed, not replaced
+            assert (client.reconnects, client.session_id) == (1, session)
+            assert asked == ["right", "right"]  # the resume asked for credentials again
+
+
 def test_minted_jwt_carries_the_configured_claims() -> None:
     mint = signed_bearer_token(SECRET, ttl_s=60, issuer="i", audience="a", clock=lambda: 1000)
+    token = mint()
+    assert token is not None
     claims = jwt.decode(
-        mint(), SECRET, algorithms=["HS256"], audience="a", options={"verify_exp": False}
+        token, SECRET, algorithms=["HS256"], audience="a", options={"verify_exp": False}
     )
     assert claims == {"exp": 1060, "iat": 1000, "iss": "i", "aud": "a"}
 
