@@ -78,10 +78,14 @@ async def test_drop_in_the_middle_of_a_fast_stream_loses_and_duplicates_nothing(
 ) -> None:
     async with TcpProxy(any_server.url) as proxy:
         async with await ExecServerClient.connect(proxy.url) as client:
-            proc = await client.start_process(["seq", "1", "30000"], cwd=tmp_path)
+            # The second half waits for a gate file, so it is produced only after the
+            # drop: on a quiet machine the whole output could otherwise arrive before it.
+            script = "seq 1 1000; while [ ! -e gate ]; do sleep 0.01; done; seq 1001 30000"
+            proc = await client.start_process(["sh", "-c", script], cwd=tmp_path)
             out = Lines()
             await out.until(proc, b"1000")
             proxy.drop()
+            (tmp_path / "gate").touch()
             await out.until(proc)
             assert client.reconnects == 1
     assert out.lines == [str(i).encode() for i in range(1, 30001)]
