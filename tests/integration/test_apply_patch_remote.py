@@ -18,25 +18,13 @@ from execserver.core.apply_patch.delta import AddChange, DeleteChange, UpdateCha
 from execserver.core.apply_patch.handler import run_apply_patch
 from execserver.core.apply_patch.parser import parse_patch
 from execserver.core.apply_patch.runtime import APPLY_PATCH_HOOK_NAMES, ApplyPatchRequest
-from execserver.core.approvals import ApprovalRequest
 from execserver.core.decisions import ReviewDecision
 from execserver.core.environment import ExecutionEnvironment
 from execserver.core.permissions import workspace_write_profile
 from execserver.core.policy import AskForApproval
 from execserver.core.runtime import TurnContext
+from tests.approver import ScriptedUser
 from tests.servers import RunningServer
-
-
-class ScriptedUser:
-    def __init__(self, *answers: ReviewDecision) -> None:
-        self.answers = list(answers)
-        self.requests: list[ApprovalRequest] = []
-
-    async def __call__(self, request: ApprovalRequest) -> ReviewDecision:
-        self.requests.append(request)
-        if not self.answers:
-            raise AssertionError(f"unexpected approval request: {request}")
-        return self.answers.pop(0)
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import pytest
 
 from execserver.client.connection import ExecServerClient
 from execserver.client.events import Closed, Exited
-from execserver.core.approvals import ApprovalRequest
 from execserver.core.decisions import ReviewDecision
 from execserver.core.environment import ExecutionEnvironment
 from execserver.core.errors import ExecFailed
@@ -32,23 +31,12 @@ from execserver.core.permissions import workspace_write_profile
 from execserver.core.policy import AskForApproval
 from execserver.core.runtime import TurnContext
 from execserver.core.shell_runtime import ShellCommandRuntime, ShellRequest
+from tests.approver import ScriptedUser
 from tests.servers import RunningServer
 
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 # Generous bound for a marker file to appear; only a hang would reach it.
 WAIT_LIMIT = 30.0
-
-
-class ScriptedUser:
-    def __init__(self, *answers: ReviewDecision) -> None:
-        self.answers = list(answers)
-        self.requests: list[ApprovalRequest] = []
-
-    async def __call__(self, request: ApprovalRequest) -> ReviewDecision:
-        self.requests.append(request)
-        if not self.answers:
-            raise AssertionError(f"unexpected approval request: {request}")
-        return self.answers.pop(0)
 
 
 @pytest.fixture

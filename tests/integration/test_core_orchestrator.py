@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from execserver.client.connection import ExecServerClient
-from execserver.core.approvals import ApprovalRequest
 from execserver.core.decisions import ReviewDecision
 from execserver.core.environment import ExecutionEnvironment
 from execserver.core.errors import SandboxDenied
@@ -31,23 +30,10 @@ from execserver.core.permissions import (
 from execserver.core.policy import AskForApproval, SandboxPermissions
 from execserver.core.runtime import TurnContext
 from execserver.core.shell_runtime import ShellCommandRuntime, ShellRequest
+from tests.approver import ScriptedUser
 from tests.servers import RunningServer
 
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
-
-
-class ScriptedUser:
-    """Stands in for the user: answers prompts in order and records them."""
-
-    def __init__(self, *answers: ReviewDecision) -> None:
-        self.answers = list(answers)
-        self.requests: list[ApprovalRequest] = []
-
-    async def __call__(self, request: ApprovalRequest) -> ReviewDecision:
-        self.requests.append(request)
-        if not self.answers:
-            raise AssertionError(f"unexpected approval request: {request}")
-        return self.answers.pop(0)
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from execserver.client.connection import ExecServerClient
-from execserver.core.approvals import ApprovalRequest
 from execserver.core.decisions import ReviewDecision
 from execserver.core.environment import ExecutionEnvironment, ManagedNetwork
 from execserver.core.network_approval import NetworkApprovalService
@@ -30,21 +29,8 @@ from execserver.core.unified_exec.manager import (
     UnifiedExecManager,
     process_limit_warning,
 )
+from tests.approver import ScriptedUser
 from tests.servers import RunningServer
-
-
-class ScriptedUser:
-    """Stands in for the user: answers prompts in order and records them."""
-
-    def __init__(self, *answers: ReviewDecision) -> None:
-        self.answers = list(answers)
-        self.requests: list[ApprovalRequest] = []
-
-    async def __call__(self, request: ApprovalRequest) -> ReviewDecision:
-        self.requests.append(request)
-        if not self.answers:
-            raise AssertionError(f"unexpected approval request: {request}")
-        return self.answers.pop(0)
 
 
 @pytest.fixture
