@@ -20,8 +20,8 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Sequence
-from typing import IO, TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -178,6 +178,45 @@ def process_exited(
         cpuS=round(cpu_s, 3),
         peakRssKib=max_rss_kib,
     )
+
+
+class _Accounting(Protocol):
+    wall_s: float
+    cpu_s: float
+    max_rss_kib: int
+
+
+class ClosedProcess(Protocol):
+    """What the close hook reads of a managed process (execserver.processes.managed)."""
+
+    process_id: str
+    exit_code: int | None
+    sandbox_denied: bool
+    output_bytes: dict[str, int]
+
+    @property
+    def accounting(self) -> _Accounting | None: ...
+
+
+def process_close_hook(runtime: ServerRuntime, session_id: str) -> Callable[[ClosedProcess], None]:
+    """A callback for ManagedProcess.close_hooks: audits and counts the exit."""
+
+    def closed(proc: ClosedProcess) -> None:
+        acct = proc.accounting
+        for stream, count in proc.output_bytes.items():
+            runtime.metrics.bytes_streamed.labels(stream).inc(count)
+        process_exited(
+            runtime,
+            session_id,
+            proc.process_id,
+            exit_code=proc.exit_code,
+            sandbox_denied=proc.sandbox_denied,
+            wall_s=acct.wall_s if acct else 0.0,
+            cpu_s=acct.cpu_s if acct else 0.0,
+            max_rss_kib=acct.max_rss_kib if acct else 0,
+        )
+
+    return closed
 
 
 def fs_changed(
