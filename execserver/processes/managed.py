@@ -103,6 +103,9 @@ class ManagedProcess:
         self.sandbox_denied = False
         self.failure: str | None = None
         self.accounting: Accounting | None = None
+        # ops (issue 9): audit/metrics observers run once at close; output totals per stream.
+        self.close_hooks: list[Callable[[ManagedProcess], None]] = []
+        self.output_bytes: dict[str, int] = {}
         self._popen = spawned.popen
         self._session = session
         self._supervisor = supervisor
@@ -208,6 +211,7 @@ class ManagedProcess:
                 self._close_stream(fd)
                 return
             n = len(data)
+            self.output_bytes[stream] = self.output_bytes.get(stream, 0) + n  # ops (issue 9)
             if n <= size:
                 append(stream, data)
             else:
@@ -351,6 +355,8 @@ class ManagedProcess:
             acct.max_rss_kib if acct else 0,
         )
         self._on_closed(self)
+        for hook in self.close_hooks:  # ops (issue 9): audit + metrics
+            hook(self)
 
     # ---- notifications -------------------------------------------------------------
 
