@@ -146,37 +146,13 @@ def process_started(
     tty: bool,
     sandbox: object | None,
 ) -> None:
-    runtime.metrics.process_started()
+    """Audit a start (the process table counts starts and exits in the metrics)."""
     runtime.audit.emit(
         "process.start",
         session=session_id,
         processId=process_id,
         **process_start_fields(argv, cwd, tty),
         sandbox=sandbox_summary(sandbox),
-    )
-
-
-def process_exited(
-    runtime: ServerRuntime,
-    session_id: str,
-    process_id: str,
-    *,
-    exit_code: int | None,
-    sandbox_denied: bool,
-    wall_s: float,
-    cpu_s: float,
-    max_rss_kib: int,
-) -> None:
-    runtime.metrics.process_exited(wall_s, sandbox_denied)
-    runtime.audit.emit(
-        "process.exit",
-        session=session_id,
-        processId=process_id,
-        exitCode=exit_code,
-        sandboxDenied=sandbox_denied,
-        wallS=round(wall_s, 3),
-        cpuS=round(cpu_s, 3),
-        peakRssKib=max_rss_kib,
     )
 
 
@@ -199,21 +175,22 @@ class ClosedProcess(Protocol):
 
 
 def process_close_hook(runtime: ServerRuntime, session_id: str) -> Callable[[ClosedProcess], None]:
-    """A callback for ManagedProcess.close_hooks: audits and counts the exit."""
+    """A callback for ManagedProcess.close_hooks: audits the exit and counts the
+    process's output bytes per stream."""
 
     def closed(proc: ClosedProcess) -> None:
         acct = proc.accounting
         for stream, count in proc.output_bytes.items():
             runtime.metrics.bytes_streamed.labels(stream).inc(count)
-        process_exited(
-            runtime,
-            session_id,
-            proc.process_id,
-            exit_code=proc.exit_code,
-            sandbox_denied=proc.sandbox_denied,
-            wall_s=acct.wall_s if acct else 0.0,
-            cpu_s=acct.cpu_s if acct else 0.0,
-            max_rss_kib=acct.max_rss_kib if acct else 0,
+        runtime.audit.emit(
+            "process.exit",
+            session=session_id,
+            processId=proc.process_id,
+            exitCode=proc.exit_code,
+            sandboxDenied=proc.sandbox_denied,
+            wallS=round(acct.wall_s, 3) if acct else None,
+            cpuS=round(acct.cpu_s, 3) if acct else None,
+            peakRssKib=acct.max_rss_kib if acct else None,
         )
 
     return closed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from execserver.config import ServerConfig
@@ -30,6 +31,24 @@ def read(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@dataclass
+class FakeAccounting:
+    wall_s: float
+    cpu_s: float
+    max_rss_kib: int
+
+
+@dataclass
+class FakeProcess:
+    """The attributes of ManagedProcess the close hook reads."""
+
+    process_id: str
+    exit_code: int | None
+    sandbox_denied: bool
+    output_bytes: dict[str, int]
+    accounting: FakeAccounting | None
+
+
 async def test_process_records_keep_argv0_and_a_digest_but_not_the_arguments(
     tmp_path: Path,
 ) -> None:
@@ -37,18 +56,11 @@ async def test_process_records_keep_argv0_and_a_digest_but_not_the_arguments(
     runtime = runtime_with_audit(log)
     argv = ["curl", "-H", "Authorization: Bearer SUPERSECRET", "https://example.test"]
     audit.process_started(runtime, "s1", "p1", argv, cwd="/work", tty=False, sandbox=None)
-    audit.process_exited(
-        runtime,
-        "s1",
-        "p1",
-        exit_code=0,
-        sandbox_denied=True,
-        wall_s=1.23456,
-        cpu_s=0.5,
-        max_rss_kib=2048,
-    )
+    hook = audit.process_close_hook(runtime, "s1")
+    hook(FakeProcess("p1", 0, True, {"stdout": 5, "stderr": 2}, FakeAccounting(1.23456, 0.5, 2048)))
+    hook(FakeProcess("p2", None, False, {}, None))
     await runtime.aclose()
-    start, exit_ = read(log)
+    start, exit_, bare = read(log)
     assert "SUPERSECRET" not in log.read_text()
     assert start["event"] == "process.start"
     assert start["argv0"] == "curl" and start["argc"] == 4
@@ -65,10 +77,10 @@ async def test_process_records_keep_argv0_and_a_digest_but_not_the_arguments(
         "cpuS": 0.5,
         "peakRssKib": 2048,
     }
+    assert bare["exitCode"] is None and bare["wallS"] is None
     metrics = runtime.metrics.render().decode()
-    assert "execserver_processes_started_total 1.0" in metrics
-    assert "execserver_processes_live 0.0" in metrics
-    assert "execserver_sandbox_denials_total 1.0" in metrics
+    assert 'execserver_bytes_streamed_total{stream="stdout"} 5.0' in metrics
+    assert 'execserver_bytes_streamed_total{stream="stderr"} 2.0' in metrics
 
 
 def test_argv_digest_tells_commands_apart() -> None:
