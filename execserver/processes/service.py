@@ -20,6 +20,7 @@ from execserver.processes.supervisor import Supervisor
 from execserver.processes.table import ProcessTable
 from execserver.processes.uuidcheck import check_uuid
 from execserver.sandbox import is_sandbox_denied, plan_process_launch
+from execserver.server import audit
 from execserver.server.rpc import MethodTable, RequestContext
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
@@ -165,6 +166,17 @@ async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse
         await net.aclose()
         raise
     net.close_with(proc)
+    # ops (issue 9): audit log (argv0 + argv hash, never env), exit audited at close.
+    audit.process_started(
+        ctx.runtime,
+        ctx.session.id,
+        proc.process_id,
+        params.argv,
+        cwd=cwd,
+        tty=params.tty,
+        sandbox=sandbox,
+    )
+    proc.close_hooks.append(audit.process_close_hook(ctx.runtime, ctx.session.id))
     return ExecResponse(params.process_id, plan.sandbox_type)
 
 
