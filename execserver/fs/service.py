@@ -32,6 +32,7 @@ from execserver.fs.sandboxed_open import open_handle_fd
 from execserver.fs.walk import walk
 from execserver.fs.watch import MissingWatch
 from execserver.server import audit
+from execserver.server.limits import check_below
 from execserver.server.rpc import MethodTable, RequestContext
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
@@ -234,6 +235,9 @@ def _handles(ctx: RequestContext) -> FileHandles:
 
 async def open_handle(ctx: RequestContext, params: OpenParams) -> OpenResponse:
     handles = _handles(ctx)
+    # ops (issue 9): --max-open-files, an operator's cap below the protocol's 128.
+    what = "too many open file handles on this connection"
+    check_below(ctx.runtime.config.limits, "max_open_files", len(handles), what)
     handles.reserve(params.handle_id)
     try:
         path = native_path(params.path)
