@@ -47,6 +47,13 @@ def _prepare(params: HttpRequestParams) -> PreparedRequest:
 
 
 async def http_request(ctx: RequestContext, params: HttpRequestParams) -> HttpRequestResponse:
+    # ops (issue 9): --max-concurrent-http-requests, held until the answer (for a
+    # streamed response: until its headers; the body then streams outside the cap).
+    with ctx.runtime.limits.http.hold():
+        return await _http_request(ctx, params)
+
+
+async def _http_request(ctx: RequestContext, params: HttpRequestParams) -> HttpRequestResponse:
     request = _prepare(params)
     if params.timeout_ms == 0:
         # The reference's outer (route-aware) timer wins over reqwest's at zero.
