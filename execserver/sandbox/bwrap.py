@@ -119,6 +119,8 @@ def _fill(
     # denied directory still needs its mount point created in the mask's tmpfs.
     remounts: list[str] = []
     for rule in sorted(policy.rules, key=lambda r: (_depth(r.path), r.path)):
+        if not mounts.is_real(rule.path):
+            continue  # gone, or another sandbox's synthetic mount point (see is_real)
         if rule.access == "write":
             args += ["--bind", rule.path, rule.path]
             if rule.is_dir:

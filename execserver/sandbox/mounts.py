@@ -28,6 +28,16 @@ class SyntheticMounts:
         self._lock = threading.Lock()
         self._refs: dict[str, int] = {}
 
+    def is_real(self, path: str) -> bool:
+        """True when ``path`` exists and is not one of our synthetic mount points.
+
+        A policy resolved while another sandbox's synthetic ``.agents`` existed
+        names it as a read rule; by the time bwrap runs, the last release may
+        have removed it. Such rules are dropped (the parent's protection
+        covers the name anyway), under the same lock as the removal."""
+        with self._lock:
+            return path not in self._refs and os.path.exists(path)
+
     def claim(self, path: str) -> bool:
         """Decide, atomically with respect to ``release``, how to protect ``path``:
         True means it is (or becomes) a synthetic mount point and a reference was

@@ -61,3 +61,16 @@ def test_claim_never_sees_a_synthetic_point_as_real_while_it_is_released(tmp_pat
     for thread in threads:
         thread.join()
     assert not wrong
+
+
+def test_a_synthetic_mount_point_is_not_real_and_a_vanished_path_neither(tmp_path: Path) -> None:
+    mounts = SyntheticMounts()
+    synthetic = str(tmp_path / ".agents")
+    assert mounts.claim(synthetic)
+    os.mkdir(synthetic)
+    assert mounts.is_real(synthetic) is False  # ours: never bound as a read rule
+    mounts.release(synthetic)
+    assert mounts.is_real(synthetic) is False  # removed by the last release
+    real = tmp_path / ".git"
+    real.mkdir()
+    assert mounts.is_real(str(real)) is True
