@@ -25,9 +25,9 @@ def parse_listen(value: str) -> ListenAddress:
     if value in ("stdio", "stdio://"):
         return ListenAddress("stdio")
     if not value.startswith("ws://"):
-        raise ListenError(f"unsupported --listen URL `{value}`; expected ws://IP:PORT or stdio")
+        raise ListenError(f"unsupported --listen URL `{value}`; expected `ws://IP:PORT` or `stdio`")
     rest = value[len("ws://") :]
-    bad = ListenError(f"invalid websocket --listen URL `{value}`; expected ws://IP:PORT")
+    bad = ListenError(f"invalid websocket --listen URL `{value}`; expected `ws://IP:PORT`")
     if "/" in rest.rstrip("/") or (rest.endswith("/") and rest != rest.rstrip("/")):
         raise bad
     if rest.startswith("["):

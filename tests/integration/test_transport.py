@@ -9,7 +9,7 @@ import signal
 import aiohttp
 import pytest
 
-from tests.servers import RunningServer, execserver_command, start_server
+from tests.servers import RunningServer, execserver_command, reference_command, start_server
 from tests.wsclient import connect
 
 
@@ -180,21 +180,23 @@ async def test_stdio_transport_answers_and_exits_0_on_eof() -> None:
     [
         (
             "ws://localhost:0",
-            "invalid websocket --listen URL `ws://localhost:0`; expected ws://IP:PORT",
+            "invalid websocket --listen URL `ws://localhost:0`; expected `ws://IP:PORT`",
         ),
         (
             "ws://127.0.0.1:0/x",
-            "invalid websocket --listen URL `ws://127.0.0.1:0/x`; expected ws://IP:PORT",
+            "invalid websocket --listen URL `ws://127.0.0.1:0/x`; expected `ws://IP:PORT`",
         ),
         (
             "http://127.0.0.1:0",
-            "unsupported --listen URL `http://127.0.0.1:0`; expected ws://IP:PORT or stdio",
+            "unsupported --listen URL `http://127.0.0.1:0`; expected `ws://IP:PORT` or `stdio`",
         ),
     ],
 )
-async def test_bad_listen_urls_fail_at_start_up(listen: str, message: str) -> None:
+@pytest.mark.parametrize("kind", ["execserver", "reference"])
+async def test_bad_listen_urls_fail_at_start_up(kind: str, listen: str, message: str) -> None:
+    command = execserver_command if kind == "execserver" else reference_command
     proc = await asyncio.create_subprocess_exec(
-        *execserver_command(["--listen", listen]),
+        *command(["--listen", listen]),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
