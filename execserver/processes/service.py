@@ -239,3 +239,6 @@ def register(table: MethodTable) -> None:
     table.add(m.PROCESS_WRITE, WriteParams, process_write, family="exec")
     table.add(m.PROCESS_SIGNAL, SignalParams, process_signal, family="exec")
     table.add(m.PROCESS_TERMINATE, TerminateParams, process_terminate, family="exec")
+    # shellSnapshot is accepted and validated; the protocol lets an executor treat it
+    # as a pure caching hint (outputs are identical with and without it).
+    table.capabilities.add("shell_snapshot_v2")
