@@ -166,7 +166,8 @@ def main() -> int:
         flush=True,
     )
     RESULTS.mkdir(exist_ok=True)
-    name = "smoke.json" if args.smoke else "latest.json"
+    # Only a complete full run replaces latest.json (the README's table comes from it).
+    name = "smoke.json" if args.smoke else ("partial.json" if args.only else "latest.json")
     (RESULTS / name).write_text(json.dumps(report, indent=2) + "\n")
     return 0
 

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from execserver.fs.errors import fs_error
+from execserver.fs.local_mounts import LOCAL_MOUNTS
 from execserver.sandbox.fs import needs_sandboxed_fs, run_sandboxed_fs_call
 from execserver.sandbox.policy import DYNAMIC_CWD_MESSAGE, has_dynamic_entries
 from execserver.wire.errors import RpcError
@@ -95,10 +96,17 @@ async def run_fs_op(
     args: dict[str, Any],
     *,
     write: bool,
+    cheap: bool = False,
 ) -> Any:
     """Run ``func(**args)`` (JSON-able args and result) under ``sandbox`` if it
-    restricts this kind of access, else in the thread pool."""
+    restricts this kind of access, else in the thread pool — or inline for a
+    ``cheap`` metadata call when no mounted file system can block (local_mounts)."""
     if needs_sandbox(sandbox, write=write):
         assert sandbox is not None
         return await run_sandboxed_fs_call(sandbox, func=_spec(func), args=args, write=write)
+    if cheap and LOCAL_MOUNTS.all_local():
+        try:
+            return func(**args)
+        except OSError as exc:
+            raise fs_error(exc) from None
     return await in_thread(func, **args)

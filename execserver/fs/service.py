@@ -163,14 +163,14 @@ async def create_directory(ctx: RequestContext, params: CreateDirectoryParams) -
 async def get_metadata(ctx: RequestContext, params: GetMetadataParams) -> dict[str, Any]:
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
     result: dict[str, Any] = await run_fs_op(
-        _sandbox(params), ops_read.get_metadata, args, write=False
+        _sandbox(params), ops_read.get_metadata, args, write=False, cheap=True
     )
     return result
 
 
 async def canonicalize(ctx: RequestContext, params: CanonicalizeParams) -> dict[str, Any]:
     args = {"path": native_path(params.path)}
-    uri = await run_fs_op(_sandbox(params), ops_read.canonicalize, args, write=False)
+    uri = await run_fs_op(_sandbox(params), ops_read.canonicalize, args, write=False, cheap=True)
     return {"path": uri}
 
 
