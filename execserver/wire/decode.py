@@ -54,7 +54,11 @@ class ParamsDecoder(Generic[T]):
         except msgspec.ValidationError as exc:
             if data[:1] == b"[" and isinstance(self._info, mi.StructType):
                 return self._decode_sequence(data)
-            raise RpcError.invalid_params(self._translate(str(exc), data)) from None
+            try:
+                message = self._translate(str(exc), data)
+            except (msgspec.DecodeError, RecursionError):
+                message = str(exc)  # cannot inspect the value; msgspec's words then
+            raise RpcError.invalid_params(message) from None
         except msgspec.DecodeError as exc:  # pragma: no cover - the envelope already parsed it
             raise RpcError.invalid_params(str(exc)) from None
         except RecursionError:

@@ -62,6 +62,13 @@ _incoming_decoder = msgspec.json.Decoder(_Incoming)
 
 def decode_incoming(frame: bytes | str) -> Incoming:
     """Classify one frame. Never raises."""
+    if isinstance(frame, bytes) and not frame.isascii():
+        # msgspec skips unknown members (and raw params) without checking their
+        # UTF-8; serde refuses the whole message, and so do we (found by atheris).
+        try:
+            frame.decode("utf-8")
+        except UnicodeDecodeError:
+            return _slow_classify(frame)
     try:
         msg = _incoming_decoder.decode(frame)
     except (msgspec.DecodeError, UnicodeDecodeError):

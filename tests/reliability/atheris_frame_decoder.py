@@ -1,0 +1,42 @@
+"""Coverage-guided fuzzing (atheris/libFuzzer) of the frame decoder and the
+params decoders of every method: any byte string must be classified without
+an exception, and params decoding may only fail with an RpcError.
+
+    python -m tests.reliability.atheris_frame_decoder -runs=100000
+"""
+
+from __future__ import annotations
+
+import sys
+
+import atheris
+
+with atheris.instrument_imports():
+    from execserver.server.methods import build_method_table
+    from execserver.wire.envelope import IncomingRequest, decode_incoming
+    from execserver.wire.errors import RpcError
+
+_TABLE = build_method_table()
+
+
+def test_one_input(data: bytes) -> None:
+    message = decode_incoming(data)  # must never raise
+    if isinstance(message, IncomingRequest):
+        spec = _TABLE.get(message.method)
+        if spec is None:
+            return
+        try:
+            params = spec.decoder.decode(message.params)
+            if spec.validate is not None:
+                spec.validate(params)
+        except RpcError:
+            pass  # the documented way to refuse params
+
+
+def main() -> None:
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
