@@ -122,13 +122,25 @@ async def test_second_client_resumes_a_detached_session(
         )
         session, pid = first.session_id, proc.process_id
     (tmp_path / "go").touch()
-    async with await ExecServerClient.connect(any_server.url, resume_session_id=session) as second:
+    second = await _resume_when_detached(any_server.url, session)
+    async with second:
         assert second.session_id == session
         result = await second.read(pid, after_seq=0, wait_ms=10_000)
         while not result.closed:
             result = await second.read(pid, after_seq=0, wait_ms=10_000)
     assert b"".join(c.chunk for c in result.chunks) == b"resumed\n"
     assert result.exit_code == 0
+
+
+async def _resume_when_detached(url: str, session: str | None) -> ExecServerClient:
+    """The server notices the first client's close asynchronously; until then the
+    session is still attached (-32010), so a resume right after close may wait."""
+    for _ in range(50):
+        try:
+            return await ExecServerClient.connect(url, resume_session_id=session)
+        except SessionAttached:
+            await asyncio.sleep(0.1)
+    return await ExecServerClient.connect(url, resume_session_id=session)
 
 
 async def test_resume_of_an_attached_session_is_refused(any_server: RunningServer) -> None:
