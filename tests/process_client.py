@@ -127,7 +127,16 @@ class Client:
         params: dict[str, Any] = {"clientName": "process-tests"}
         if resume is not None:
             params["resumeSessionId"] = resume
-        result = await self.call("initialize", params)
+        for _ in range(50):
+            response = await self.call_raw("initialize", params)
+            # Right after the previous connection closed the server may not have
+            # noticed yet: the session is still attached (-32010) for a moment.
+            if resume is None or response.get("error", {}).get("code") != -32010:
+                break
+            await asyncio.sleep(0.1)
+        if "error" in response:
+            raise RpcFailure(response["error"]["code"], response["error"]["message"])
+        result = response["result"]
         await self.ws.send_str(json.dumps({"method": "initialized", "params": {}}))
         self.session_id = result["sessionId"]
         return dict(result)
