@@ -33,20 +33,6 @@ async def client(execserver: RunningServer) -> AsyncIterator[ExecServerClient]:
         yield connected
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    path = tmp_path / "outside"
-    path.mkdir()
-    return path
-
-
 def _turn(
     workspace: Path, user: ScriptedUser, policy: AskForApproval = AskForApproval.ON_REQUEST
 ) -> TurnContext:

@@ -45,13 +45,6 @@ async def client(any_server: RunningServer) -> AsyncIterator[ExecServerClient]:
         yield connected
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
-
-
 def _turn(user: ScriptedUser, workspace: Path) -> TurnContext:
     return TurnContext(
         environment=ExecutionEnvironment(environment_id="executor-1", cwd=str(workspace)),

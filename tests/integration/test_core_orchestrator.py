@@ -42,21 +42,6 @@ async def client(any_server: RunningServer) -> AsyncIterator[ExecServerClient]:
         yield connected
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    """A directory the workspace-write profile does not grant."""
-    path = tmp_path / "outside"
-    path.mkdir()
-    return path
-
-
 def _turn(
     user: ScriptedUser,
     policy: AskForApproval,

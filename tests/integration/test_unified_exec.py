@@ -46,20 +46,6 @@ async def manager(client: ExecServerClient) -> AsyncIterator[UnifiedExecManager]
     await m.clean()
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    path = tmp_path / "outside"
-    path.mkdir()
-    return path
-
-
 def _turn(
     workspace: Path,
     user: ScriptedUser | None = None,
