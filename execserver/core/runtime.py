@@ -67,6 +67,38 @@ class ApprovalContext:
     network_context: NetworkApprovalContext | None = None
     proposed_execpolicy_amendment: tuple[str, ...] | None = None
 
+    def command_request(
+        self,
+        *,
+        tool_name: str,
+        environment_id: str,
+        command: tuple[str, ...],
+        cwd: str,
+        justification: str | None,
+        sandbox_permissions: SandboxPermissions,
+        additional_permissions: AdditionalPermissions | None,
+        call_id: str = "",
+        description: str | None = None,
+    ) -> ApprovalRequest:
+        """The prompt for running a command: this context's why, the call's what.
+        Shared by every command runtime so their prompts cannot drift apart."""
+        return ApprovalRequest(
+            tool_name=tool_name,
+            environment_id=environment_id,
+            call_id=call_id,
+            command=command,
+            cwd=cwd,
+            reason=self.reason or justification,
+            retry=self.retry,
+            review_only=self.review_only,
+            network_context=self.network_context,
+            proposed_execpolicy_amendment=self.proposed_execpolicy_amendment,
+            sandbox_permissions=sandbox_permissions,
+            additional_permissions=additional_permissions,
+            hook_names=("Bash",),
+            description=description,
+        )
+
 
 class ToolRuntime(Protocol[ReqT, OutT]):
     """What the orchestrator needs from a runtime. ``run`` raises

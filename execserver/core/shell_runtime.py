@@ -108,19 +108,14 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
     def approval_request(
         self, req: ShellRequest, turn: TurnContext, ctx: ApprovalContext
     ) -> ApprovalRequest:
-        return ApprovalRequest(
+        return ctx.command_request(
             tool_name=self.tool_name,
             environment_id=turn.environment.environment_id,
             command=req.argv,
             cwd=self._cwd(req, turn),
-            reason=ctx.reason or req.justification,
-            retry=ctx.retry,
-            review_only=ctx.review_only,
-            network_context=ctx.network_context,
-            proposed_execpolicy_amendment=ctx.proposed_execpolicy_amendment,
+            justification=req.justification,
             sandbox_permissions=req.sandbox_permissions,
             additional_permissions=req.additional_permissions,
-            hook_names=("Bash",),
             description=req.justification,
         )
 

@@ -86,20 +86,15 @@ class UnifiedExecRuntime(BaseToolRuntime[UnifiedExecRequest, UnifiedExecProcess]
     def approval_request(
         self, req: UnifiedExecRequest, turn: TurnContext, ctx: ApprovalContext
     ) -> ApprovalRequest:
-        return ApprovalRequest(
+        return ctx.command_request(
             tool_name=self.tool_name,
             environment_id=turn.environment.environment_id,
             call_id=req.call_id,
             command=req.argv,
             cwd=req.cwd,
-            reason=ctx.reason or req.justification,
-            retry=ctx.retry,
-            review_only=ctx.review_only,
-            network_context=ctx.network_context,
-            proposed_execpolicy_amendment=ctx.proposed_execpolicy_amendment,
+            justification=req.justification,
             sandbox_permissions=req.sandbox_permissions,
             additional_permissions=req.additional_permissions,
-            hook_names=("Bash",),
         )
 
     def exec_approval_requirement(
