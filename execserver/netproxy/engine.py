@@ -21,11 +21,15 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from execserver.netproxy import decision as d
 from execserver.netproxy.policy import LOCAL_NAMES, NetworkPolicy, is_local_address, normalize_host
 from execserver.netproxy.resolver import Resolution, ResolveError, Resolver
 from execserver.wire.network import NetworkPolicyDecisionNotification
+
+if TYPE_CHECKING:
+    from execserver.netproxy.upstream import UpstreamProxies
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +65,8 @@ class PolicyEngine:
         self._notify = notify
         self._ask = ask if decision_timeout_s else None
         self._timeout = decision_timeout_s or 0.0
+        # allowUpstreamProxy: how allowed connections leave (netproxy.upstream).
+        self.upstream: UpstreamProxies | None = None
 
     async def check(self, target: d.Target) -> Outcome:
         target = d.Target(

@@ -22,6 +22,7 @@ from execserver.netproxy.env import proxy_environment
 from execserver.netproxy.policy import NetworkPolicy
 from execserver.netproxy.resolver import Resolver
 from execserver.netproxy.sandbox import ProxyRoutes
+from execserver.netproxy.upstream import UpstreamProxies
 from execserver.wire.process import RemoteNetworkProxyLaunchConfig
 
 Handler = Callable[[PolicyEngine, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -49,6 +50,8 @@ class ProcessNetworkProxy:
             ask=ask,
             decision_timeout_s=timeout_ms / 1000 if timeout_ms else None,
         )
+        if config.proxy.allow_upstream_proxy:
+            self.engine.upstream = UpstreamProxies.from_environment()
         self.http_port = 0
         self.socks_port: int | None = None
         self.socket_dir: str | None = None

@@ -13,8 +13,9 @@ import ipaddress
 import struct
 
 from execserver.netproxy import decision as d
+from execserver.netproxy import upstream
 from execserver.netproxy.engine import PolicyEngine
-from execserver.netproxy.relay import close, open_upstream, peer_text, relay
+from execserver.netproxy.relay import close, peer_text, relay
 
 HANDSHAKE_TIMEOUT_S = 30.0
 _VERSION = 5
@@ -81,9 +82,7 @@ async def handle(
             writer.write(reply(REPLY_NOT_ALLOWED))
             return
         try:
-            up_reader, up_writer = await open_upstream(
-                await engine.resolve_for_connect(outcome, target), port
-            )
+            up_reader, up_writer = await upstream.open_stream(engine, outcome, target)
         except OSError:
             writer.write(reply(REPLY_HOST_UNREACHABLE))
             return
