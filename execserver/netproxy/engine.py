@@ -67,6 +67,8 @@ class PolicyEngine:
         self._timeout = decision_timeout_s or 0.0
         # allowUpstreamProxy: how allowed connections leave (netproxy.upstream).
         self.upstream: UpstreamProxies | None = None
+        # enableSocks5Udp: SOCKS UDP ASSOCIATE is served (netproxy.socks_udp).
+        self.udp_associate = False
 
     async def check(self, target: d.Target) -> Outcome:
         target = d.Target(
@@ -87,7 +89,7 @@ class PolicyEngine:
 
     async def _domain_decision(self, target: d.Target) -> Outcome:
         policy, host = self.policy, target.host
-        if target.protocol == "socks5_tcp" and policy.mode == "limited":
+        if target.protocol in ("socks5_tcp", "socks5_udp") and policy.mode == "limited":
             return Outcome(d.METHOD_NOT_ALLOWED)
         if policy.denied(host):
             return Outcome(d.DENYLIST)

@@ -52,6 +52,7 @@ class ProcessNetworkProxy:
         )
         if config.proxy.allow_upstream_proxy:
             self.engine.upstream = UpstreamProxies.from_environment()
+        self.engine.udp_associate = config.proxy.enable_socks5_udp
         self.http_port = 0
         self.socks_port: int | None = None
         self.socket_dir: str | None = None
