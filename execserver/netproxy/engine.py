@@ -29,6 +29,7 @@ from execserver.netproxy.resolver import Resolution, ResolveError, Resolver
 from execserver.wire.network import NetworkPolicyDecisionNotification
 
 if TYPE_CHECKING:
+    from execserver.netproxy.credentials import CredentialVault
     from execserver.netproxy.upstream import UpstreamProxies
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ class PolicyEngine:
         self.upstream: UpstreamProxies | None = None
         # enableSocks5Udp: SOCKS UDP ASSOCIATE is served (netproxy.socks_udp).
         self.udp_associate = False
+        # credentialMasking: the secrets swapped into allowed requests.
+        self.credentials: CredentialVault | None = None
 
     async def check(self, target: d.Target) -> Outcome:
         target = d.Target(

@@ -152,6 +152,8 @@ async def _forward(
     if not outcome.allowed:
         writer.write(d.blocked_response(target, outcome.decision))
         return
+    if engine.credentials is not None:
+        headers = engine.credentials.inject("http", host, port, parts.path or "/", headers)
     try:
         up_reader, up_writer, via = await upstream.open_http(engine, outcome, target)
     except OSError as exc:
