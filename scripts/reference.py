@@ -77,8 +77,7 @@ def _platform_package() -> tuple[str, str]:
     key = (sys.platform, platform.machine())
     if key not in _PLATFORMS:
         raise ReferenceUnavailable(
-            f"no build is pinned for {key[0]}/{key[1]}"
-            " (set CODEX_BIN to a codex binary)"
+            f"no build is pinned for {key[0]}/{key[1]} (set CODEX_BIN to a codex binary)"
         )
     suffix, triple = _PLATFORMS[key]
     return f"{PACKAGE}-{suffix}", triple
@@ -148,9 +147,25 @@ def _npm_ci(target: Path) -> None:
             f"`npm ci` of {PACKAGE}@{VERSION} did not finish in {INSTALL_TIMEOUT_S} s"
         ) from None
     if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        detail = lines[-1] if lines else f"exit status {done.returncode}"
+        detail = _npm_error_summary(done.stderr) or f"exit status {done.returncode}"
         raise ReferenceUnavailable(f"`npm ci` of {PACKAGE}@{VERSION} failed: {detail}")
+
+
+_NPM_NOISE = ("code ", "syscall ", "errno ", "at ", "A complete log", "{", "}")
+
+
+def _npm_error_summary(stderr: str) -> str:
+    """npm's error code and first real message line, e.g. ``ENOTCACHED: request to
+    ... failed`` (npm ends with a pointer to its log, which says nothing here)."""
+    code = ""
+    message = ""
+    for raw in stderr.splitlines():
+        line = raw.removeprefix("npm error").strip()
+        if line.startswith("code ") and not code:
+            code = line.removeprefix("code ").strip()
+        elif line and not message and not line.startswith(_NPM_NOISE) and ":" in line:
+            message = line
+    return ": ".join(part for part in (code, message) if part)
 
 
 def install() -> Path:

@@ -89,3 +89,27 @@ def test_codex_bin_overrides_the_install(tmp_path: Path) -> None:
 
     missing = _run_cli(tmp_path, CODEX_BIN=str(tmp_path / "nope"))
     assert missing.returncode == 1 and "is not an executable file" in missing.stderr
+
+
+def test_npm_failures_are_summarised_by_code_and_first_message() -> None:
+    offline = (
+        "npm error code ENOTCACHED\n"
+        "npm error request to https://registry.npmjs.org/@openai%2fcodex failed: cache mode"
+        " is 'only-if-cached' but no cached response is available.\n"
+        "npm error A complete log of this run can be found in: /c/_logs/x-debug-0.log\n"
+    )
+    assert reference._npm_error_summary(offline) == (
+        "ENOTCACHED: request to https://registry.npmjs.org/@openai%2fcodex failed:"
+        " cache mode is 'only-if-cached' but no cached response is available."
+    )
+    refused = (
+        "npm error code ECONNREFUSED\nnpm error syscall connect\nnpm error errno ECONNREFUSED\n"
+        "npm error FetchError: request to http://127.0.0.1:9/x failed, reason: connect"
+        " ECONNREFUSED 127.0.0.1:9\n"
+        "npm error     at ClientRequest.<anonymous> (/npm/lib/index.js:130:14)\n"
+        "npm error   code: 'ECONNREFUSED',\n"
+    )
+    assert reference._npm_error_summary(refused) == (
+        "ECONNREFUSED: FetchError: request to http://127.0.0.1:9/x failed, reason: connect"
+        " ECONNREFUSED 127.0.0.1:9"
+    )
