@@ -24,6 +24,7 @@ sys.path.insert(0, str(HERE.parents[2]))  # the project root, for scripts.refere
 
 from define_cases import CASES, Case  # noqa: E402
 
+from scripts.reference import ReferenceUnavailable  # noqa: E402
 from scripts.reference import reference_binary as _reference_binary  # noqa: E402
 
 ROOT_TOKEN = "<ROOT>"
@@ -89,7 +90,10 @@ def record(case: Case, binary: str, *, via_flag: bool = False) -> dict[str, obje
 
 
 def main() -> None:
-    binary = reference_binary()
+    try:
+        binary = reference_binary()
+    except ReferenceUnavailable as exc:
+        sys.exit(str(exc))
     out_dir = HERE / "cases"
     out_dir.mkdir(exist_ok=True)
     for case in CASES:
