@@ -1,8 +1,8 @@
 """Record what the reference ``apply_patch`` does with each corpus case.
 
 Usage: ``.venv/bin/python tests/data/apply_patch/record.py`` (needs the
-reference codex binary; ``tests.servers.reference_binary()`` finds or installs
-it, ``$CODEX_BIN`` overrides it). For every case of ``define_cases.py`` the input tree
+reference codex binary: ``$CODEX_BIN``, else ``scripts/reference.py`` installs
+it on first use). For every case of ``define_cases.py`` the input tree
 is written to a fresh directory, the binary is run there as ``apply_patch
 PATCH`` (its arg0 entry point, the form exec_command hands it), and the exit
 code, stdout, stderr and resulting tree are written to ``cases/<name>.json``.
@@ -22,13 +22,18 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent.parent.parent))
+sys.path.insert(0, str(HERE.parents[2]))  # the project root, for scripts.reference
 
 from define_cases import CASES, Case  # noqa: E402
 
-from tests.servers import reference_binary  # noqa: E402
+from scripts.reference import ReferenceUnavailable  # noqa: E402
+from scripts.reference import reference_binary as _reference_binary  # noqa: E402
 
 ROOT_TOKEN = "<ROOT>"
+
+
+def reference_binary() -> str:
+    return str(_reference_binary())
 
 
 def write_tree(root: Path, case: Case) -> None:
@@ -87,7 +92,10 @@ def record(case: Case, binary: str, *, via_flag: bool = False) -> dict[str, obje
 
 
 def main() -> None:
-    binary = reference_binary()
+    try:
+        binary = reference_binary()
+    except ReferenceUnavailable as exc:
+        sys.exit(str(exc))
     out_dir = HERE / "cases"
     out_dir.mkdir(exist_ok=True)
     for case in CASES:
@@ -102,7 +110,7 @@ def main() -> None:
         }
         flagged = record(case, binary, via_flag=True)
         if flagged != data["reference"]:
-            raise SystemExit(f"{case.name}: the two entry points disagree: {flagged!r}")
+            sys.exit(f"{case.name}: the two entry points disagree: {flagged!r}")
         path = out_dir / f"{case.name}.json"
         path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         ref = data["reference"]
