@@ -21,7 +21,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from tests.integration.test_netproxy_support import proxy_params, run_on, server_with_hosts
+from tests.integration.test_netproxy_support import (
+    SANDBOX_READ_ONLY,
+    proxy_params,
+    run_on,
+    server_with_hosts,
+)
 from tests.servers import RunningServer
 from tests.wsclient import connect
 
@@ -53,9 +58,12 @@ def dns(host, port, name, wait):
     s.sendall(b"\x05\x01\x00")
     assert recv_exact(s, 2) == b"\x05\x00"
     u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    u.bind(("127.0.0.1", 0))
+    try:
+        u.bind(("127.0.0.1", 0))
+        me = socket.inet_aton("127.0.0.1") + struct.pack("!H", u.getsockname()[1])
+    except OSError:  # the sandbox refuses bind without allowLocalBinding
+        me = bytes(6)
     u.settimeout(wait)
-    me = socket.inet_aton("127.0.0.1") + struct.pack("!H", u.getsockname()[1])
     s.sendall(b"\x05\x03\x00\x01" + me)
     r = recv_exact(s, 10)
     if r[1] != 0:
@@ -227,3 +235,33 @@ async def test_limited_mode_refuses_udp_like_socks_tcp() -> None:
     assert [(d["protocol"], d["reason"]) for d in run.decisions] == [
         ("socks5_udp", "method_not_allowed")
     ]
+
+
+async def test_a_sandboxed_child_udp_associate_is_refused(any_server: RunningServer) -> None:
+    """Inside the sandbox the proxy is reached through the bridge's unix
+    socket, which carries no datagrams: execserver hands out no relay address."""
+    async with resolver() as dns:
+        params = proxy_params(enableSocks5=True, enableSocks5Udp=True, domains={"*": "allow"})
+        async with connect(any_server.url) as peer:
+            await peer.handshake()
+            run = await run_on(
+                peer,
+                [],
+                network_proxy=params,
+                extra={
+                    "argv": [
+                        sys.executable,
+                        "-c",
+                        UDP_CHILD,
+                        json.dumps([["dns", "127.0.0.1", dns.port, "svc.internal", 2]]),
+                    ],
+                    "sandbox": SANDBOX_READ_ONLY,
+                    "enforceManagedNetwork": True,
+                },
+            )
+    assert run.start["result"]["sandboxType"] == "linuxSeccomp"
+    # Nothing leaves on either server; the reference accepts the ASSOCIATE and
+    # then drops the datagrams, execserver says so up front.
+    expected = {"execserver": {"socks_reply": 7}, "reference": {"udp": "no answer"}}
+    assert run.results == [expected[any_server.kind]]
+    assert dns.asked == []
