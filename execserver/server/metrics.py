@@ -7,6 +7,7 @@ reach the metric objects through ``ctx.runtime.metrics``.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable
 
 from prometheus_client import (
@@ -15,8 +16,11 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
     generate_latest,
 )
+
+from execserver import REFERENCE_VERSION, __version__
 
 # Requests range from sub-millisecond fs calls to long-poll reads of many seconds.
 _REQUEST_BUCKETS = (
@@ -48,6 +52,15 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
+        # execserver_build_info{version,protocol,python} 1: which build answers here.
+        self.build = Info("execserver_build", "The running execserver build.", registry=r)
+        self.build.info(
+            {
+                "version": __version__,
+                "protocol": REFERENCE_VERSION,
+                "python": platform.python_version(),
+            }
+        )
         self.connections = Gauge("execserver_connections", "Open client connections.", registry=r)
         self.connections_opened = Counter(
             "execserver_connections_opened", "Client connections accepted.", registry=r
