@@ -109,8 +109,13 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     p = subparsers.add_parser("serve", help="run the exec-server daemon")
     p.add_argument(
         "--listen",
-        default=DEFAULT_LISTEN,
-        help="ws://IP:PORT (port 0 picks a free port), stdio or stdio:// (default %(default)s)",
+        # From the environment too: the container image sets it once, for the daemon
+        # and its HEALTHCHECK alike.
+        default=os.environ.get("EXECSERVER_LISTEN") or DEFAULT_LISTEN,
+        help=(
+            "ws://IP:PORT (port 0 picks a free port), stdio or stdio:// "
+            "(default $EXECSERVER_LISTEN, else %(default)s)"
+        ),
     )
     p.add_argument(
         "--concurrent-requests",

@@ -61,33 +61,82 @@ def only(instructions: list[tuple[str, str]], keyword: str) -> list[str]:
     return [rest for kw, rest in instructions if kw == keyword]
 
 
-def test_dockerfile_builds_from_python_slim_and_runs_as_non_root() -> None:
+def dockerfile_env(instructions: list[tuple[str, str]]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for rest in only(instructions, "ENV"):
+        for item in shlex.split(rest):
+            key, _, value = item.partition("=")
+            env[key] = value
+    return env
+
+
+def test_dockerfile_builds_from_a_replaceable_base_and_runs_as_non_root() -> None:
     ins = dockerfile_instructions()
     bases = only(ins, "FROM")
-    assert bases and all(b.startswith("python:${PYTHON_VERSION}-slim") for b in bases)
-    assert any(arg.startswith("PYTHON_VERSION=3.11") for arg in only(ins, "ARG"))
+    assert bases and all(b.startswith("${BASE_IMAGE}") for b in bases)
+    (default_base,) = [a for a in only(ins, "ARG") if a.startswith("BASE_IMAGE=")]
+    assert default_base.startswith("BASE_IMAGE=docker.io/library/python:3.11-slim")
     users = only(ins, "USER")
     assert users and users[-1].split(":")[0] not in ("0", "root")
     # USER comes before the entrypoint is set: the daemon never runs as root.
     keywords = [kw for kw, _ in ins]
     assert keywords.index("USER") < keywords.index("ENTRYPOINT")
     assert any("bubblewrap" in run for run in only(ins, "RUN"))
+    # Installed into a virtualenv under /opt (no system pip), which is on PATH.
+    assert dockerfile_env(ins)["PATH"].startswith("/opt/execserver/bin:")
 
 
-def test_dockerfile_command_is_a_valid_authenticated_serve() -> None:
+def test_dockerfile_command_is_a_valid_authenticated_serve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     ins = dockerfile_instructions()
     entrypoint = json.loads(only(ins, "ENTRYPOINT")[-1])
     cmd = json.loads(only(ins, "CMD")[-1])
     assert entrypoint[-2:] == ["execserver", "serve"]
+    # The listen address comes from EXECSERVER_LISTEN, which the HEALTHCHECK reads too.
+    assert "--listen" not in cmd
+    listen = dockerfile_env(ins)["EXECSERVER_LISTEN"]
+    monkeypatch.setenv("EXECSERVER_LISTEN", listen)
     config = serve_config(cmd)
-    assert config.listen == "ws://0.0.0.0:8765"
+    assert config.listen == listen == "ws://0.0.0.0:8765"
     assert config.ws_auth.mode == auth.CAPABILITY_TOKEN
     assert config.ws_auth.token_file is not None
     assert config.ws_auth.token_file.startswith("/run/secrets/")
     port = parse_listen(config.listen).port
     assert only(ins, "EXPOSE") == [str(port)]
     healthcheck = only(ins, "HEALTHCHECK")[-1]
-    assert f"127.0.0.1:{port}/readyz" in healthcheck
+    assert "8765" not in healthcheck and "EXECSERVER_LISTEN" in healthcheck
+    assert "/readyz" in healthcheck
+
+
+def test_healthcheck_follows_the_listen_setting(tmp_path: Path) -> None:
+    """The HEALTHCHECK's program, run against a real daemon on another port."""
+    import subprocess
+    import sys
+
+    ins = dockerfile_instructions()
+    check = json.loads(only(ins, "HEALTHCHECK")[-1].split("CMD", 1)[1])
+    assert check[0] == "python3"
+    with subprocess.Popen(
+        [sys.executable, "-m", "execserver", "serve", "--listen", "ws://127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as daemon:
+        try:
+            assert daemon.stdout is not None
+            url = daemon.stdout.readline().strip()
+            env = {"EXECSERVER_LISTEN": url, "PATH": "/usr/bin:/bin"}
+            ok = subprocess.run([sys.executable, *check[1:]], env=env, check=False, timeout=30)
+            assert ok.returncode == 0
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=30)
+    # Nothing listens there any more: the same check fails.
+    gone = subprocess.run(
+        [sys.executable, *check[1:]], env=env, capture_output=True, check=False, timeout=30
+    )
+    assert gone.returncode != 0
 
 
 def test_dockerfile_copies_exist_and_dockerignore_keeps_them() -> None:
