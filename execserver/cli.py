@@ -75,6 +75,17 @@ def _add_ops_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--audit-log", metavar="PATH", help="append JSON-lines audit records here")
     p.add_argument("--log-format", choices=("text", "json"), default="text")
     p.add_argument("--metrics", action="store_true", help="serve Prometheus metrics on /metrics")
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help=(
+            "on SIGTERM, first drain: refuse new sessions (resumes still work, /readyz "
+            "answers 503) and wait up to SECONDS for running processes to exit "
+            "(default 0: stop at once)"
+        ),
+    )
 
 
 def _config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -102,6 +113,7 @@ def _config_from_args(args: argparse.Namespace) -> ServerConfig:
         audit_log=args.audit_log,
         log_format=args.log_format,
         metrics=args.metrics,
+        drain_timeout_s=max(0.0, args.drain_timeout),
     )
 
 

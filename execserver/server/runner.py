@@ -104,6 +104,7 @@ class Server:
             *(upgrade_checks or []),
         ]
         self._stop = asyncio.Event()
+        self._drain: asyncio.Future[None] | None = None
         self._exit_status = 0
         self.url: str | None = None
 
@@ -111,11 +112,38 @@ class Server:
         self._exit_status = status
         self._stop.set()
 
+    def _on_sigterm(self) -> None:
+        # A second SIGTERM during a drain stops at once.
+        if self.config.drain_timeout_s <= 0 or self._drain is not None:
+            self.stop()
+            return
+        self._drain = asyncio.ensure_future(self.drain(self.config.drain_timeout_s))
+
+    async def drain(self, timeout_s: float) -> None:
+        """Refuse new sessions (resumes still work; /readyz answers 503), wait up to
+        ``timeout_s`` for running processes to exit, then stop. For rolling updates:
+        the sessions on this executor finish their commands instead of dying with it."""
+        runtime = self.runtime
+        runtime.draining = True
+        log.info(
+            "draining: no new sessions; waiting up to %.0f s for %d running process(es)",
+            timeout_s,
+            runtime.metrics.live_processes,
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(runtime.metrics.no_live_processes.wait(), timeout_s)
+        left = runtime.metrics.live_processes
+        if left:
+            log.warning("drain timed out with %d process(es) still running", left)
+        else:
+            log.info("drained: no process is running")
+        self.stop()
+
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig, handler in ((signal.SIGTERM, self._on_sigterm), (signal.SIGINT, self.stop)):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.stop)
+                loop.add_signal_handler(sig, handler)
         log.info(
             "execserver %s (codex exec-server protocol %s) starting",
             __version__,
