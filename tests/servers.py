@@ -87,6 +87,9 @@ async def start_server(
     else:
         raise ValueError(kind)
     full_env = dict(os.environ if env is None else env)
+    # The start-up sandbox probe (tested in tests/unit/test_doctor.py) would briefly
+    # add fds and children to every server the suite starts.
+    full_env.setdefault("EXECSERVER_STARTUP_PROBE", "0")
     if kind == "reference":
         home = Path.home() / ".cache" / "execserver-reference" / "codex-home"
         home.mkdir(parents=True, exist_ok=True)

@@ -177,7 +177,7 @@ def test_serve_logs_the_shape_table_and_its_version_at_start_up() -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, **BWRAP_BROKEN},
+        env={**os.environ, **BWRAP_BROKEN, "EXECSERVER_STARTUP_PROBE": "1"},
     ) as proc:
         assert proc.stderr is not None
         seen: list[str] = []
