@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 LISTEN ?= ws://127.0.0.1:8765
 PYTEST_ARGS ?=
 
@@ -15,6 +16,11 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+# The benchmarks also need the `bench` extra (psutil, jsonrpcserver for bench_dispatch).
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	@touch $@
 
 venv: $(STAMP)
@@ -38,8 +44,8 @@ run: $(STAMP) system-deps
 lint: lint-code lint-deploy
 
 lint-code: $(STAMP)
-	$(BIN)/ruff check execserver tests benchmarks
-	$(BIN)/ruff format --check execserver tests benchmarks
+	$(BIN)/ruff check execserver tests benchmarks scripts
+	$(BIN)/ruff format --check execserver tests benchmarks scripts
 
 # Deployment files: hadolint on the Dockerfile, checkov on the Kubernetes manifests,
 # and the manifests against the Kubernetes JSON schemas (offline, bundled with
@@ -63,11 +69,11 @@ lint-deploy: $(LINT_STAMP)
 	  $(filter-out deploy/k8s/kustomization.yaml,$(wildcard deploy/k8s/*.yaml))
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix execserver tests benchmarks
-	$(BIN)/ruff format execserver tests benchmarks
+	$(BIN)/ruff check --fix execserver tests benchmarks scripts
+	$(BIN)/ruff format execserver tests benchmarks scripts
 
 typecheck: $(STAMP)
-	$(BIN)/mypy execserver
+	$(BIN)/mypy execserver scripts
 
 # Code lint only: the deployment linters run in `make lint` (and CI) from their own venv.
 test: $(STAMP) system-deps lint-code typecheck
@@ -76,17 +82,18 @@ test: $(STAMP) system-deps lint-code typecheck
 schema: $(STAMP)
 	$(BIN)/python -m execserver.wire.schema protocol/schema
 
-# Re-record protocol/vectors from the reference server (installs it from npm when missing).
+# Re-record protocol/vectors from the reference server (scripts/reference.py installs
+# it from npm, pinned and integrity-checked, on first use).
 vectors: $(STAMP)
 	$(BIN)/python -m tests.vectors record
 
 interop: $(STAMP) system-deps
 	$(BIN)/pytest -m interop $(PYTEST_ARGS)
 
-bench: $(STAMP) system-deps
+bench: $(BENCH_STAMP) system-deps
 	$(BIN)/python -m benchmarks.run
 
-bench-smoke: $(STAMP) system-deps
+bench-smoke: $(BENCH_STAMP) system-deps
 	$(BIN)/python -m benchmarks.run --smoke
 
 # The full reliability suite (100k fuzz messages, 1,000-cycle storms, 1 GB
