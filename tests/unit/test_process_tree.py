@@ -84,8 +84,20 @@ def test_escapee_of_an_exited_root_is_claimed_by_environment() -> None:
     # An unrecorded child of ours in its own session stands for an orphan the daemon
     # inherited as subreaper: it is attributed by the environment it started with.
     env = {"PATH": "/usr/bin:/bin", "MARKER": "tree-a"}
-    proc = subprocess.Popen(["bash", "-c", "exec sleep 1000"], env=env, start_new_session=True)
+    # Popen returns once close-on-exec fds are closed, which is before the kernel has
+    # set up the new image's environment: /proc/PID/environ reads empty until then
+    # (and again during a second exec). "ready" is printed by the program itself, so
+    # its exec is complete and its environment readable when we look.
+    proc = subprocess.Popen(
+        ["bash", "-c", "echo ready; read -r _"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
     try:
+        assert proc.stdout.readline() == b"ready\n"
         info = read_stat(proc.pid)
         assert info is not None
         # A tree started before the orphan with the same environment claims it; one
@@ -97,3 +109,5 @@ def test_escapee_of_an_exited_root_is_claimed_by_environment() -> None:
     finally:
         proc.kill()
         proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
