@@ -15,7 +15,7 @@ from tests.servers import start_server
 
 
 async def test_connection_over_the_limit_gets_503_naming_it_then_a_slot_frees() -> None:
-    async with start_server("execserver", ["--max-connections", "2"]) as server:
+    async with start_server("execserver", ["--max-connections", "2", "--metrics"]) as server:
         async with rpc_socket(server.url) as first, rpc_socket(server.url) as second:
             await first.handshake()
             await second.handshake()
@@ -26,12 +26,24 @@ async def test_connection_over_the_limit_gets_503_naming_it_then_a_slot_frees() 
                 async with rpc_socket(server.url):
                     pass
             assert refused.value.status == 503
-        # Both closed: the daemon serves new clients again.
-        for _ in range(100):
-            async with rpc_socket(server.url) as again:
-                assert await again.handshake()
-                break
+        # Both closed: the daemon serves new clients again. Our close handshake ends
+        # before the daemon's handlers have released their slots (a few loop turns
+        # later), so wait until its metrics count no open connection, then connect once.
+        assert await _open_connections_reach_zero(server.url)
+        async with rpc_socket(server.url) as again:
+            assert await again.handshake()
         assert await http_get(server.url, "/readyz") == (200, "")
+
+
+async def _open_connections_reach_zero(url: str, timeout: float = 10.0) -> bool:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        _, metrics = await http_get(url, "/metrics")
+        if "\nexecserver_connections 0.0\n" in metrics:
+            return True
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
 
 
 async def test_oversized_request_is_answered_with_its_id_and_the_connection_lives_on() -> None:
