@@ -2,10 +2,11 @@
 
 ``run`` starts one remote command, streams its stdout/stderr to ours and exits
 with its exit code. ``shell`` attaches an interactive PTY: the local terminal
-goes raw, keystrokes are written to the remote terminal, and ^C is also sent
-as ``process/signal interrupt`` (the remote pty's line discipline delivers the
-written ^C to the foreground job; the signal reaches the direct child even
-when it does not read its terminal).
+goes raw and keystrokes are written to the remote terminal, ^C included: the
+remote pty's line discipline turns it into SIGINT for the foreground job, as
+over ssh. (Sending ``process/signal interrupt`` as well would deliver a second
+SIGINT to whatever is in the foreground by then, e.g. the shell's prompt, which
+then discards what was typed after the ^C.)
 
 Exit codes: the remote process's code; 255 when the client itself failed
 (connection refused, process lost), like ssh.
@@ -31,7 +32,6 @@ from execserver.client.process import RemoteProcess
 from execserver.wire.process import ExecEnvPolicy
 
 CLIENT_ERROR_EXIT = 255
-CTRL_C = b"\x03"
 CTRL_D = b"\x04"
 
 
@@ -159,7 +159,7 @@ async def run_command(
         raw = tty and os.isatty(0)
         with _raw_terminal(raw), _forward_sigint(proc):
             pump = (
-                asyncio.create_task(_pump_stdin(proc, eof=CTRL_D if tty else None, raw=raw))
+                asyncio.create_task(_pump_stdin(proc, eof=CTRL_D if tty else None))
                 if forward_stdin
                 else None
             )
@@ -192,7 +192,7 @@ async def run_shell(
         proc = await c.start_process(argv, cwd=cwd, env=overlay, env_policy=policy, tty=True)
         raw = os.isatty(0)
         with _raw_terminal(raw), _forward_sigint(proc):
-            pump = asyncio.create_task(_pump_stdin(proc, eof=CTRL_D, raw=raw))
+            pump = asyncio.create_task(_pump_stdin(proc, eof=CTRL_D))
             try:
                 return await _stream_output(proc)
             finally:
@@ -220,7 +220,7 @@ async def _stream_output(proc: RemoteProcess) -> int:
     return code
 
 
-async def _pump_stdin(proc: RemoteProcess, *, eof: bytes | None, raw: bool) -> None:
+async def _pump_stdin(proc: RemoteProcess, *, eof: bytes | None) -> None:
     """Copy local stdin to the remote process until EOF (then send ``eof`` if given).
 
     Errors end the copy quietly: the output stream reports what happened to the
@@ -229,9 +229,6 @@ async def _pump_stdin(proc: RemoteProcess, *, eof: bytes | None, raw: bool) -> N
     try:
         async for data in _read_stdin():
             await proc.write(data)
-            if raw and CTRL_C in data:
-                # In raw mode ^C is a byte, not SIGINT; send the interrupt as well.
-                await proc.interrupt()
         if eof is not None:
             await proc.write(eof)
     except ExecServerError:

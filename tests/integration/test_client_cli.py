@@ -185,7 +185,11 @@ async def test_shell_is_interactive_and_forwards_ctrl_c(
         os.write(term.fd, b"echo hello-$((6*7))\r")
         await term.expect(b"hello-42")
         assert termios.tcgetattr(slave) != before  # the local terminal went raw
-        os.write(term.fd, b"echo started-$((0+1)); sleep 60; echo after-$((1+1))\r")
+        # The marker comes from the foreground job itself: the shell hands that job
+        # the terminal before it runs, so once the marker is out a ^C reaches the
+        # job. (Printed by the shell before forking `sleep`, a ^C could land while
+        # the shell still held the terminal, and the shell would wait out the sleep.)
+        os.write(term.fd, b"bash -c 'echo started-$((0+1)); exec sleep 60'; echo after-$((1+1))\r")
         await term.expect(b"started-1")
         os.write(term.fd, b"\x03")
         os.write(term.fd, b"echo alive-$((2+3))\r")
