@@ -126,35 +126,54 @@ async def _one_op(peer: RawPeer, rng: random.Random, tag: str, work: Path) -> No
         await _check(await peer.call("environment/status"))
 
 
+async def _run_load(url: str, seconds: float, work: Path, errors: list[str]) -> int:
+    """WORKERS clients for ``seconds``; returns the number of ops done."""
+    stop = asyncio.Event()
+    ops = [0] * WORKERS
+    tasks = [
+        asyncio.ensure_future(_worker(url, i, stop, errors, ops, work)) for i in range(WORKERS)
+    ]
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    return sum(ops)
+
+
+async def _settled(pid: int) -> tuple[float, int]:
+    """RSS and fds once every child is gone and the exited-process retention is over."""
+    assert await wait_until(lambda: not live_descendants(pid), timeout=30)
+    await asyncio.sleep(3)  # exited-process retention (2 s)
+    return rss_mb(pid), num_fds(pid)
+
+
 async def test_soak_mixed_load_has_no_errors_and_no_growth() -> None:
+    # What is measured: the settled RSS (no child left, retention over) after a
+    # warm-up under the same load, against the settled RSS after as much load again;
+    # not against a sample taken early in the run. While it works the daemon holds
+    # bounded buffers: up to 1024 queued frames per connection (~11 KB each for an
+    # 8 KiB output chunk) when this client, starved of CPU on a busy machine, reads
+    # slower than the children write: 6 x 1024 x 11 KB is ~68 MB, what a busy 2-core
+    # host showed. The allocator keeps the pages of that high-water mark after the
+    # frames are freed, and the mark follows the machine's load, not the op count.
+    # A leak grows with the ops, so it shows between the two settled points too,
+    # after the warm-up has already paid for most of the mark. (Sessions of closed
+    # connections are kept for the session TTL, 80 s: small next to the bound.)
     work = Path(tempfile.mkdtemp(prefix="es-soak-"))
     async with start_server(
         "execserver", extra=["--log-level", "warning", "--exited-process-retention", "2"]
     ) as server:
         pid = server.process.pid
-        stop = asyncio.Event()
         errors: list[str] = []
-        ops = [0] * WORKERS
-        samples: list[tuple[float, float, int]] = []
-        tasks = [
-            asyncio.ensure_future(_worker(server.url, i, stop, errors, ops, work))
-            for i in range(WORKERS)
-        ]
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        while loop.time() - start < DURATION_S:
-            await asyncio.sleep(min(5.0, DURATION_S / 4))
-            samples.append((loop.time() - start, rss_mb(pid), num_fds(pid)))
-        stop.set()
-        await asyncio.gather(*tasks)
-        assert await wait_until(lambda: not live_descendants(pid), timeout=30)
-        await asyncio.sleep(3)  # exited-process retention
-        final = (loop.time() - start, rss_mb(pid), num_fds(pid))
-    print(f"\nsoak {DURATION_S}s: {sum(ops)} ops, {len(errors)} errors")
-    for t, rss, fds in [*samples, final]:
-        print(f"  t={t:6.1f}s rss={rss:6.1f} MB fds={fds}")
+        warm_ops = await _run_load(server.url, DURATION_S / 2, work, errors)
+        warm_rss, warm_fds = await _settled(pid)
+        ops = await _run_load(server.url, DURATION_S / 2, work, errors)
+        final_rss, final_fds = await _settled(pid)
+    print(f"\nsoak {DURATION_S}s: {warm_ops} + {ops} ops, {len(errors)} errors")
+    print(f"  after warm-up: rss={warm_rss:6.1f} MB fds={warm_fds}")
+    print(f"  after load:    rss={final_rss:6.1f} MB fds={final_fds}")
     assert not errors, errors[:5]
-    assert sum(ops) > 0
-    first_rss = samples[0][1]
-    assert final[1] - first_rss < 40, "RSS keeps growing under steady load"
-    assert final[2] <= samples[0][2] + 5, "fds keep growing under steady load"
+    assert warm_ops > 0 and ops > 0
+    assert final_rss - warm_rss < 40, "RSS keeps growing under steady load"
+    assert final_fds <= warm_fds + 5, "fds keep growing under steady load"
