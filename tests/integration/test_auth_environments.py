@@ -103,7 +103,12 @@ async def test_token_source_is_asked_again_when_the_client_reconnects(tmp_path: 
                     break
             assert await router.client("x") is client  # resumed, not replaced
             assert (client.reconnects, client.session_id) == (1, session)
-            assert asked == ["right", "right"]  # the resume asked for credentials again
+            # Every connection, the resume's included, asked for credentials. Resume
+            # attempts made before the server noticed the dropped connection are
+            # refused (session still attached) and retried, so count connections
+            # rather than expect exactly two.
+            assert proxy.accepted >= 2
+            assert len(asked) == proxy.accepted
 
 
 def test_minted_jwt_carries_the_configured_claims() -> None:
