@@ -22,6 +22,7 @@ from execserver.netproxy.env import proxy_environment
 from execserver.netproxy.policy import NetworkPolicy
 from execserver.netproxy.resolver import Resolver
 from execserver.netproxy.sandbox import ProxyRoutes
+from execserver.sandbox.hidden import private_dir
 from execserver.wire.process import RemoteNetworkProxyLaunchConfig
 
 Handler = Callable[[PolicyEngine, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -77,7 +78,7 @@ class ProcessNetworkProxy:
     async def start_unix_sockets(self) -> str:
         """Offer the front ends on unix sockets too; returns their (0700) directory."""
         if self.socket_dir is None:
-            self.socket_dir = tempfile.mkdtemp(prefix="execserver-netproxy-")
+            self.socket_dir = tempfile.mkdtemp(prefix="execserver-netproxy-", dir=private_dir())
             path = os.path.join(self.socket_dir, HTTP_SOCKET)
             self._servers.append(
                 await asyncio.start_unix_server(self._serving(http_proxy.handle), path)

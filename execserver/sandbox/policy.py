@@ -9,7 +9,10 @@ context alone (protocol §10.2-§10.4, sandbox.md §1.3):
   with a cwd but no roots left the cwd read-only).
 * Paths are canonicalised with ``realpath``, because bind mounts are per real
   path: a writable root given through a symlink is bound at its target, and a
-  grant cannot be widened by naming a link.
+  grant cannot be widened by naming a link. A path that follows a symlink
+  lying inside one of the policy's writable roots is refused outright (the
+  sandboxed command could have planted it: ``crossed_writable_symlink``); this
+  covers every entry, ``project_roots`` subpaths and the temporary directories.
 * For one path, the most specific entry wins; for the same path
   ``deny``/``none`` > ``write`` > ``read``.
 * Missing paths grant nothing (a writable root that does not exist is accepted
@@ -127,6 +130,44 @@ def _expand_glob(pattern: str, max_depth: int) -> list[str]:
     return [m for m in matches if m.rstrip("/").count("/") - base_depth <= max_depth + 1]
 
 
+_MAX_SYMLINK_HOPS: Final = 40  # the kernel's limit (ELOOP)
+
+
+def _inside(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def crossed_writable_symlink(target: str, writable_roots: list[str]) -> str | None:
+    """The first symlink that resolving ``target`` follows from inside a writable
+    root, or None. Walks the path as the kernel does (``..`` after a link applies
+    to the link's target), so ``ws/link/..`` is caught too.
+
+    Why: a sandboxed command may plant ``ws/cache -> ../outside``; a later grant
+    naming ``ws/cache`` would then be bound at ``outside``, widening the grant to
+    a place no policy named. Symlinks outside every writable root (``/var/run``,
+    a workspace given through a link) are the host's and are followed."""
+    current = "/"
+    pending = [c for c in target.split("/") if c and c != "."]
+    hops = 0
+    while pending:
+        component = pending.pop(0)
+        if component == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, component)
+        if not os.path.islink(candidate):
+            current = candidate
+            continue
+        hops += 1
+        if _inside(current, writable_roots) or hops > _MAX_SYMLINK_HOPS:
+            return candidate
+        link = os.readlink(candidate)
+        if link.startswith("/"):
+            current = "/"
+        pending = [c for c in link.split("/") if c and c != "."] + pending
+    return None
+
+
 def _temporary_dirs(context: FileSystemSandboxContext) -> list[str]:
     if context.temporary_directories is not None:
         return [uri_to_path(u) for u in context.temporary_directories]
@@ -165,6 +206,7 @@ def resolve_policy(
     root_access: Literal["read", "write"] | None = None
     minimal = False
     wanted: dict[str, RuleAccess] = {}
+    named: list[tuple[str, RuleAccess]] = []  # (path as the policy names it, access)
 
     for entry in fs.entries:
         access: RuleAccess = "read" if entry.access == "read" else "write"
@@ -203,15 +245,23 @@ def resolve_policy(
             else:
                 assert isinstance(special, UnknownSpecial)
                 continue  # forward compatibility: ignored, as the reference does
-        for target in targets:
-            if not os.path.lexists(target):
-                continue  # grants nothing; `missing_path_behavior: skip` is the same here
-            canonical = os.path.realpath(target)
-            if not os.path.exists(canonical):
-                continue
-            previous = wanted.get(canonical)
-            if previous is None or _PRECEDENCE[access] > _PRECEDENCE[previous]:
-                wanted[canonical] = access
+        named += [(target, access) for target in targets]
+
+    writable_roots = [os.path.realpath(t) for t, a in named if a == "write" and os.path.lexists(t)]
+    for target, access in named:
+        if not os.path.lexists(target):
+            continue  # grants nothing; `missing_path_behavior: skip` is the same here
+        link = crossed_writable_symlink(target, writable_roots)
+        if link is not None:
+            raise RpcError.internal(
+                f"cannot enforce sandbox path {target} because it crosses writable symlink {link}"
+            )
+        canonical = os.path.realpath(target)
+        if not os.path.exists(canonical):
+            continue
+        previous = wanted.get(canonical)
+        if previous is None or _PRECEDENCE[access] > _PRECEDENCE[previous]:
+            wanted[canonical] = access
 
     rules = tuple(
         PathRule(path=p, access=a, is_dir=os.path.isdir(p)) for p, a in sorted(wanted.items())

@@ -11,6 +11,8 @@ import sys
 from aiohttp import web
 
 from execserver.config import ServerConfig
+from execserver.netproxy.guard import protect_listener, release_listener
+from execserver.sandbox.keyring import isolate_session_keyring
 from execserver.server import auth, limits
 from execserver.server.audit import AuditLog
 from execserver.server.listen import ListenAddress, parse_listen
@@ -83,6 +85,8 @@ class Server:
         self._stop.set()
 
     async def run(self) -> int:
+        # Children must not inherit (possess) the keys of whoever started us.
+        isolate_session_keyring()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -116,6 +120,10 @@ class Server:
         assert server is not None
         sockets = getattr(server, "sockets", None) or []
         port = sockets[0].getsockname()[1] if sockets else self.address.port
+        # No sandbox may reach this listener through a managed proxy or bridge.
+        bound = [s.getsockname()[:2] for s in sockets] or [(self.address.host, port)]
+        for host, bound_port in bound:
+            protect_listener(host, bound_port)
         self.url = self.address.url(port)
         # The first (and only) stdout line is the URL, as the reference prints it.
         sys.stdout.write(self.url + "\n")
@@ -134,6 +142,8 @@ class Server:
             await self._close_connections()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(runner.cleanup(), SHUTDOWN_GRACE_S)
+            for host, bound_port in bound:
+                release_listener(host, bound_port)
         return self._exit_status
 
     async def _close_connections(self) -> None:
