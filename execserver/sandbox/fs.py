@@ -2,11 +2,14 @@
 same kernel sandbox as a process would (sandbox.md §1.7, §3.6).
 
 The helper is ``python -m execserver.sandbox.fs_runner``: request as JSON on
-stdin, result as JSON on stdout. It sees the request's mount view (plus the
-minimal read set and the interpreter, which it needs to start), so every path
-check is the kernel's: EROFS outside the writable roots, EACCES on denied
-files, symlinks resolved inside the view. Errors come back as the reference
-reports them (``rpc_error_from_os_error``).
+stdin, result as JSON on stdout. It starts in the request's mount view plus
+the minimal read set and the interpreter (which it needs to start), then,
+before touching the request's paths, confines itself to what a process with
+the same policy sees (``policy_view``): paths outside it are reported missing,
+as they are for that process, and Landlock makes the kernel refuse them too.
+So every path check is the kernel's: EROFS outside the writable roots, EACCES
+on denied files, symlinks resolved inside the view. Errors come back as the
+reference reports them (``rpc_error_from_os_error``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,12 @@ from typing import Final
 import execserver
 from execserver.sandbox.backend import SandboxBackend, detect_backend
 from execserver.sandbox.plan import interpreter_paths, plan_for_policy
-from execserver.sandbox.policy import resolve_policy, restricts_access
+from execserver.sandbox.policy import (
+    MINIMAL_READ_PATHS,
+    ResolvedPolicy,
+    resolve_policy,
+    restricts_access,
+)
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 from execserver.wire.sandbox import FileSystemSandboxContext
 
@@ -34,6 +42,29 @@ def needs_sandboxed_fs(context: FileSystemSandboxContext, *, write: bool) -> boo
     """False when the relevant access is unrestricted (protocol §10.4): the caller
     then runs the operation in-process, as the reference does."""
     return restricts_access(context, write=write)
+
+
+# What a sandboxed process sees besides its policy: bwrap's fresh /dev and /proc.
+_PROCESS_EXTRAS_READ: Final = ("/dev", "/proc")
+_PROCESS_EXTRAS_WRITE: Final = ("/dev",)
+
+
+def policy_view(policy: ResolvedPolicy) -> dict[str, list[str]]:
+    """The paths a *process* with ``policy`` can see: the fs helper confines
+    itself to exactly these after its interpreter has started (its own needs —
+    the interpreter, this package, ``:minimal`` — are visible to it until then).
+    Deny entries are not subtracted here: their masks are in the mount view."""
+    read: list[str] = []
+    write: list[str] = list(_PROCESS_EXTRAS_WRITE)
+    if policy.root_access == "write":
+        write.append("/")
+    elif policy.root_access == "read":
+        read.append("/")
+    if policy.minimal_read:
+        read += MINIMAL_READ_PATHS
+    read += [*policy.readable, *_PROCESS_EXTRAS_READ]
+    write += policy.writable
+    return {"read": read, "write": write}
 
 
 def _runner_env() -> dict[str, str]:
@@ -79,7 +110,10 @@ async def run_sandboxed_fs_call(
     del write  # the sandbox enforces both kinds of access alike
     # fs/* has no process cwd to fall back to: dynamic entries need the context's cwd.
     policy = resolve_policy(context, fallback_cwd=None)
+    view = policy_view(policy)
     if not policy.full_read and not policy.enforces_nothing:
+        # The helper's interpreter needs these to start; the view above keeps the
+        # request itself out of them.
         policy = dataclasses.replace(policy, minimal_read=True)
     plan = plan_for_policy(
         policy,
@@ -89,7 +123,7 @@ async def run_sandboxed_fs_call(
         backend=backend or detect_backend(),
         extra_read=interpreter_paths(),
     )
-    request = json.dumps({"func": func, "args": args}).encode()
+    request = json.dumps({"func": func, "args": args, "view": view}).encode()
     try:
         proc = await asyncio.create_subprocess_exec(
             *plan.argv,
