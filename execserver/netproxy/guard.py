@@ -1,5 +1,5 @@
-"""Destinations no proxy or bridge ever connects to, whatever the policy says:
-the daemon's own listeners.
+"""What no proxy or bridge ever does, whatever the policy says: connect to the
+daemon's own listeners, or take the daemon's last file descriptors.
 
 A sandboxed child reaching the daemon's websocket could start an unsandboxed
 process (an authenticated-by-loopback or token-less daemon trusts its
@@ -14,8 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
+import resource
 import socket
 import threading
+from typing import Final
+
+# A sandboxed child can open connections to its proxy as fast as it likes; each
+# costs the daemon one or two fds. Past these, new connections are closed at
+# once: per proxy, and whenever fewer than FD_RESERVE descriptors would be left
+# for the daemon's other clients (websockets, processes, fs calls).
+MAX_CONNECTIONS_PER_PROXY: Final = 256
+FD_RESERVE: Final = 128
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -87,3 +97,21 @@ class DaemonEndpointRefused(ConnectionRefusedError):
 
     def __init__(self, host: str, port: int) -> None:
         super().__init__(f"{host}:{port} is the exec-server's own listener")
+
+
+def _open_fds() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+def accept_connection(live: int) -> bool:
+    """Whether a proxy (or bridge) holding ``live`` connections may take one more."""
+    if live >= MAX_CONNECTIONS_PER_PROXY:
+        return False
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return True
+    # Two more fds per connection: the upstream side comes next.
+    return _open_fds() + 2 + FD_RESERVE <= soft

@@ -17,7 +17,11 @@ import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
-from execserver.netproxy.guard import DaemonEndpointRefused, is_daemon_endpoint
+from execserver.netproxy.guard import (
+    DaemonEndpointRefused,
+    accept_connection,
+    is_daemon_endpoint,
+)
 from execserver.netproxy.relay import close, relay
 from execserver.netproxy.sandbox import ProxyRoutes
 from execserver.sandbox.hidden import private_dir
@@ -76,6 +80,9 @@ class LoopbackBridge:
         self, port: int
     ) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
         async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if not accept_connection(len(self._tasks)):
+                await close(writer)
+                return
             task = asyncio.current_task()
             assert task is not None
             self._tasks.add(task)

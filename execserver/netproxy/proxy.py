@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from execserver.netproxy import http_proxy, socks
 from execserver.netproxy.engine import Asker, Notifier, PolicyEngine
 from execserver.netproxy.env import proxy_environment
+from execserver.netproxy.guard import accept_connection
 from execserver.netproxy.policy import NetworkPolicy
 from execserver.netproxy.resolver import Resolver
 from execserver.netproxy.sandbox import ProxyRoutes
@@ -109,7 +110,7 @@ class ProcessNetworkProxy:
         self, handler: Handler
     ) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            if self._closed:
+            if self._closed or not accept_connection(len(self._writers)):
                 writer.close()
                 return
             task = asyncio.current_task()
