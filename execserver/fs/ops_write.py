@@ -35,12 +35,15 @@ def write_file(path: str, data_base64: str, follow_symlinks: bool = True) -> Non
 
 def write_file_bytes(path: str, data: bytes, follow_symlinks: bool = True) -> None:
     """fs/writeFile: create or truncate."""
+    # O_NONBLOCK: opening a fifo without a reader fails (ENXIO) instead of
+    # hanging the worker; writes are blocking again once it is open.
     if follow_symlinks:
-        fd = os.open(path, _WRITE_FLAGS, 0o666)
+        fd = os.open(path, _WRITE_FLAGS | os.O_NONBLOCK, 0o666)
     else:
         with parent_fd(path) as (dir_fd, name):
-            fd = os.open(name, _WRITE_FLAGS | os.O_NOFOLLOW, 0o666, dir_fd=dir_fd)
+            fd = os.open(name, _WRITE_FLAGS | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666, dir_fd=dir_fd)
     try:
+        os.set_blocking(fd, True)
         write_all(fd, data)
     finally:
         os.close(fd)
@@ -151,7 +154,7 @@ def copy_file(source: str, destination: str) -> None:
 
     Like the reference, copying a file onto itself truncates it.
     """
-    src_fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+    src_fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # no fifo hang
     try:
         src_stat = os.fstat(src_fd)
         mode = stat.S_IMODE(src_stat.st_mode)
