@@ -35,15 +35,14 @@ def write_file(path: str, data_base64: str, follow_symlinks: bool = True) -> Non
 
 def write_file_bytes(path: str, data: bytes, follow_symlinks: bool = True) -> None:
     """fs/writeFile: create or truncate."""
-    # O_NONBLOCK: opening a fifo without a reader fails (ENXIO) instead of
-    # hanging the worker; writes are blocking again once it is open.
+    # A fifo blocks here until a reader comes, as on the reference (it is written
+    # to): that wait happens on a worker thread, never on the event loop.
     if follow_symlinks:
-        fd = os.open(path, _WRITE_FLAGS | os.O_NONBLOCK, 0o666)
+        fd = os.open(path, _WRITE_FLAGS, 0o666)
     else:
         with parent_fd(path) as (dir_fd, name):
-            fd = os.open(name, _WRITE_FLAGS | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666, dir_fd=dir_fd)
+            fd = os.open(name, _WRITE_FLAGS | os.O_NOFOLLOW, 0o666, dir_fd=dir_fd)
     try:
-        os.set_blocking(fd, True)
         write_all(fd, data)
     finally:
         os.close(fd)
