@@ -76,6 +76,8 @@ class Server:
             *operational_checks(self.runtime, verifier),
             *(upgrade_checks or []),
         ]
+        # /metrics asks for the websocket's credentials (not its connection limit).
+        self._metrics_checks = [auth.make_upgrade_check(verifier)] if verifier is not None else []
         self._stop = asyncio.Event()
         self._exit_status = 0
         self.url: str | None = None
@@ -111,7 +113,7 @@ class Server:
         return serving.result()
 
     async def _run_websocket(self) -> int:
-        app = build_app(self.runtime, self._upgrade_checks)
+        app = build_app(self.runtime, self._upgrade_checks, self._metrics_checks)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.address.host, self.address.port, reuse_address=True)
