@@ -24,7 +24,7 @@ from typing import Final
 
 import execserver
 from execserver.sandbox.backend import SandboxBackend, detect_backend
-from execserver.sandbox.plan import interpreter_paths, plan_for_policy
+from execserver.sandbox.plan import LaunchPlan, interpreter_paths, off_loop, plan_for_policy
 from execserver.sandbox.policy import (
     MINIMAL_READ_PATHS,
     ResolvedPolicy,
@@ -108,21 +108,26 @@ async def run_sandboxed_fs_call(
     """Run ``func(**args)`` (``"package.module:function"``, sync, JSON in and out)
     inside the sandbox of ``context``; its OSError/RpcError come back as RpcError."""
     del write  # the sandbox enforces both kinds of access alike
-    # fs/* has no process cwd to fall back to: dynamic entries need the context's cwd.
-    policy = resolve_policy(context, fallback_cwd=None)
-    view = policy_view(policy)
-    if not policy.full_read and not policy.enforces_nothing:
-        # The helper's interpreter needs these to start; the view above keeps the
-        # request itself out of them.
-        policy = dataclasses.replace(policy, minimal_read=True)
-    plan = plan_for_policy(
-        policy,
-        argv=[sys.executable, "-P", "-s", "-m", _RUNNER_MODULE],
-        cwd="/",
-        env=_runner_env(),
-        backend=backend or detect_backend(),
-        extra_read=interpreter_paths(),
-    )
+
+    def build() -> tuple[LaunchPlan, dict[str, list[str]]]:
+        # fs/* has no process cwd to fall back to: dynamic entries need the context's cwd.
+        policy = resolve_policy(context, fallback_cwd=None)
+        view = policy_view(policy)
+        if not policy.full_read and not policy.enforces_nothing:
+            # The helper's interpreter needs these to start; the view above keeps
+            # the request itself out of them.
+            policy = dataclasses.replace(policy, minimal_read=True)
+        plan = plan_for_policy(
+            policy,
+            argv=[sys.executable, "-P", "-s", "-m", _RUNNER_MODULE],
+            cwd="/",
+            env=_runner_env(),
+            backend=backend or detect_backend(),
+            extra_read=interpreter_paths(),
+        )
+        return plan, view
+
+    plan, view = await off_loop(build, lambda built: built[0].close())
     request = json.dumps({"func": func, "args": args, "view": view}).encode()
     try:
         proc = await asyncio.create_subprocess_exec(

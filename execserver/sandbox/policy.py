@@ -21,6 +21,7 @@ context alone (protocol §10.2-§10.4, sandbox.md §1.3):
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 from dataclasses import dataclass
@@ -122,12 +123,91 @@ def has_dynamic_entries(context: FileSystemSandboxContext) -> bool:
     return any(_is_dynamic(e.path) for e in fs.entries)
 
 
+GLOB_SCAN_LIMIT_ENV: Final = "EXECSERVER_SANDBOX_GLOB_SCAN_LIMIT"
+DEFAULT_GLOB_SCAN_LIMIT: Final = 200_000
+
+
+def glob_scan_limit() -> int:
+    try:
+        return max(1, int(os.environ.get(GLOB_SCAN_LIMIT_ENV, DEFAULT_GLOB_SCAN_LIMIT)))
+    except ValueError:
+        return DEFAULT_GLOB_SCAN_LIMIT
+
+
+class _GlobScan:
+    """Expands one pattern (``*``, ``?``, ``[..]`` within a name, ``**`` for any
+    number of directories up to ``max_depth``, hidden names included, symlinked
+    directories not descended), counting every directory entry it reads.
+
+    Bounded because it runs for every sandboxed launch: a deny glob over a huge
+    tree must not stall the launch (or the daemon) without limit. Past the limit
+    the request is refused: a deny set that was not fully enumerated cannot be
+    enforced (fail closed)."""
+
+    def __init__(self, pattern: str, max_depth: int, limit: int) -> None:
+        self.pattern = pattern
+        self.max_depth = max_depth
+        self.limit = limit
+        self.scanned = 0
+        self.found: list[str] = []
+        self._listed: set[str] = set()
+
+    def run(self) -> list[str]:
+        segments = [s for s in self.pattern.split("/") if s]
+        self._match("/", segments, 0)
+        return sorted(set(self.found))
+
+    def _entries(self, directory: str) -> list[os.DirEntry[str]]:
+        # `**/x` lists a directory twice (for `x`, and to descend): count it once.
+        first_time = directory not in self._listed
+        self._listed.add(directory)
+        try:
+            with os.scandir(directory) as it:
+                entries = []
+                for entry in it:
+                    if first_time:
+                        self.scanned += 1
+                        if self.scanned > self.limit:
+                            raise unenforceable_glob(self.pattern, self.limit)
+                    entries.append(entry)
+                return entries
+        except (NotADirectoryError, FileNotFoundError, PermissionError):
+            return []
+
+    def _match(self, directory: str, segments: list[str], descended: int) -> None:
+        if not segments:
+            self.found.append(directory)
+            return
+        segment, rest = segments[0], segments[1:]
+        if segment == "**":
+            self._match(directory, rest, descended)
+            if descended >= self.max_depth:
+                return
+            for entry in self._entries(directory):
+                if entry.is_dir(follow_symlinks=False):
+                    self._match(entry.path, segments, descended + 1)
+                elif not rest:  # a trailing `**` matches files too
+                    self.found.append(entry.path)
+            return
+        if not glob.has_magic(segment):
+            path = os.path.join(directory, segment)
+            if os.path.lexists(path):
+                self._match(path, rest, descended)
+            return
+        for entry in self._entries(directory):
+            if fnmatch.fnmatchcase(entry.name, segment):
+                self._match(entry.path, rest, descended)
+
+
+def unenforceable_glob(pattern: str, limit: int) -> RpcError:
+    return RpcError.invalid_params(
+        "sandbox intent cannot be enforced on this executor: glob pattern "
+        f"{pattern} needs more than {limit} directory entries to expand"
+    )
+
+
 def _expand_glob(pattern: str, max_depth: int) -> list[str]:
-    # `**` may only descend max_depth levels; glob's recursive mode has no depth
-    # limit, so deeper matches are dropped afterwards.
-    base_depth = pattern.split("**", 1)[0].rstrip("/").count("/")
-    matches = glob.glob(pattern, recursive=True, include_hidden=True)
-    return [m for m in matches if m.rstrip("/").count("/") - base_depth <= max_depth + 1]
+    return _GlobScan(pattern, max_depth, glob_scan_limit()).run()
 
 
 _MAX_SYMLINK_HOPS: Final = 40  # the kernel's limit (ELOOP)
