@@ -6,15 +6,21 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 LISTEN ?= ws://127.0.0.1:8765
 PYTEST_ARGS ?=
 
-.PHONY: run test lint format typecheck schema vectors interop bench bench-smoke reliability system-deps venv clean
+.PHONY: run test lint format typecheck schema vectors interop bench bench-smoke reliability system-deps venv clean image container-test lint-code lint-deploy
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+# The benchmarks also need the `bench` extra (psutil, jsonrpcserver for bench_dispatch).
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	@touch $@
 
 venv: $(STAMP)
@@ -35,34 +41,59 @@ system-deps:
 run: $(STAMP) system-deps
 	$(BIN)/execserver serve --listen $(LISTEN)
 
-lint: $(STAMP)
-	$(BIN)/ruff check execserver tests benchmarks
-	$(BIN)/ruff format --check execserver tests benchmarks
+lint: lint-code lint-deploy
+
+lint-code: $(STAMP)
+	$(BIN)/ruff check execserver tests benchmarks scripts
+	$(BIN)/ruff format --check execserver tests benchmarks scripts
+
+# Deployment files: hadolint on the Dockerfile, checkov on the Kubernetes manifests,
+# and the manifests against the Kubernetes JSON schemas (offline, bundled with
+# kubernetes-validate). These tools are heavy (checkov), so they live in their own
+# virtualenv and `make test`'s set-up stays lean.
+LINT_VENV  := .venv-lint
+LINT_BIN   := $(LINT_VENV)/bin
+LINT_STAMP := $(LINT_VENV)/.installed
+K8S_VERSION ?= 1.33.0
+
+$(LINT_STAMP): deploy/lint-requirements.txt
+	@test -x $(LINT_BIN)/python || $(PYTHON) -m venv $(LINT_VENV)
+	$(LINT_BIN)/python -m pip install --quiet --upgrade pip
+	$(LINT_BIN)/python -m pip install --quiet -r deploy/lint-requirements.txt
+	@touch $@
+
+lint-deploy: $(LINT_STAMP)
+	$(LINT_BIN)/hadolint Dockerfile
+	$(LINT_BIN)/checkov --quiet --compact --skip-download --framework kubernetes --directory deploy/k8s
+	$(LINT_BIN)/kubernetes-validate --strict --kubernetes-version $(K8S_VERSION) \
+	  $(filter-out deploy/k8s/kustomization.yaml,$(wildcard deploy/k8s/*.yaml))
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix execserver tests benchmarks
-	$(BIN)/ruff format execserver tests benchmarks
+	$(BIN)/ruff check --fix execserver tests benchmarks scripts
+	$(BIN)/ruff format execserver tests benchmarks scripts
 
 typecheck: $(STAMP)
-	$(BIN)/mypy execserver
+	$(BIN)/mypy execserver scripts
 
-test: $(STAMP) system-deps lint typecheck
+# Code lint only: the deployment linters run in `make lint` (and CI) from their own venv.
+test: $(STAMP) system-deps lint-code typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 schema: $(STAMP)
 	$(BIN)/python -m execserver.wire.schema protocol/schema
 
-# Re-record protocol/vectors from the reference server (installs it from npm when missing).
+# Re-record protocol/vectors from the reference server (scripts/reference.py installs
+# it from npm, pinned and integrity-checked, on first use).
 vectors: $(STAMP)
 	$(BIN)/python -m tests.vectors record
 
 interop: $(STAMP) system-deps
 	$(BIN)/pytest -m interop $(PYTEST_ARGS)
 
-bench: $(STAMP) system-deps
+bench: $(BENCH_STAMP) system-deps
 	$(BIN)/python -m benchmarks.run
 
-bench-smoke: $(STAMP) system-deps
+bench-smoke: $(BENCH_STAMP) system-deps
 	$(BIN)/python -m benchmarks.run --smoke
 
 # The full reliability suite (100k fuzz messages, 1,000-cycle storms, 1 GB
@@ -70,5 +101,20 @@ bench-smoke: $(STAMP) system-deps
 reliability: $(STAMP) system-deps
 	RELIABILITY_SCALE=full $(BIN)/pytest -s tests/reliability $(PYTEST_ARGS)
 
+# The container image, built with podman (rootful, no daemon; installed with apt
+# when missing). Where no container registry is reachable, a Debian bookworm base
+# is made locally with debootstrap (deploy/image/build.sh).
+IMAGE ?= localhost/execserver:dev
+
+image:
+	deploy/image/build.sh $(IMAGE)
+
+# Builds the image and runs it with the documented security options (tests/container).
+container-test: $(STAMP) system-deps
+	@command -v podman >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -qq podman runc debootstrap >/dev/null 2>&1 || \
+	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq podman runc debootstrap >/dev/null 2>&1)); } || true
+	$(BIN)/pytest -m container tests/container $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(LINT_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

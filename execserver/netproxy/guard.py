@@ -57,6 +57,19 @@ def release_listener(host: str, port: int) -> None:
             _listeners.discard((address, port))
 
 
+def names_daemon_listener(host: str, port: int) -> bool:
+    """For connections whose name is resolved by someone else (an upstream
+    proxy): True when ``host:port`` names this host's loopback or one of the
+    daemon's addresses on a port the daemon listens on."""
+    with _lock:
+        if not any(p == port for _, p in _listeners):
+            return False
+    name = host.strip().lower().rstrip(".").strip("[]")
+    if name in ("localhost", "localhost.localdomain") or name.endswith(".localhost"):
+        return True
+    return _ip(name) is not None and is_daemon_endpoint(name, port)
+
+
 def _is_local_interface(address: IPAddress) -> bool:
     """Whether ``address`` belongs to this host (binding to it succeeds)."""
     family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
