@@ -110,6 +110,8 @@ except OSError as exc:
     print(f"sethostname={exc.errno}")
 libc = ctypes.CDLL(None, use_errno=True)
 print("unshare_net=" + str(libc.unshare(0x40000000)) + "/" + str(ctypes.get_errno()))
+mounted = libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)
+print(f"mount={mounted}/{ctypes.get_errno()}")
 try:
     open("/dev/kmsg").read(1)
     print("kmsg=read")
@@ -127,6 +129,7 @@ def _assert_powerless(output: str, marker: Callable[[str], str]) -> None:
     assert marker("Seccomp") == "2", output
     assert marker("sethostname") == "1", output
     assert marker("unshare_net").startswith("-1/"), output
+    assert marker("mount") == "-1/1", output
     assert marker("kmsg") != "read", output
 
 
