@@ -1,12 +1,14 @@
 """Core-side client of an exec-server: ``ExecServerClient``, ``RemoteProcess``,
 ``RemoteFileSystem`` (see core-client.md §1)."""
 
-from execserver.client.connection import (
-    ClientState,
-    CompletedRemoteProcess,
-    ExecServerClient,
-)
+from execserver.client.commands import CompletedRemoteProcess
+from execserver.client.connection import ClientState, ExecServerClient
 from execserver.client.errors import (
+    CommandError,
+    CommandFailed,
+    CommandNotExecutable,
+    CommandNotFound,
+    CommandTimeout,
     ExecServerConnectError,
     ExecServerError,
     ExecServerRpcError,
@@ -25,10 +27,16 @@ from execserver.client.errors import (
 from execserver.client.events import Closed, Exited, ExitStatus, Failed, Output, ProcessEvent
 from execserver.client.fs import RemoteFileHandle, RemoteFileSystem, RemotePath
 from execserver.client.process import RemoteProcess
+from execserver.client.sandbox import Sandbox
 
 __all__ = [
     "ClientState",
     "Closed",
+    "CommandError",
+    "CommandFailed",
+    "CommandNotExecutable",
+    "CommandNotFound",
+    "CommandTimeout",
     "CompletedRemoteProcess",
     "ExecServerClient",
     "ExecServerConnectError",
@@ -53,5 +61,6 @@ __all__ = [
     "RemoteFileSystem",
     "RemotePath",
     "RemoteProcess",
+    "Sandbox",
     "SessionAttached",
 ]
