@@ -23,6 +23,8 @@ from execserver.client.errors import (
     NotFound,
     ProcessFailed,
     SessionAttached,
+    WorkingDirectoryNotADirectory,
+    WorkingDirectoryNotFound,
 )
 from execserver.client.events import Closed, Exited, ExitStatus, Failed, Output, ProcessEvent
 from execserver.client.fs import RemoteFileHandle, RemoteFileSystem, RemotePath
@@ -63,4 +65,6 @@ __all__ = [
     "RemoteProcess",
     "Sandbox",
     "SessionAttached",
+    "WorkingDirectoryNotADirectory",
+    "WorkingDirectoryNotFound",
 ]

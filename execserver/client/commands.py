@@ -30,9 +30,9 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AnyStr, Final, Generic
+from typing import TYPE_CHECKING, Any, AnyStr, Final, Generic
 
 import msgspec
 
@@ -43,8 +43,10 @@ from execserver.client.errors import (
     CommandTimeout,
     ExecServerError,
     InternalError,
+    WorkingDirectoryNotADirectory,
+    WorkingDirectoryNotFound,
 )
-from execserver.client.events import Output
+from execserver.client.events import Output, ProcessEvent
 from execserver.client.process import RemoteProcess
 from execserver.wire import methods
 from execserver.wire.process import (
@@ -148,6 +150,129 @@ def _stdin_bytes(stdin: bytes | str | None) -> bytes | None:
     return data
 
 
+@dataclass
+class Launched:
+    """A started command: its process, and the staged stdin file to remove afterwards."""
+
+    process: RemoteProcess
+    staged_stdin: str | None
+
+    async def cleanup(self, client: ExecServerClient) -> None:
+        if self.staged_stdin is not None:
+            path, self.staged_stdin = self.staged_stdin, None
+            await _remove_quietly(client, path)
+
+
+async def launch(
+    client: ExecServerClient,
+    argv: list[str],
+    *,
+    cwd: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    env_policy: ExecEnvPolicy | None = INHERIT_ENV_POLICY,
+    tty: bool = False,
+    staged_stdin: bytes | None = None,
+    sandbox: object = None,
+    arg0: str | None = None,
+    process_id: str | None = None,
+) -> Launched:
+    """Start ``argv`` with spawn failures turned into ``CommandNotFound`` & co.
+
+    ``staged_stdin`` (non-tty only) is written to a file on the executor that
+    becomes the command's stdin. If the caller is cancelled while the start is
+    in flight, the process is terminated once the start has settled.
+    """
+    cwd_native = _native(cwd)
+    if not cwd_native.startswith("/"):
+        raise ValueError(f"cwd must be an absolute path on the executor, got {cwd_native!r}")
+    if tty:
+        # Both servers start a pty child even when its cwd is missing (it then
+        # runs in the server's cwd); refuse that here.
+        await _require_directory(client, cwd_native)
+    command = argv
+    staged: str | None = None
+    if staged_stdin is not None:
+        if tty:
+            raise ValueError("staged stdin is for pipes; type into a tty instead")
+        staged = await _stage_stdin(client, staged_stdin)
+        command = [STAGED_STDIN_SHELL, "-c", STAGED_STDIN_SCRIPT, staged, *argv]
+    params = ExecParams(
+        process_id=process_id or f"run-{uuid.uuid4().hex}",
+        argv=command,
+        cwd=_to_uri(cwd),
+        env=dict(env or {}),
+        tty=tty,
+        pipe_stdin=False,
+        arg0=arg0,
+        env_policy=env_policy,
+        sandbox=_sandbox_raw(sandbox),
+    )
+    start = asyncio.ensure_future(client.start(params, timeout=None))
+    try:
+        try:
+            proc = await asyncio.shield(start)
+        except InternalError as exc:
+            raise await _spawn_error(client, exc, argv[0], cwd_native) from exc
+        except BaseException:
+            await _shielded(_settle_and_terminate(client, start))
+            raise
+    except BaseException:
+        if staged is not None:
+            await _remove_quietly(client, staged)
+        raise
+    return Launched(proc, staged)
+
+
+async def terminate(
+    client: ExecServerClient,
+    proc: RemoteProcess,
+    on_event: Callable[[ProcessEvent], None] | None = None,
+) -> None:
+    """``process/terminate`` unless it already ended, then hand what it printed
+    until ``Closed`` to ``on_event`` (bounded). Shielded: a second cancellation
+    stops the waiting, not the clean-up."""
+    await _shielded(_terminate_and_drain(client, proc, on_event))
+
+
+async def _shielded(work: Coroutine[Any, Any, None]) -> None:
+    await asyncio.shield(asyncio.ensure_future(work))
+
+
+async def _settle_and_terminate(
+    client: ExecServerClient, start: asyncio.Future[RemoteProcess]
+) -> None:
+    if not start.done():
+        # A start still in flight may yet spawn the child; terminate after it.
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(start), START_SETTLE_TIMEOUT)
+    if start.done() and not start.cancelled() and start.exception() is None:
+        await _terminate_and_drain(client, start.result(), None)
+
+
+async def _terminate_and_drain(
+    client: ExecServerClient,
+    proc: RemoteProcess,
+    on_event: Callable[[ProcessEvent], None] | None,
+) -> None:
+    if proc.finished:
+        return
+    try:
+        await client.call(
+            methods.PROCESS_TERMINATE,
+            TerminateParams(process_id=proc.process_id),
+            TerminateResponse,
+            timeout=TERMINATE_TIMEOUT,
+        )
+    except ExecServerError as exc:
+        log.warning("could not terminate remote process %s: %s", proc.process_id, exc)
+        return
+    with contextlib.suppress(TimeoutError, ExecServerError):
+        async with asyncio.timeout(DRAIN_TIMEOUT):
+            async for event in proc:
+                if on_event is not None:
+                    on_event(event)
+
+
 async def run_command(
     client: ExecServerClient,
     command: str | Sequence[str],
@@ -167,43 +292,26 @@ async def run_command(
 ) -> CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]:
     argv = command_argv(client, command)
     data = _stdin_bytes(stdin)
-    cwd_native = _native(cwd)
-    if not cwd_native.startswith("/"):
-        raise ValueError(f"cwd must be an absolute path on the executor, got {cwd_native!r}")
     policy = env_policy if env_policy is not None else INHERIT_ENV_POLICY if inherit_env else None
-    pid = process_id or f"run-{uuid.uuid4().hex}"
     out = _Collected()
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
-    staged: str | None = None
-    start: asyncio.Task[RemoteProcess] | None = None
+    deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+    launched: Launched | None = None
     finished = False
     try:
         async with asyncio.timeout_at(deadline) as scope:
-            if tty:
-                # Both servers start a pty child even when its cwd is missing (it
-                # then runs somewhere else); refuse that here.
-                await _require_directory(client, cwd_native)
-            launch = argv
-            if data is not None and not tty:
-                staged = await _stage_stdin(client, data)
-                launch = [STAGED_STDIN_SHELL, "-c", STAGED_STDIN_SCRIPT, staged, *argv]
-            params = ExecParams(
-                process_id=pid,
-                argv=launch,
-                cwd=_to_uri(cwd),
-                env=dict(env or {}),
-                tty=tty,
-                pipe_stdin=False,
-                arg0=arg0,
+            launched = await launch(
+                client,
+                argv,
+                cwd=cwd,
+                env=env,
                 env_policy=policy,
-                sandbox=_sandbox_raw(sandbox),
+                tty=tty,
+                staged_stdin=None if tty else data,
+                sandbox=sandbox,
+                arg0=arg0,
+                process_id=process_id,
             )
-            start = asyncio.ensure_future(client.start(params, timeout=None))
-            try:
-                proc = await asyncio.shield(start)
-            except InternalError as exc:
-                raise await _spawn_error(client, exc, argv[0], cwd_native) from exc
+            proc = launched.process
             if data is not None and tty:
                 await _type_into_terminal(proc, data)
             async for event in proc:
@@ -211,7 +319,8 @@ async def run_command(
             status = await proc.wait()
             finished = True
     except TimeoutError:
-        await _stop(client, pid, start, out)
+        if launched is not None:
+            await terminate(client, launched.process, out.add)
         if not scope.expired():
             raise
         assert timeout is not None
@@ -221,12 +330,12 @@ async def run_command(
     except BaseException:
         # Cancelled, connection lost, interrupted: the remote command must not
         # outlive this call.
-        if not finished:
-            await _stop(client, pid, start, out)
+        if launched is not None and not finished:
+            await terminate(client, launched.process, out.add)
         raise
     finally:
-        if staged is not None:
-            await _remove_quietly(client, staged)
+        if launched is not None:
+            await launched.cleanup(client)
     result: CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]
     if text:
         result = CompletedRemoteProcess(
@@ -261,46 +370,6 @@ def _sandbox_raw(sandbox: object) -> msgspec.Raw:
     return sandbox_param(sandbox)
 
 
-async def _stop(
-    client: ExecServerClient,
-    process_id: str,
-    start: asyncio.Task[RemoteProcess] | None,
-    out: _Collected,
-) -> None:
-    """Terminate the process (once its start has settled), then collect what it
-    printed until it closed. Shielded: a second cancellation does not stop the
-    clean-up, it only stops waiting for it."""
-
-    async def stop() -> None:
-        if start is None:
-            return
-        if not start.done():
-            # A start still in flight may yet spawn the child; terminate after it.
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(start), START_SETTLE_TIMEOUT)
-        if not start.done() or start.cancelled() or start.exception() is not None:
-            return
-        proc = start.result()
-        if proc.finished:
-            return
-        try:
-            await client.call(
-                methods.PROCESS_TERMINATE,
-                TerminateParams(process_id=process_id),
-                TerminateResponse,
-                timeout=TERMINATE_TIMEOUT,
-            )
-        except ExecServerError as exc:
-            log.warning("could not terminate remote process %s: %s", process_id, exc)
-            return
-        with contextlib.suppress(TimeoutError, ExecServerError):
-            async with asyncio.timeout(DRAIN_TIMEOUT):
-                async for event in proc:
-                    out.add(event)
-
-    await asyncio.shield(asyncio.ensure_future(stop()))
-
-
 async def _type_into_terminal(proc: RemoteProcess, data: bytes) -> None:
     # In canonical mode ^D ends the input only at the start of a line; after a
     # partial line it just hands that line over, so a second one is needed.
@@ -308,10 +377,15 @@ async def _type_into_terminal(proc: RemoteProcess, data: bytes) -> None:
     await proc.write(data + eof)
 
 
-async def _stage_stdin(client: ExecServerClient, data: bytes) -> str:
+def remote_temp_path(client: ExecServerClient, prefix: str) -> str:
+    """A fresh file name in the executor's temporary directory."""
     info = client.environment_info
     tmp = uri_to_path(info.temp_dir) if info is not None and info.temp_dir else "/tmp"
-    path = f"{tmp.rstrip('/')}/execserver-stdin-{uuid.uuid4().hex}"
+    return f"{tmp.rstrip('/')}/{prefix}-{uuid.uuid4().hex}"
+
+
+async def _stage_stdin(client: ExecServerClient, data: bytes) -> str:
+    path = remote_temp_path(client, "execserver-stdin")
     await client.fs.write_file(path, data)
     return path
 
@@ -331,15 +405,11 @@ async def _cwd_problem(client: ExecServerClient, cwd: str) -> OSError | None:
     try:
         meta = await client.fs.get_metadata(cwd)
     except FileNotFoundError:
-        return FileNotFoundError(
-            errno.ENOENT, "working directory does not exist on the executor", cwd
-        )
+        return WorkingDirectoryNotFound(cwd)
     except (OSError, ExecServerError):
         return None
     if not meta.is_directory:
-        return NotADirectoryError(
-            errno.ENOTDIR, "working directory is not a directory on the executor", cwd
-        )
+        return WorkingDirectoryNotADirectory(cwd)
     return None
 
 

@@ -9,6 +9,7 @@ session) has its own class.
 
 from __future__ import annotations
 
+import errno
 from typing import Literal
 
 from execserver.wire import errors as codes
@@ -101,9 +102,11 @@ class ProcessFailed(ExecServerError):
 class ExecServerConnectError(ExecServerError):
     """The transport could not be opened (refused, HTTP 401/403/404 on upgrade, spawn failed)."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, reason: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        # What the server said when it refused the upgrade (the 401 body).
+        self.reason = reason
 
 
 # -- running a command (``ExecServerClient.run``) ------------------------------
@@ -137,6 +140,20 @@ class CommandNotExecutable(ExecServerError, PermissionError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class WorkingDirectoryNotFound(ExecServerError, FileNotFoundError):
+    """The ``cwd`` of a command does not exist on the executor (``filename`` is it)."""
+
+    def __init__(self, cwd: str) -> None:
+        super().__init__(errno.ENOENT, "working directory does not exist on the executor", cwd)
+
+
+class WorkingDirectoryNotADirectory(ExecServerError, NotADirectoryError):
+    """The ``cwd`` of a command exists on the executor but is not a directory."""
+
+    def __init__(self, cwd: str) -> None:
+        super().__init__(errno.ENOTDIR, "working directory is not a directory on the executor", cwd)
 
 
 class CommandError(ExecServerError):
