@@ -173,6 +173,8 @@ class ExecServerClient:
         self._request_handlers: dict[str, Callable[[msgspec.Raw], Awaitable[object]]] = {}
         self._listeners: dict[str, list[Callable[[msgspec.Raw], None]]] = {}
         self.session_id: str = ""
+        # The websocket URL (None for stdio and custom transports).
+        self.url: str | None = None
         self.environment_info: EnvironmentInfo | None = None
         self.reconnects = 0
         from execserver.client.fs import RemoteFileSystem
@@ -218,6 +220,7 @@ class ExecServerClient:
             request_timeout=request_timeout,
             recovery_deadline=recovery_deadline,
         )
+        client.url = url
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         delay = CONNECT_RETRY_DELAY
