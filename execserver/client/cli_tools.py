@@ -49,7 +49,7 @@ from execserver.client.commands import (
     terminate,
 )
 from execserver.client.connection import ExecServerClient, check_url
-from execserver.client.errors import ExecServerError
+from execserver.client.errors import ExecServerError, ProcessFailed
 from execserver.client.events import Closed, Exited, Failed, Output
 from execserver.client.process import RemoteProcess
 
@@ -366,7 +366,7 @@ async def _stream_output(proc: RemoteProcess) -> int:
         elif isinstance(event, Exited):
             code = event.exit_code
         elif isinstance(event, Failed):
-            raise ExecServerError(event.message)
+            raise ProcessFailed(event.message)
         elif isinstance(event, Closed):
             break
     return code
