@@ -17,11 +17,15 @@ from tests.servers import RunningServer
 
 
 def daemons() -> list[psutil.Process]:
-    return [
-        p
-        for p in psutil.Process().children(recursive=True)
-        if "serve" in p.cmdline() and "execserver" in p.cmdline()
-    ]
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            cmdline = proc.cmdline()
+        except psutil.Error:  # gone, or a zombie of an earlier test
+            continue
+        if "serve" in cmdline and "execserver" in cmdline:
+            found.append(proc)
+    return found
 
 
 async def test_serve_local_starts_a_daemon_yields_a_client_and_stops_it(tmp_path: Path) -> None:
