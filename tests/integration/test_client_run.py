@@ -265,6 +265,19 @@ async def test_connect_wait_retries_until_the_server_listens(tmp_path: Path) -> 
             assert await client.environment_status() == "ready"
 
 
+async def test_connect_wait_does_not_retry_a_refused_token(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token-21\n")
+    extra = ["--ws-auth", "capability-token", "--ws-token-file", str(token_file)]
+    async with start_server("execserver", extra) as server:
+        # Well inside wait=60: a refusal is an answer, not a server still starting.
+        async with asyncio.timeout(15):
+            with pytest.raises(ExecServerConnectError) as caught:
+                await ExecServerClient.connect(server.url, token="wrong", wait=60)
+    assert caught.value.status == 401
+    assert caught.value.reason == "invalid websocket bearer token"
+
+
 async def test_a_url_without_scheme_is_refused_with_a_hint() -> None:
     with pytest.raises(ValueError, match=r"ws://127\.0\.0\.1:8765"):
         await ExecServerClient.connect("127.0.0.1:8765")
