@@ -159,6 +159,10 @@ def guarded(prog: str, url: str, verbose: bool, main: Callable[[], Awaitable[int
 
     try:
         return asyncio.run(checked())
+    except KeyboardInterrupt:
+        # ^C before the command started (while connecting): nothing to interrupt
+        # remotely; exit as a shell does for SIGINT, without a traceback.
+        return 128 + signal.SIGINT
     except (ExecServerError, OSError, UsageError, ValueError) as exc:
         code, message = explain(exc, url=url, verbose=verbose)
         report(prog, message)

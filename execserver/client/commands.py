@@ -76,9 +76,10 @@ START_SETTLE_TIMEOUT: Final = 10.0
 DRAIN_TIMEOUT: Final = 2.0
 END_OF_INPUT: Final = b"\x04"  # ^D: the terminal's EOF character
 STAGED_STDIN_SHELL: Final = "/bin/sh"
-# $0 is the staged file, "$@" the command. Deleting the file once it is open
-# leaves nothing behind even if the client goes away.
-STAGED_STDIN_SCRIPT: Final = 'exec <"$0" || exit 125\nrm -f -- "$0" 2>/dev/null\nexec "$@"'
+# $0 is the program's name (the shell's messages start with it), $1 the staged
+# file, the rest the command. Deleting the file once it is open leaves nothing
+# behind even if the client goes away.
+STAGED_STDIN_SCRIPT: Final = 'exec <"$1" || exit 125\nrm -f -- "$1" 2>/dev/null\nshift\nexec "$@"'
 
 _OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
@@ -195,7 +196,7 @@ async def launch(
         if tty:
             raise ValueError("staged stdin is for pipes; type into a tty instead")
         staged = await _stage_stdin(client, staged_stdin)
-        command = [STAGED_STDIN_SHELL, "-c", STAGED_STDIN_SCRIPT, staged, *argv]
+        command = [STAGED_STDIN_SHELL, "-c", STAGED_STDIN_SCRIPT, argv[0], staged, *argv]
     params = ExecParams(
         process_id=process_id or f"run-{uuid.uuid4().hex}",
         argv=command,
