@@ -258,13 +258,16 @@ async def _terminate_and_drain(
     if proc.finished:
         return
     try:
-        await client.call(
-            methods.PROCESS_TERMINATE,
-            TerminateParams(process_id=proc.process_id),
-            TerminateResponse,
-            timeout=TERMINATE_TIMEOUT,
-        )
-    except ExecServerError as exc:
+        # Bounded as a whole: while the client is reconnecting, call() first
+        # waits for the recovery, which may take far longer.
+        async with asyncio.timeout(TERMINATE_TIMEOUT):
+            await client.call(
+                methods.PROCESS_TERMINATE,
+                TerminateParams(process_id=proc.process_id),
+                TerminateResponse,
+            )
+    except (ExecServerError, TimeoutError) as exc:
+        # The server ends a detached session's processes when the session expires.
         log.warning("could not terminate remote process %s: %s", proc.process_id, exc)
         return
     with contextlib.suppress(TimeoutError, ExecServerError):
