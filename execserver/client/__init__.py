@@ -1,5 +1,6 @@
-"""Core-side client of an exec-server: ``ExecServerClient``, ``RemoteProcess``,
-``RemoteFileSystem`` (see core-client.md §1)."""
+"""Client of an exec-server: ``ExecServerClient`` (``run``, ``start_process``,
+``fs``), ``Sandbox``, the errors it raises; ``execserver.client.sync`` is the
+blocking version. Worked examples: docs/client.md."""
 
 from execserver.client.commands import CompletedRemoteProcess
 from execserver.client.connection import ClientState, ExecServerClient
@@ -30,6 +31,7 @@ from execserver.client.events import Closed, Exited, ExitStatus, Failed, Output,
 from execserver.client.fs import RemoteFileHandle, RemoteFileSystem, RemotePath
 from execserver.client.process import RemoteProcess
 from execserver.client.sandbox import Sandbox
+from execserver.wire.process import ExecEnvPolicy
 
 __all__ = [
     "ClientState",
@@ -40,6 +42,7 @@ __all__ = [
     "CommandNotFound",
     "CommandTimeout",
     "CompletedRemoteProcess",
+    "ExecEnvPolicy",
     "ExecServerClient",
     "ExecServerConnectError",
     "ExecServerError",
