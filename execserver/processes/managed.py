@@ -439,11 +439,17 @@ class ManagedProcess:
             os.killpg(group, signal.SIGINT)
 
     def terminate(self) -> bool:
-        """SIGKILL the child's process group, as the reference does; True if it was running.
+        """SIGKILL the whole tree of the child; True if the child was running.
 
-        Members that left the group (setsid) survive, as under the reference; they
-        die with the session. The group id is the child's pid, which cannot be
-        recycled before we reap the child, so this never hits a stranger.
+        Beyond the reference, which kills only the child's process group: every
+        process the daemon attributes to this child dies too, setsid and
+        double-fork escapees included (the resource-limit cgroup when there is
+        one, else the subreaper tree and the start-environment sweep), so a
+        terminated dev server never keeps its port. Everything is signalled
+        synchronously, before the child's exit can even be reaped, so none of it
+        is alive when ``closed`` goes out. Exit code and notifications are the
+        reference's. A child that exited on its own is left alone (``running``
+        false): its background jobs live on until the session ends, as there.
         """
         if self.exited:
             return False
@@ -451,8 +457,7 @@ class ManagedProcess:
         self._terminated = True
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
+        self._supervisor.kill(self.tree)
         return True
 
     # ---- teardown --------------------------------------------------------------------

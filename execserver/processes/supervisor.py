@@ -55,6 +55,9 @@ class Supervisor:
 
     def kill(self, tree: ProcessTree) -> None:
         """Kill the whole tree now; its orphans are reaped by the next sweeps."""
+        # An escapee re-parented to us since the last sweep is attributed first,
+        # so that it dies with its tree instead of waiting for the session's end.
+        claim_unowned_children(list(self._trees), read_proc_table())
         tree.kill()
         if tree.empty:
             self._trees.discard(tree)
