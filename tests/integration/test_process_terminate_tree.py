@@ -21,9 +21,7 @@ from tests.servers import PROJECT_ROOT, execserver_command, start_server
 # double-forked setsid escapee whose parent exits at once (re-parented to the
 # daemon, the subreaper). Every pid is printed so the test can watch it.
 TREE_SCRIPT = (
-    "setsid sleep 300 & echo $!; "
-    "(setsid sleep 300 & echo $!); "
-    "echo $$; echo ready; sleep 300"
+    "setsid sleep 300 & echo $!; (setsid sleep 300 & echo $!); echo $$; echo ready; sleep 300"
 )
 
 
@@ -79,9 +77,7 @@ async def test_terminate_kills_setsid_and_double_fork_escapees(
         try:
             # $! is printed right after fork: wait until both really left the group.
             assert await poll_until(
-                lambda: all(
-                    _alive(p) and os.getsid(p) == p for p in (grandchild, double_forked)
-                )
+                lambda: all(_alive(p) and os.getsid(p) == p for p in (grandchild, double_forked))
             )
             assert await poll_until(lambda: psutil.Process(double_forked).ppid() == server_pid)
             before = _live_descendants(server_pid)
@@ -91,10 +87,7 @@ async def test_terminate_kills_setsid_and_double_fork_escapees(
             exit_status = await proc.wait()
             assert exit_status.exit_code == 137  # unchanged: SIGKILL through pipes
             # Within 1 s of `closed`, nothing the process started is alive.
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 1.0
-            while _live_descendants(server_pid) and loop.time() < deadline:
-                await asyncio.sleep(0.02)
+            await poll_until(lambda: not _live_descendants(server_pid), timeout=1.0)
             assert _live_descendants(server_pid) == set()
             assert not any(_alive(p) for p in before)
         finally:
