@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from execserver.processes.tree import (
     ProcessTree,
@@ -20,6 +21,9 @@ from execserver.processes.tree import (
     read_stat,
     reap_orphans,
 )
+
+if TYPE_CHECKING:
+    from execserver.containment import ProcessCgroup
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +42,12 @@ class Supervisor:
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
 
-    def track(self, pid: int, env: dict[str, str]) -> ProcessTree:
+    def track(
+        self, pid: int, env: dict[str, str], cgroup: ProcessCgroup | None = None
+    ) -> ProcessTree:
         info = read_stat(pid)
         entries = frozenset(f"{k}={v}".encode(errors="surrogateescape") for k, v in env.items())
-        tree = ProcessTree(pid, info.start if info is not None else 0, entries)
+        tree = ProcessTree(pid, info.start if info is not None else 0, entries, cgroup=cgroup)
         self._trees.add(tree)
         self._schedule()
         return tree
@@ -51,16 +57,27 @@ class Supervisor:
         known = {t.root for t in self._trees if t.root_alive}
         adopt_orphans(tree, known)
         if tree.empty:
-            self._trees.discard(tree)
+            self._forget(tree)
+        else:
+            self._schedule()
+
+    def _forget(self, tree: ProcessTree) -> None:
+        self._trees.discard(tree)
+        if tree.cgroup is not None:
+            tree.cgroup.remove()
 
     def kill(self, tree: ProcessTree) -> None:
         """Kill the whole tree now; its orphans are reaped by the next sweeps."""
+        if tree.cgroup is not None:
+            # Every member, however it detached, in one go (the tracking below
+            # still records the orphans we inherit, for reaping).
+            tree.cgroup.kill()
         # An escapee re-parented to us since the last sweep is attributed first,
         # so that it dies with its tree instead of waiting for the session's end.
         claim_unowned_children(list(self._trees), read_proc_table())
         tree.kill()
         if tree.empty:
-            self._trees.discard(tree)
+            self._forget(tree)
         else:
             self._schedule(0.05)
 
@@ -83,7 +100,7 @@ class Supervisor:
         claim_unowned_children(list(self._trees), table)
         reap_orphans(self._trees, table)
         for tree in [t for t in self._trees if t.empty]:
-            self._trees.discard(tree)
+            self._forget(tree)
         if self._trees:
             self._schedule()
 
@@ -93,6 +110,8 @@ class Supervisor:
         if self._timer is not None:
             self._timer.cancel()
         for tree in list(self._trees):
+            if tree.cgroup is not None:
+                tree.cgroup.kill()
             tree.kill()
         # Whatever still descends from the daemon now (an escapee nobody could
         # attribute) dies too: nothing may outlive the daemon.
@@ -104,4 +123,8 @@ class Supervisor:
             if all(not t.tracked for t in self._trees):
                 break
             await asyncio.sleep(0.02)
+        for _ in range(50):
+            if all(t.cgroup is None or t.cgroup.remove() for t in self._trees):
+                break
+            await asyncio.sleep(0.02)  # SIGKILLed members leave their cgroup within ms
         self._trees.clear()

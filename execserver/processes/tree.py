@@ -20,7 +20,10 @@ import os
 import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from execserver.containment import ProcessCgroup
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +127,9 @@ class ProcessTree:
     env_entries: frozenset[bytes] = frozenset()
     root_alive: bool = True
     tracked: dict[int, int] = field(default_factory=dict)  # pid -> start
+    # The tree's resource-limit cgroup (when limits are configured): it holds every
+    # descendant, escapees included, so it decides emptiness and does the kill.
+    cgroup: ProcessCgroup | None = None
 
     def live_tracked(self, table: dict[int, ProcInfo]) -> list[int]:
         return [
@@ -145,7 +151,9 @@ class ProcessTree:
 
     @property
     def empty(self) -> bool:
-        return not self.root_alive and not self.tracked
+        if self.root_alive or self.tracked:
+            return False
+        return self.cgroup is None or not self.cgroup.populated()
 
     def kill(self) -> int:
         """SIGKILL every member still alive; returns how many were signalled."""

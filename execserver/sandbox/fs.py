@@ -17,11 +17,13 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Final
 
 import execserver
+from execserver.containment import contained_helper
 from execserver.sandbox.backend import SandboxBackend, detect_backend
-from execserver.sandbox.plan import interpreter_paths, plan_for_policy
+from execserver.sandbox.plan import LaunchPlan, interpreter_paths, plan_for_policy
 from execserver.sandbox.policy import resolve_policy, restricts_access
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 from execserver.wire.sandbox import FileSystemSandboxContext
@@ -90,6 +92,12 @@ async def run_sandboxed_fs_call(
         extra_read=interpreter_paths(),
     )
     request = json.dumps({"func": func, "args": args}).encode()
+    # The per-process resource limits hold for the helper too (a no-op without them).
+    async with contained_helper() as place:
+        return await _run_helper(plan, request, place)
+
+
+async def _run_helper(plan: LaunchPlan, request: bytes, place: Callable[[], None] | None) -> object:
     try:
         proc = await asyncio.create_subprocess_exec(
             *plan.argv,
@@ -100,6 +108,7 @@ async def run_sandboxed_fs_call(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=place,
         )
     finally:
         plan.close()

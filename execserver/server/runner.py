@@ -11,6 +11,7 @@ import sys
 from aiohttp import web
 
 from execserver.config import ServerConfig
+from execserver.containment import open_process_cgroups
 from execserver.server import auth, limits
 from execserver.server.audit import AuditLog
 from execserver.server.listen import ListenAddress, parse_listen
@@ -33,6 +34,8 @@ def build_runtime(config: ServerConfig) -> ServerRuntime:
         methods=build_method_table(),
         sessions=SessionRegistry(config.session_ttl_s),
         audit=AuditLog(config.audit_log),
+        # Raises ContainmentError when limits are set and cannot be applied.
+        containment=open_process_cgroups(config.process_limits),
     )
 
 

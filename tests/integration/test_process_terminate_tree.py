@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from execserver.client import ExecServerClient
+from execserver.containment.cgroups import probe_host
 from tests.process_client import poll_until
 from tests.servers import PROJECT_ROOT, execserver_command, start_server
 
@@ -43,8 +44,10 @@ def _live_descendants(server_pid: int) -> set[int]:
 
 @contextlib.asynccontextmanager
 async def _client(transport: str) -> AsyncIterator[ExecServerClient]:
-    if transport == "websocket":
-        async with start_server("execserver") as server:
+    if transport.startswith("websocket"):
+        # "websocket+cgroup": the tree kill goes through the limits' cgroup.
+        flags = ["--process-pids-max", "512"] if transport.endswith("+cgroup") else []
+        async with start_server("execserver", flags) as server:
             client = await ExecServerClient.connect(server.url)
             try:
                 yield client
@@ -59,7 +62,22 @@ async def _client(transport: str) -> AsyncIterator[ExecServerClient]:
             await client.close()
 
 
-@pytest.mark.parametrize("transport", ["websocket", "stdio"])
+def _cgroups_delegated() -> bool:
+    host = probe_host("/sys/fs/cgroup")
+    return host.v2_usable({"pids"}) or host.v1_usable({"pids"})
+
+
+@pytest.mark.parametrize(
+    "transport",
+    [
+        "websocket",
+        "stdio",
+        pytest.param(
+            "websocket+cgroup",
+            marks=pytest.mark.skipif(not _cgroups_delegated(), reason="no pids cgroup here"),
+        ),
+    ],
+)
 async def test_terminate_kills_setsid_and_double_fork_escapees(
     transport: str, tmp_path: Path
 ) -> None:
