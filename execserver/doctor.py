@@ -132,15 +132,38 @@ def render_text(checks: list[Check], info: dict[str, str], required: set[str]) -
     return "\n".join(lines) + "\n"
 
 
+def cgroup_checks() -> list[Check]:
+    """Which cgroup controllers the --process-*-max limits could use here."""
+    from execserver.cli import CGROUP_ROOT_ENV
+    from execserver.config import DEFAULT_CGROUP_ROOT
+    from execserver.containment import describe_host
+
+    root = os.environ.get(CGROUP_ROOT_ENV) or DEFAULT_CGROUP_ROOT
+    return [Check(name, ok, detail) for name, ok, detail in describe_host(root)]
+
+
+def render_cgroups(checks: list[Check]) -> str:
+    lines = ["per-process limits (--process-memory-max, --process-pids-max, --process-cpu-max):"]
+    lines += [f"  {c.name:9s} {'ok' if c.ok else 'no':8s} {c.detail}" for c in checks]
+    return "\n".join(lines) + "\n"
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     checks, info = run_checks()
+    cgroups = cgroup_checks()
     required = set(args.require or [])
     missing = sorted(c.name for c in checks if c.name in required and not c.ok)
     if args.json:
-        doc = {**info, "checks": [asdict(c) for c in checks], "missingRequirements": missing}
+        doc = {
+            **info,
+            "checks": [asdict(c) for c in checks],
+            "cgroups": [asdict(c) for c in cgroups],
+            "missingRequirements": missing,
+        }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(render_text(checks, info, required))
+        sys.stdout.write(render_cgroups(cgroups))
         if missing:
             sys.stdout.write(f"missing requirements: {', '.join(missing)}\n")
     return 1 if missing else 0

@@ -62,3 +62,15 @@ def test_text_report_names_the_missing_requirement() -> None:
     assert done.returncode == 1
     assert "fail closed: yes" in done.stdout
     assert "missing requirements: sandbox" in done.stdout
+
+
+def test_cgroup_section_reports_usable_controllers_and_what_is_missing(tmp_path: Any) -> None:
+    _, doc = report()
+    assert [c["name"] for c in doc["cgroups"]] == ["v2", "v1", "limits"]
+    _, none = report(env={"EXECSERVER_CGROUP_ROOT": str(tmp_path)})
+    rows = {c["name"]: c for c in none["cgroups"]}
+    assert not any(c["ok"] for c in none["cgroups"])
+    assert rows["v2"]["detail"] == f"no cgroup v2 mounted at {tmp_path}"
+    assert "Delegate=yes" in rows["limits"]["detail"]
+    done = doctor(env={"EXECSERVER_CGROUP_ROOT": str(tmp_path)})
+    assert "per-process limits (--process-memory-max" in done.stdout
