@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -87,8 +88,9 @@ async def main() -> None:
     results: dict[str, object] = {}
     for label, limit, loops in (
         ("1 loop, unlimited", None, 1),
-        ("1 loop, --process-cpu-max 0.5", 0.5, 1),
+        ("1 loop, --process-cpu-max 0.25", 0.25, 1),
         ("2 loops, unlimited", None, 2),
+        ("2 loops, --process-cpu-max 0.5", 0.5, 2),
         ("2 loops, --process-cpu-max 1.5", 1.5, 2),
     ):
         results[label] = await cpu_share(limit, loops, args.seconds)
@@ -109,6 +111,10 @@ async def main() -> None:
         print(label, results[label], flush=True)
     results["tree sweep (ms)"] = sweep_ms(30)
     print("tree sweep (ms)", results["tree sweep (ms)"])
+    results["load average"] = list(os.getloadavg())
+    results["cpus"] = os.cpu_count() or 0
+    out = Path(__file__).resolve().parent / "results" / "containment.json"
+    out.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":
