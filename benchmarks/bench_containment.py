@@ -26,6 +26,7 @@ from execserver.processes.tree import read_proc_table
 from tests.process_client import connect
 from tests.servers import start_server
 
+RESULT_FILE = Path(__file__).resolve().parent / "results" / "containment.json"
 BUSY = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end: pass\n"
 
 
@@ -113,8 +114,7 @@ async def main() -> None:
     print("tree sweep (ms)", results["tree sweep (ms)"])
     results["load average"] = list(os.getloadavg())
     results["cpus"] = os.cpu_count() or 0
-    out = Path(__file__).resolve().parent / "results" / "containment.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    RESULT_FILE.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":
