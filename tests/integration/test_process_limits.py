@@ -5,6 +5,7 @@ responsive daemon, accounting, the fs helper, and fail-closed start-up."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -211,3 +212,62 @@ async def test_without_limit_flags_nothing_changes_even_without_cgroups(tmp_path
             own = Path(f"/proc/{server.process.pid}/cgroup").read_text()  # noqa: ASYNC240
             # Same cgroups as the daemon: no cgroup was made for it.
             assert events.output().split(b"\n", 1)[1].decode() == own
+
+
+V2_DIR = probe_host(ROOT).v2_dir
+
+
+@pytest.mark.skipif(V2_DIR is None, reason="no writable cgroup v2 here")
+def test_v2_cgroup_placement_kill_and_accounting(tmp_path: Path) -> None:
+    """The v2 mechanics without controllers (this host binds them to v1): the child is
+    inside before exec, cgroup.kill ends a setsid tree, the cgroup is then removable."""
+    import subprocess
+
+    from execserver.config import ProcessLimitsConfig
+    from execserver.containment import ProcessCgroups
+
+    assert V2_DIR is not None
+    parent = Path(V2_DIR, f"execserver-test-{os.getpid()}")
+    parent.mkdir()
+    try:
+        cgroup = ProcessCgroups(ProcessLimitsConfig(), 2, {"": str(parent)}).create()
+        with cgroup.placement() as place:
+            child = subprocess.Popen(
+                [
+                    "sh",
+                    "-c",
+                    "setsid sleep 100 >/dev/null & (setsid sleep 100 >/dev/null &); "
+                    "cat /proc/self/cgroup",
+                ],
+                preexec_fn=place,
+                start_new_session=True,
+                stdout=subprocess.PIPE,
+            )
+        assert child.stdout is not None
+        with child.stdout:
+            seen = child.stdout.read().decode()
+        child.wait()
+        assert f"0::/{parent.name}/" in seen  # `cat` ran inside from its first instruction
+        members = cgroup.pids()
+        assert len(members) == 2 and cgroup.populated()
+        cgroup.kill()
+        for pid in members:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)  # not our children: only proves they go
+        assert poll_sync(lambda: not cgroup.populated())
+        assert cgroup.usage().cpu_s is not None
+        assert cgroup.remove()
+    finally:
+        for leaf in [p for p in parent.iterdir() if p.is_dir()]:
+            with contextlib.suppress(OSError):
+                (leaf / "cgroup.kill").write_text("1")
+            poll_sync(lambda leaf=leaf: not (leaf / "cgroup.procs").read_text())  # type: ignore[misc]
+            leaf.rmdir()
+        parent.rmdir()
+
+
+def poll_sync(predicate: Any, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(predicate())
