@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 LISTEN ?= ws://127.0.0.1:8765
 PYTEST_ARGS ?=
 
@@ -15,6 +16,11 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+# The benchmarks also need the `bench` extra (psutil, jsonrpcserver for bench_dispatch).
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	@touch $@
 
 venv: $(STAMP)
@@ -36,15 +42,15 @@ run: $(STAMP) system-deps
 	$(BIN)/execserver serve --listen $(LISTEN)
 
 lint: $(STAMP)
-	$(BIN)/ruff check execserver tests benchmarks
-	$(BIN)/ruff format --check execserver tests benchmarks
+	$(BIN)/ruff check execserver tests benchmarks scripts
+	$(BIN)/ruff format --check execserver tests benchmarks scripts
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix execserver tests benchmarks
-	$(BIN)/ruff format execserver tests benchmarks
+	$(BIN)/ruff check --fix execserver tests benchmarks scripts
+	$(BIN)/ruff format execserver tests benchmarks scripts
 
 typecheck: $(STAMP)
-	$(BIN)/mypy execserver
+	$(BIN)/mypy execserver scripts
 
 test: $(STAMP) system-deps lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -52,17 +58,18 @@ test: $(STAMP) system-deps lint typecheck
 schema: $(STAMP)
 	$(BIN)/python -m execserver.wire.schema protocol/schema
 
-# Re-record protocol/vectors from the reference server (installs it from npm when missing).
+# Re-record protocol/vectors from the reference server (scripts/reference.py installs
+# it from npm, pinned and integrity-checked, on first use).
 vectors: $(STAMP)
 	$(BIN)/python -m tests.vectors record
 
 interop: $(STAMP) system-deps
 	$(BIN)/pytest -m interop $(PYTEST_ARGS)
 
-bench: $(STAMP) system-deps
+bench: $(BENCH_STAMP) system-deps
 	$(BIN)/python -m benchmarks.run
 
-bench-smoke: $(STAMP) system-deps
+bench-smoke: $(BENCH_STAMP) system-deps
 	$(BIN)/python -m benchmarks.run --smoke
 
 # The full reliability suite (100k fuzz messages, 1,000-cycle storms, 1 GB

@@ -2,11 +2,91 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Generator
+from typing import Any
 
 import pytest
 
-from tests.servers import RunningServer, start_server
+from tests.servers import ReferenceUnavailable, RunningServer, reference_binary, start_server
+
+# ---- the reference binary: resolved once, its absence is one skip reason ---------
+#
+# A test needs the reference when it is marked `interop` or `needs_reference`,
+# uses the `reference` fixture, or is parametrized with "reference" (the
+# `any_server`-style fixtures: only their reference half needs it). Without it
+# those tests are skipped, all under the single reason below, and everything
+# else runs. CI sets EXECSERVER_REQUIRE_REFERENCE=1, which makes the absence an
+# error instead, so the comparison with the reference can never silently vanish.
+
+REQUIRE_REFERENCE = os.environ.get("EXECSERVER_REQUIRE_REFERENCE") == "1"
+_unavailable: list[str] = []  # the one reason, once known
+
+
+def _mentions_reference(value: object) -> bool:
+    if isinstance(value, str):
+        return value == "reference"
+    if isinstance(value, tuple | list):
+        return any(_mentions_reference(v) for v in value)
+    return False
+
+
+def _needs_reference(item: pytest.Item) -> bool:
+    if item.get_closest_marker("interop") or item.get_closest_marker("needs_reference"):
+        return True
+    if "reference" in getattr(item, "fixturenames", ()):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and any(_mentions_reference(v) for v in callspec.params.values())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Install or find the reference once, before any test (outside test timeouts)."""
+    if not any(_needs_reference(item) for item in items):
+        return
+    try:
+        reference_binary()
+    except ReferenceUnavailable as exc:
+        if REQUIRE_REFERENCE:
+            raise pytest.UsageError(
+                f"EXECSERVER_REQUIRE_REFERENCE=1 but the reference is unavailable: {exc}"
+            ) from None
+        _unavailable.append(str(exc))
+
+
+def _reference_skip_reason() -> str:
+    return _unavailable[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _unavailable and _needs_reference(item):
+        pytest.skip(_reference_skip_reason())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, pytest.TestReport]:
+    """Every reference skip is reported from one place with one reason, so the
+    summary folds them into one line; a test that reached for the reference
+    without being recognised above is skipped the same way (not under
+    EXECSERVER_REQUIRE_REFERENCE=1: then it fails)."""
+    report: pytest.TestReport = yield
+    excinfo = call.excinfo
+    if excinfo is None:
+        return report
+    if excinfo.errisinstance(ReferenceUnavailable) and not REQUIRE_REFERENCE:
+        if not _unavailable:
+            _unavailable.append(str(excinfo.value))
+        report.outcome = "skipped"
+    elif not (report.skipped and _unavailable and _reference_skip_reason() in str(excinfo.value)):
+        return report
+    report.longrepr = (__file__, _SKIP_LINE, f"Skipped: {_reference_skip_reason()}")
+    return report
+
+
+_SKIP_LINE = pytest_runtest_setup.__code__.co_firstlineno
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Start real exec-servers for tests: ours (``python -m execserver serve``) and the
-reference ``codex exec-server`` 0.169.0 (installed from npm on first use).
+reference ``codex exec-server`` 0.169.0 (installed, pinned and verified, by
+``scripts/reference.py`` on first use).
 
 Both are real child processes listening on 127.0.0.1; the first stdout line
 of each is its ws:// URL.
@@ -10,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from scripts import reference
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-REFERENCE_TOOL = PROJECT_ROOT.parent / "shared" / "tools" / "reference-server"
+ReferenceUnavailable = reference.ReferenceUnavailable
 
 
 @dataclass
@@ -33,16 +34,12 @@ class RunningServer:
 
 
 def reference_binary() -> str:
-    """Path of the reference codex binary, installing it via npm when missing."""
-    override = os.environ.get("CODEX_BIN")
-    if override:
-        return override
-    if not REFERENCE_TOOL.exists():
-        raise RuntimeError(f"reference-server tool not found at {REFERENCE_TOOL}")
-    out = subprocess.run(
-        [str(REFERENCE_TOOL), "--path"], check=True, capture_output=True, text=True, timeout=600
-    )
-    return out.stdout.strip()
+    """Path of the reference codex binary (``$CODEX_BIN``, else installed on first use).
+
+    Raises :class:`ReferenceUnavailable` when it cannot be had; the test
+    conftest turns that into one skip reason (or an error under
+    ``EXECSERVER_REQUIRE_REFERENCE=1``)."""
+    return str(reference.reference_binary())
 
 
 def execserver_command(extra: Sequence[str] = ()) -> list[str]:
@@ -88,9 +85,7 @@ async def start_server(
         raise ValueError(kind)
     full_env = dict(os.environ if env is None else env)
     if kind == "reference":
-        home = Path.home() / ".cache" / "execserver-reference" / "codex-home"
-        home.mkdir(parents=True, exist_ok=True)
-        full_env.setdefault("CODEX_HOME", str(home))
+        full_env.setdefault("CODEX_HOME", str(reference.codex_home()))
     proc = await asyncio.create_subprocess_exec(
         *cmd,
         stdin=asyncio.subprocess.PIPE,
@@ -104,9 +99,3 @@ async def start_server(
         yield RunningServer(kind, url, proc)
     finally:
         await stop_process(proc)
-
-
-def reference_available() -> bool:
-    return bool(os.environ.get("CODEX_BIN")) or (
-        REFERENCE_TOOL.exists() and shutil.which("npm") is not None
-    )

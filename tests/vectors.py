@@ -29,7 +29,14 @@ from typing import Any
 
 import aiohttp
 
-from tests.servers import PROJECT_ROOT, execserver_command, reference_command, start_server
+from tests.servers import (
+    PROJECT_ROOT,
+    ReferenceUnavailable,
+    execserver_command,
+    reference_binary,
+    reference_command,
+    start_server,
+)
 
 VECTOR_DIR = PROJECT_ROOT / "protocol" / "vectors"
 SILENCE_S = 0.4  # how long a step without an expected answer listens for a reply or a drop
@@ -222,4 +229,8 @@ async def record_all() -> None:
 if __name__ == "__main__":
     if sys.argv[1:] != ["record"]:
         sys.exit("usage: python -m tests.vectors record")
+    try:
+        reference_binary()  # installs it on first use; one line when it cannot be had
+    except ReferenceUnavailable as exc:
+        sys.exit(str(exc))
     asyncio.run(record_all())

@@ -38,6 +38,7 @@ def test_every_defined_case_is_recorded() -> None:
     assert sorted(BY_NAME) == [p.stem for p in CASES]
 
 
+@pytest.mark.needs_reference
 @pytest.mark.parametrize("via_flag", [False, True], ids=["arg0", "flag"])
 @pytest.mark.parametrize("case_path", CASES, ids=[p.stem for p in CASES])
 def test_record_matches_a_fresh_reference_run(case_path: Path, via_flag: bool) -> None:

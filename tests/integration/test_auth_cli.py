@@ -11,8 +11,6 @@ import pytest
 
 from tests.servers import execserver_command, reference_command
 
-pytestmark = pytest.mark.interop
-
 TOKEN_DIGEST = hashlib.sha256(b"secret-token-123").hexdigest()
 
 # (label, argv after the subcommand; {d} is a directory with tok, short, empty, secret)
@@ -90,6 +88,7 @@ async def first_error_line(argv: list[str]) -> tuple[int, str]:
     return proc.returncode, errors[0] if errors else err.decode()
 
 
+@pytest.mark.interop
 @pytest.mark.parametrize(("label", "args"), CASES, ids=[label for label, _ in CASES])
 async def test_startup_error_matches_the_reference(
     label: str, args: list[str], secrets_dir: Path

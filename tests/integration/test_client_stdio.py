@@ -10,15 +10,14 @@ import pytest
 
 from execserver.client import ExecServerClient, ExecServerTransportClosed
 from execserver.client.transport import StdioTransport
+from scripts import reference
 from tests.servers import PROJECT_ROOT, execserver_command, reference_command
 
 
 def stdio_command(kind: str) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ)
     if kind == "reference":
-        home = Path.home() / ".cache" / "execserver-reference" / "codex-home"
-        home.mkdir(parents=True, exist_ok=True)
-        env.setdefault("CODEX_HOME", str(home))
+        env.setdefault("CODEX_HOME", str(reference.codex_home()))
         return reference_command(["--listen", "stdio"]), env
     env["PYTHONPATH"] = str(PROJECT_ROOT)
     return execserver_command(["--listen", "stdio"]), env

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from tests.process_client import connect
 from tests.servers import start_server
 
@@ -84,6 +86,7 @@ async def _environments(kind: str) -> list[dict[str, str]]:
     return results
 
 
+@pytest.mark.needs_reference
 async def test_env_policy_matches_the_reference() -> None:
     ours = await _environments("execserver")
     theirs = await _environments("reference")

@@ -1,8 +1,8 @@
 """Record what the reference ``apply_patch`` does with each corpus case.
 
 Usage: ``.venv/bin/python tests/data/apply_patch/record.py`` (needs the
-reference codex binary; ``/work/shared/tools/reference-server --path`` or
-``$CODEX_BIN`` names it). For every case of ``define_cases.py`` the input tree
+reference codex binary: ``$CODEX_BIN``, else ``scripts/reference.py`` installs
+it on first use). For every case of ``define_cases.py`` the input tree
 is written to a fresh directory, the binary is run there as ``apply_patch
 PATCH`` (its arg0 entry point, the form exec_command hands it), and the exit
 code, stdout, stderr and resulting tree are written to ``cases/<name>.json``.
@@ -20,23 +20,18 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[2]))  # the project root, for scripts.reference
 
 from define_cases import CASES, Case  # noqa: E402
+
+from scripts.reference import ReferenceUnavailable  # noqa: E402
+from scripts.reference import reference_binary as _reference_binary  # noqa: E402
 
 ROOT_TOKEN = "<ROOT>"
 
 
 def reference_binary() -> str:
-    explicit = os.environ.get("CODEX_BIN")
-    if explicit:
-        return explicit
-    out = subprocess.run(
-        ["/work/shared/tools/reference-server", "--path"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout.strip()
+    return str(_reference_binary())
 
 
 def write_tree(root: Path, case: Case) -> None:
@@ -95,7 +90,10 @@ def record(case: Case, binary: str, *, via_flag: bool = False) -> dict[str, obje
 
 
 def main() -> None:
-    binary = reference_binary()
+    try:
+        binary = reference_binary()
+    except ReferenceUnavailable as exc:
+        sys.exit(str(exc))
     out_dir = HERE / "cases"
     out_dir.mkdir(exist_ok=True)
     for case in CASES:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scripts import reference
 from tests.interop.codex_cli.frames import FrameLog
 from tests.interop.codex_cli.mock_model import MockModel, Turn, serve
 from tests.interop.codex_cli.proxy import logging_proxy
@@ -33,7 +34,7 @@ from tests.servers import (
     stop_process,
 )
 
-SCRATCH_ROOT = Path.home() / ".cache" / "execserver-interop"
+SCRATCH_ROOT = reference.cache_root().parent / "execserver-interop"
 TEE = Path(__file__).with_name("stdio_tee.py")
 CLI_TIMEOUT_S = 90
 LOG_WAIT_STEPS = 100  # x 0.1 s: how long the stdio tee may outlive the CLI
