@@ -469,7 +469,12 @@ class ProcessCgroups:
                 real = os.path.realpath(parent)
                 shared = next((d for d in made if os.path.dirname(d) == real), None)
                 if shared is None:
-                    os.mkdir(directory, 0o755)
+                    try:
+                        os.mkdir(directory, 0o755)
+                    except FileNotFoundError:
+                        # Our v1 parent was removed under us (e.g. as stale by a
+                        # daemon in another pid namespace): make it again.
+                        os.makedirs(directory, 0o755)
                     made.append(os.path.join(real, leaf))
                 dirs[controller] = directory
             cgroup = ProcessCgroup(self.version, dirs)
@@ -526,6 +531,27 @@ def _missing_message(needed: set[str], host: HostCgroups) -> str:
     )
 
 
+_OURS = re.compile(r"^(?:proc|execserver)-(\d+)(?:-\d+)?$")
+
+
+def _remove_stale(directory: str) -> None:
+    """Empty cgroups a previous daemon (a pid no longer running) left behind when it
+    was killed; rmdir refuses any that still has members."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            match = _OURS.match(name)
+            if match is None or os.path.exists(f"/proc/{match.group(1)}"):
+                continue
+            path = os.path.join(directory, name)
+            with contextlib.suppress(OSError):
+                for leaf in os.listdir(path):
+                    if os.path.isdir(os.path.join(path, leaf)):
+                        with contextlib.suppress(OSError):
+                            os.rmdir(os.path.join(path, leaf))
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+
+
 def _setup_v2(directory: str, needed: set[str]) -> None:
     """Enable the controllers for our children; v2 lets only a cgroup without
     processes do so, so the members of ours move into a leaf first."""
@@ -574,6 +600,7 @@ def open_process_cgroups(limits: ProcessLimitsConfig) -> ProcessCgroups | None:
             assert host.v2_dir is not None
             # cpu is enabled for the CPU-time accounting even without a CPU limit.
             wanted = needed | ({"cpu", "memory"} & host.v2_controllers)
+            _remove_stale(host.v2_dir)
             _setup_v2(host.v2_dir, wanted)
             cgroups = ProcessCgroups(limits, 2, {"": host.v2_dir})
         elif host.v1_usable(needed):
@@ -581,6 +608,7 @@ def open_process_cgroups(limits: ProcessLimitsConfig) -> ProcessCgroups | None:
             for name in (*sorted(needed), *V1_OPTIONAL):
                 if name not in host.v1_dirs:
                     continue
+                _remove_stale(host.v1_dirs[name])
                 parent = os.path.join(host.v1_dirs[name], f"execserver-{os.getpid()}")
                 try:
                     os.makedirs(parent, 0o755, exist_ok=True)

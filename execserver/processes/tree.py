@@ -8,6 +8,10 @@ in its process tree. A periodic sweep over /proc records each managed child's
 descendants (pid + start time, so a recycled pid is never mistaken for one);
 killing a tree SIGKILLs the child's session, its recorded descendants and
 whatever descends from them, and the daemon reaps the orphans it inherited.
+``process/terminate`` uses ``kill_now`` (the tree's own /proc entries only,
+cheap on the request path) and a shared follow-up scan (``kill_trees``). With
+per-process limits the tree's cgroup is the authoritative membership and kill
+(execserver.containment); this tracking still reaps what we inherit.
 """
 
 from __future__ import annotations
