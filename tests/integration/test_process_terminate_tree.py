@@ -54,7 +54,8 @@ async def _client(transport: str) -> AsyncIterator[ExecServerClient]:
             finally:
                 await client.close()
     else:
-        env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+        # No start-up sandbox probe: its sandboxes would count as the daemon's children.
+        env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "EXECSERVER_STARTUP_PROBE": "0"}
         client = await ExecServerClient.spawn(execserver_command(["--listen", "stdio"]), env=env)
         try:
             yield client
