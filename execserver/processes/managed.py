@@ -491,9 +491,12 @@ class ManagedProcess:
             return False
         self._abandon = True
         self._terminated = True
+        # The tree first, while the child is alive and its descendants still hang
+        # from it (once it dies they are re-parented to us, and only traced by
+        # their start environment); then the child itself, by pidfd.
+        self._supervisor.kill(self.tree)
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-        self._supervisor.kill(self.tree)
         return True
 
     # ---- teardown --------------------------------------------------------------------

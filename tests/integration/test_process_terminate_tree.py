@@ -18,11 +18,16 @@ from execserver.containment.cgroups import probe_host
 from tests.process_client import poll_until
 from tests.servers import PROJECT_ROOT, execserver_command, start_server
 
-# The shape (a setsid grandchild next to a foreground sleep) plus a
-# double-forked setsid escapee whose parent exits at once (re-parented to the
-# daemon, the subreaper). Every pid is printed so the test can watch it.
+# A setsid grandchild next to a foreground sleep, a double-forked setsid escapee
+# whose parent exits at once (re-parented to the daemon, the subreaper), and a
+# setsid escapee with a cleared environment (only its parentage ties it to the
+# tree). Every pid is printed so the test can watch it.
 TREE_SCRIPT = (
-    "setsid sleep 300 & echo $!; (setsid sleep 300 & echo $!); echo $$; echo ready; sleep 300"
+    "setsid sleep 300 & echo $!; "
+    "(setsid sleep 300 & echo $!); "
+    "echo $$; "
+    "env -i /usr/bin/setsid sleep 300 & echo $!; "
+    "echo ready; sleep 300"
 )
 
 
@@ -91,16 +96,18 @@ async def test_terminate_kills_setsid_and_double_fork_escapees(
             output += getattr(event, "data", b"")
             if b"ready\n" in output:
                 break
-        grandchild, double_forked, shell = (int(x) for x in output.split()[:3])
+        grandchild, double_forked, shell, bare = (int(x) for x in output.split()[:4])
         server_pid = psutil.Process(shell).ppid()
         try:
             # $! is printed right after fork: wait until both really left the group.
             assert await poll_until(
-                lambda: all(_alive(p) and os.getsid(p) == p for p in (grandchild, double_forked))
+                lambda: all(
+                    _alive(p) and os.getsid(p) == p for p in (grandchild, double_forked, bare)
+                )
             )
             assert await poll_until(lambda: psutil.Process(double_forked).ppid() == server_pid)
             before = _live_descendants(server_pid)
-            assert {grandchild, double_forked, shell} <= before
+            assert {grandchild, double_forked, shell, bare} <= before
             assert await proc.terminate() is True
             await asyncio.wait_for(proc.wait_closed(), 30)
             exit_status = await proc.wait()
@@ -110,7 +117,7 @@ async def test_terminate_kills_setsid_and_double_fork_escapees(
             assert _live_descendants(server_pid) == set()
             assert not any(_alive(p) for p in before)
         finally:
-            for pid in (grandchild, double_forked):
+            for pid in (grandchild, double_forked, bare):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
 
