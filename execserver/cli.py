@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from execserver import __version__
 from execserver.config import (
@@ -20,6 +22,25 @@ from execserver.config import (
     ServerConfig,
     WsAuthConfig,
 )
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (with where to look), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _log_level(text: str) -> str:
+    level = text.upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"unknown log level {text!r}; use one of {', '.join(LOG_LEVELS)}"
+        )
+    return level
 
 
 def _positive_int(text: str) -> int:
@@ -217,7 +238,12 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         metavar="SECONDS",
         help="how long an exited process stays readable and its id reserved (default %(default)s)",
     )
-    p.add_argument("--log-level", default=os.environ.get("EXECSERVER_LOG", "INFO"))
+    p.add_argument(
+        "--log-level",
+        type=_log_level,
+        default=os.environ.get("EXECSERVER_LOG", "INFO"),
+        help=f"{', '.join(LOG_LEVELS)} (default $EXECSERVER_LOG or %(default)s)",
+    )
     _add_auth_flags(p)
     _add_ops_flags(p)
     _add_process_limit_flags(p)
@@ -243,6 +269,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except (AuditLogError, ContainmentError) as exc:
         sys.stderr.write(f"Error: {exc}\n")
         return 1
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        sys.stderr.write(
+            f"execserver serve: cannot listen on {config.listen}: address already in use "
+            "(another server running?); stop it or pick another port, e.g. "
+            "--listen ws://127.0.0.1:0 for a free one\n"
+        )
+        return EXIT_USAGE
 
 
 def run_server(config: ServerConfig) -> int:
@@ -263,7 +298,9 @@ def _run_async(main: object) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="execserver", description=__doc__)
+    # Typed as the base class: the subcommand parsers (of class _Parser at run
+    # time) are registered by functions that take plain ArgumentParsers.
+    parser: argparse.ArgumentParser = _Parser(prog="execserver", description=__doc__)
     parser.add_argument("--version", action="version", version=f"execserver {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(subparsers)

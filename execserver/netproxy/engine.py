@@ -21,11 +21,16 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from execserver.netproxy import decision as d
 from execserver.netproxy.policy import LOCAL_NAMES, NetworkPolicy, is_local_address, normalize_host
 from execserver.netproxy.resolver import Resolution, ResolveError, Resolver
 from execserver.wire.network import NetworkPolicyDecisionNotification
+
+if TYPE_CHECKING:
+    from execserver.netproxy.credentials import CredentialVault
+    from execserver.netproxy.upstream import UpstreamProxies
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +66,12 @@ class PolicyEngine:
         self._notify = notify
         self._ask = ask if decision_timeout_s else None
         self._timeout = decision_timeout_s or 0.0
+        # allowUpstreamProxy: how allowed connections leave (netproxy.upstream).
+        self.upstream: UpstreamProxies | None = None
+        # enableSocks5Udp: SOCKS UDP ASSOCIATE is served (netproxy.socks_udp).
+        self.udp_associate = False
+        # credentialMasking: the secrets swapped into allowed requests.
+        self.credentials: CredentialVault | None = None
 
     async def check(self, target: d.Target) -> Outcome:
         target = d.Target(
@@ -81,7 +92,7 @@ class PolicyEngine:
 
     async def _domain_decision(self, target: d.Target) -> Outcome:
         policy, host = self.policy, target.host
-        if target.protocol == "socks5_tcp" and policy.mode == "limited":
+        if target.protocol in ("socks5_tcp", "socks5_udp") and policy.mode == "limited":
             return Outcome(d.METHOD_NOT_ALLOWED)
         if policy.denied(host):
             return Outcome(d.DENYLIST)

@@ -147,9 +147,12 @@ async def prepare_network(
             proxy = await start_process_proxy(session, params.process_id, params.network_proxy)
             setup.owned.append(proxy)
             # The proxy's variables win over the request's env (as on the reference).
-            setup.params = msgspec.structs.replace(
-                params, env={**params.env, **proxy.environment()}
-            )
+            env = {**params.env, **proxy.environment()}
+            if proxy.credentials is not None:
+                # Masked secrets: the child gets placeholders (netproxy.credentials).
+                final = build_environment(params.env, params.env_policy, daemon_env)
+                env.update(proxy.credentials.mask_environment(final))
+            setup.params = msgspec.structs.replace(params, env=env)
             if sandboxed and params.enforce_managed_network:
                 setup.routes = await proxy.sandbox_routes()
         elif sandboxed and params.enforce_managed_network:

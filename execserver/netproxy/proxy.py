@@ -17,11 +17,13 @@ import tempfile
 from collections.abc import Awaitable, Callable
 
 from execserver.netproxy import http_proxy, socks
+from execserver.netproxy.credentials import credential_vault
 from execserver.netproxy.engine import Asker, Notifier, PolicyEngine
 from execserver.netproxy.env import proxy_environment
 from execserver.netproxy.policy import NetworkPolicy
 from execserver.netproxy.resolver import Resolver
 from execserver.netproxy.sandbox import ProxyRoutes
+from execserver.netproxy.upstream import UpstreamProxies
 from execserver.wire.process import RemoteNetworkProxyLaunchConfig
 
 Handler = Callable[[PolicyEngine, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -41,6 +43,9 @@ class ProcessNetworkProxy:
     ) -> None:
         timeout_ms = config.policy_decision_timeout_ms
         self.config = config
+        self.credentials = credential_vault(config.proxy)
+        if self.credentials is not None:
+            notify = self.credentials.scrubbing(notify)
         self.engine = PolicyEngine(
             NetworkPolicy.from_config(config.proxy),
             resolver or Resolver.from_environment(),
@@ -49,6 +54,10 @@ class ProcessNetworkProxy:
             ask=ask,
             decision_timeout_s=timeout_ms / 1000 if timeout_ms else None,
         )
+        if config.proxy.allow_upstream_proxy:
+            self.engine.upstream = UpstreamProxies.from_environment()
+        self.engine.udp_associate = config.proxy.enable_socks5_udp
+        self.engine.credentials = self.credentials
         self.http_port = 0
         self.socks_port: int | None = None
         self.socket_dir: str | None = None
