@@ -71,6 +71,7 @@ def _table(ctx: RequestContext) -> ProcessTable:
             ),
             limits=getattr(ctx.runtime.config, "limits", None),
             metrics=getattr(ctx.runtime, "metrics", None),
+            containment=getattr(ctx.runtime, "containment", None),
         ),
     )
 

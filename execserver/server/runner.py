@@ -12,6 +12,7 @@ from aiohttp import web
 
 from execserver import REFERENCE_VERSION, __version__
 from execserver.config import ServerConfig
+from execserver.containment import open_process_cgroups
 from execserver.netproxy.guard import protect_listener, release_listener
 from execserver.sandbox.keyring import isolate_session_keyring
 from execserver.server import auth, limits
@@ -36,6 +37,8 @@ def build_runtime(config: ServerConfig) -> ServerRuntime:
         methods=build_method_table(),
         sessions=SessionRegistry(config.session_ttl_s),
         audit=AuditLog(config.audit_log),
+        # Raises ContainmentError when limits are set and cannot be applied.
+        containment=open_process_cgroups(config.process_limits),
     )
 
 
