@@ -26,7 +26,6 @@ from typing import Final
 import execserver
 from execserver.containment import contained_helper
 from execserver.sandbox.backend import SandboxBackend, detect_backend
-<<<<<<< HEAD
 from execserver.sandbox.plan import LaunchPlan, interpreter_paths, off_loop, plan_for_policy
 from execserver.sandbox.policy import (
     MINIMAL_READ_PATHS,
@@ -34,10 +33,6 @@ from execserver.sandbox.policy import (
     resolve_policy,
     restricts_access,
 )
-=======
-from execserver.sandbox.plan import LaunchPlan, interpreter_paths, plan_for_policy
-from execserver.sandbox.policy import resolve_policy, restricts_access
->>>>>>> issue-19
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 from execserver.wire.sandbox import FileSystemSandboxContext
 
@@ -115,7 +110,6 @@ async def run_sandboxed_fs_call(
     """Run ``func(**args)`` (``"package.module:function"``, sync, JSON in and out)
     inside the sandbox of ``context``; its OSError/RpcError come back as RpcError."""
     del write  # the sandbox enforces both kinds of access alike
-<<<<<<< HEAD
 
     def build() -> tuple[LaunchPlan, dict[str, list[str]]]:
         # fs/* has no process cwd to fall back to: dynamic entries need the context's cwd.
@@ -137,27 +131,12 @@ async def run_sandboxed_fs_call(
 
     plan, view = await off_loop(build, lambda built: built[0].close())
     request = json.dumps({"func": func, "args": args, "view": view}).encode()
-=======
-    # fs/* has no process cwd to fall back to: dynamic entries need the context's cwd.
-    policy = resolve_policy(context, fallback_cwd=None)
-    if not policy.full_read and not policy.enforces_nothing:
-        policy = dataclasses.replace(policy, minimal_read=True)
-    plan = plan_for_policy(
-        policy,
-        argv=[sys.executable, "-P", "-s", "-m", _RUNNER_MODULE],
-        cwd="/",
-        env=_runner_env(),
-        backend=backend or detect_backend(),
-        extra_read=interpreter_paths(),
-    )
-    request = json.dumps({"func": func, "args": args}).encode()
     # The per-process resource limits hold for the helper too (a no-op without them).
     async with contained_helper() as place:
         return await _run_helper(plan, request, place)
 
 
 async def _run_helper(plan: LaunchPlan, request: bytes, place: Callable[[], None] | None) -> object:
->>>>>>> issue-19
     try:
         proc = await asyncio.create_subprocess_exec(
             *plan.argv,
