@@ -132,8 +132,11 @@ async def run_sandboxed_fs_call(
     plan, view = await off_loop(build, lambda built: built[0].close())
     request = json.dumps({"func": func, "args": args, "view": view}).encode()
     # The per-process resource limits hold for the helper too (a no-op without them).
-    async with contained_helper() as place:
-        return await _run_helper(plan, request, place)
+    try:
+        async with contained_helper() as place:
+            return await _run_helper(plan, request, place)
+    finally:
+        plan.close()  # idempotent; covers a cgroup that could not be made
 
 
 async def _run_helper(plan: LaunchPlan, request: bytes, place: Callable[[], None] | None) -> object:
