@@ -81,12 +81,23 @@ def build_layout(
     proc: bool,
     mounts: SyntheticMounts,
     extra_read: tuple[str, ...] = (),
+    private_binds: tuple[tuple[str, str], ...] = (),
 ) -> BwrapLayout:
     """Arguments for bwrap (without the binary, seccomp/status fds and command).
+    ``private_binds``: (host path, sandbox path) read-only binds placed after every
+    policy rule, so no rule can cover them (the persistent fs helper's runtime).
     On error every acquired synthetic mount point is released again."""
     layout = BwrapLayout()
     try:
-        _fill(layout, policy, cwd=cwd, proc=proc, mounts=mounts, extra_read=extra_read)
+        _fill(
+            layout,
+            policy,
+            cwd=cwd,
+            proc=proc,
+            mounts=mounts,
+            extra_read=extra_read,
+            private_binds=private_binds,
+        )
     except BaseException:
         release_layout(layout, mounts)
         raise
@@ -110,6 +121,7 @@ def _fill(
     proc: bool,
     mounts: SyntheticMounts,
     extra_read: tuple[str, ...],
+    private_binds: tuple[tuple[str, str], ...] = (),
 ) -> None:
     args = layout.args
     args += ["--new-session", "--die-with-parent"]
@@ -137,6 +149,8 @@ def _fill(
             layout.data_fds.append(fd)
             args += ["--perms", "000", "--ro-bind-data", str(fd), rule.path]
     args += remounts
+    for source, target in private_binds:
+        args += ["--ro-bind", source, target]
     args += ["--unshare-user", "--unshare-pid", "--unshare-ipc"]
     if policy.network_restricted:
         args += ["--unshare-net"]

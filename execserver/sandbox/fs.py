@@ -1,5 +1,9 @@
-"""fs/* under a sandbox: the operation runs in a one-shot helper inside the
-same kernel sandbox as a process would (sandbox.md §1.7, §3.6).
+"""fs/* under a sandbox: the operation runs in a helper inside the same kernel
+sandbox as a process would (sandbox.md §1.7, §3.6).
+
+The fs service's own operations go to a persistent helper per resolved policy
+(``execserver.sandbox.fs_helper``) when one can serve the policy; everything
+else runs in the one-shot helper described here.
 
 The helper is ``python -m execserver.sandbox.fs_runner``: request as JSON on
 stdin, result as JSON on stdout. It sees the request's mount view (plus the
@@ -12,6 +16,7 @@ reports them (``rpc_error_from_os_error``).
 from __future__ import annotations
 
 import asyncio
+import binascii
 import contextlib
 import dataclasses
 import json
@@ -21,12 +26,15 @@ from typing import Final
 
 import execserver
 from execserver.sandbox.backend import SandboxBackend, detect_backend
+from execserver.sandbox.fs_helper.route import call_persistent
 from execserver.sandbox.plan import interpreter_paths, plan_for_policy
 from execserver.sandbox.policy import resolve_policy, restricts_access
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 from execserver.wire.sandbox import FileSystemSandboxContext
 
 _RUNNER_MODULE: Final = "execserver.sandbox.fs_runner"
+_WRITE_BYTES: Final = "execserver.fs.ops_write:write_file_bytes"
+_WRITE_BASE64: Final = "execserver.fs.ops_write:write_file"
 _PACKAGE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(execserver.__file__)))
 
 
@@ -43,6 +51,16 @@ def _runner_env() -> dict[str, str]:
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+
+
+def _json_form(func: str, args: dict[str, object]) -> tuple[str, dict[str, object]]:
+    """The one-shot helper speaks JSON: raw write data goes as base64."""
+    if func == _WRITE_BYTES:
+        data = args["data"]
+        assert isinstance(data, bytes)
+        rest = {k: v for k, v in args.items() if k != "data"}
+        return _WRITE_BASE64, {**rest, "data_base64": binascii.b2a_base64(data, newline=False).decode()}
+    return func, args
 
 
 def _decode_response(stdout: bytes, stderr: bytes, returncode: int) -> object:
@@ -79,6 +97,11 @@ async def run_sandboxed_fs_call(
     del write  # the sandbox enforces both kinds of access alike
     # fs/* has no process cwd to fall back to: dynamic entries need the context's cwd.
     policy = resolve_policy(context, fallback_cwd=None)
+    backend = backend or detect_backend()
+    served, result = await call_persistent(policy, backend, func, dict(args))
+    if served:
+        return result
+    func, args = _json_form(func, args)
     if not policy.full_read and not policy.enforces_nothing:
         policy = dataclasses.replace(policy, minimal_read=True)
     plan = plan_for_policy(
@@ -86,7 +109,7 @@ async def run_sandboxed_fs_call(
         argv=[sys.executable, "-P", "-s", "-m", _RUNNER_MODULE],
         cwd="/",
         env=_runner_env(),
-        backend=backend or detect_backend(),
+        backend=backend,
         extra_read=interpreter_paths(),
     )
     request = json.dumps({"func": func, "args": args}).encode()

@@ -248,10 +248,16 @@ def _bwrap_plan(
     cwd: str,
     env: dict[str, str],
     extra_read: tuple[str, ...],
+    private_binds: tuple[tuple[str, str], ...] = (),
 ) -> LaunchPlan:
     assert backend.bwrap is not None
     layout = build_layout(
-        policy, cwd=cwd, proc=backend.proc_ok, mounts=backend.mounts, extra_read=extra_read
+        policy,
+        cwd=cwd,
+        proc=backend.proc_ok,
+        mounts=backend.mounts,
+        extra_read=extra_read,
+        private_binds=private_binds,
     )
     resources = _PlanResources()
     resources.layout, resources.mounts = layout, backend.mounts
@@ -302,9 +308,12 @@ def plan_for_policy(
     backend: SandboxBackend,
     extra_read: tuple[str, ...] = (),
     arg0: str | None = None,
+    private_binds: tuple[tuple[str, str], ...] = (),
 ) -> LaunchPlan:
     """The plan for an already resolved policy (shared by processes and fs calls).
-    ``arg0``: what the program sees as argv[0] (``argv[0]`` still locates it)."""
+    ``arg0``: what the program sees as argv[0] (``argv[0]`` still locates it).
+    ``private_binds``: read-only binds after every policy rule, bwrap plans only
+    (a caller that needs them must check ``mechanism == "bwrap"``)."""
     if not argv:
         raise RpcError.invalid_params("argv must not be empty")
     if arg0 == argv[0]:
@@ -324,7 +333,11 @@ def plan_for_policy(
     if policy.legacy_landlock and not policy.full_write:
         return _refused_plan(env, _LEGACY_LANDLOCK_REFUSAL)
     mechanism = _choose_mechanism(policy, backend)
-    program, error = _resolve_program(argv[0], env)
+    if private_binds:
+        # The program lives under one of the private binds: it has no host path.
+        program, error = argv[0], None
+    else:
+        program, error = _resolve_program(argv[0], env)
     if program is None:
         return _refused_plan(env, f"execserver-sandbox: failed to execvp {argv[0]}: {error}")
     if mechanism == "seccomp":
@@ -341,7 +354,7 @@ def plan_for_policy(
         exec_only = ["--exec-only", "--argv0", arg0, "--path", _search_path(env)]
         command = _launcher_argv(exec_only, [program, *argv[1:]], env)
         extra_read = (*extra_read, *interpreter_paths())
-    return _bwrap_plan(policy, backend, command, cwd, env, extra_read)
+    return _bwrap_plan(policy, backend, command, cwd, env, extra_read, private_binds)
 
 
 def _choose_mechanism(policy: ResolvedPolicy, backend: SandboxBackend) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from execserver.config import ServerConfig
+from execserver.sandbox.fs_helper.pool import close_loop_pool
 from execserver.server.audit import AuditLog
 from execserver.server.limits import ServerLimits
 from execserver.server.metrics import Metrics
@@ -37,4 +38,5 @@ class ServerRuntime:
         self.shutting_down = True
         await self.sessions.aclose()
         await self.state.aclose()
+        await close_loop_pool()
         await self.audit.aclose()
