@@ -59,7 +59,10 @@ def _json_form(func: str, args: dict[str, object]) -> tuple[str, dict[str, objec
         data = args["data"]
         assert isinstance(data, bytes)
         rest = {k: v for k, v in args.items() if k != "data"}
-        return _WRITE_BASE64, {**rest, "data_base64": binascii.b2a_base64(data, newline=False).decode()}
+        return _WRITE_BASE64, {
+            **rest,
+            "data_base64": binascii.b2a_base64(data, newline=False).decode(),
+        }
     return func, args
 
 

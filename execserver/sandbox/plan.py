@@ -333,10 +333,9 @@ def plan_for_policy(
     if policy.legacy_landlock and not policy.full_write:
         return _refused_plan(env, _LEGACY_LANDLOCK_REFUSAL)
     mechanism = _choose_mechanism(policy, backend)
-    if private_binds:
-        # The program lives under one of the private binds: it has no host path.
-        program, error = argv[0], None
-    else:
+    program: str | None = argv[0]
+    error: str | None = None
+    if not private_binds:  # else the program lives under a private bind: no host path
         program, error = _resolve_program(argv[0], env)
     if program is None:
         return _refused_plan(env, f"execserver-sandbox: failed to execvp {argv[0]}: {error}")

@@ -65,12 +65,12 @@ class FsHelper:
         process: asyncio.subprocess.Process,
         plan: LaunchPlan,
         channel: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-        errors: asyncio.StreamReader,
+        errors: tuple[asyncio.StreamReader, asyncio.StreamWriter],
     ) -> None:
         self.process = process
         self._plan = plan
         self._responses, self._requests = channel
-        self._errors = errors
+        self._errors, self._errors_writer = errors
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Response]] = {}
         self._stderr = bytearray()
@@ -141,7 +141,7 @@ class FsHelper:
     async def _died(self) -> None:
         try:
             await asyncio.wait_for(self.process.wait(), _EXIT_GRACE)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
             await self.process.wait()
@@ -157,6 +157,7 @@ class FsHelper:
             if not future.done():
                 future.set_exception(self._failure)
         self._requests.close()
+        self._errors_writer.close()
 
     # ---- shutdown -------------------------------------------------------------
 
@@ -168,7 +169,7 @@ class FsHelper:
                 self._requests.write_eof()
         try:
             await asyncio.wait_for(asyncio.shield(self._reader), _EXIT_GRACE)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
             await self._reader
@@ -228,9 +229,9 @@ async def spawn_helper(
             channel_child.close()
             errors_child.close()
         streams = await asyncio.open_unix_connection(sock=channel)
-        error_reader, _ = await asyncio.open_unix_connection(sock=errors)
+        error_streams = await asyncio.open_unix_connection(sock=errors)
     except BaseException:
         channel.close()
         errors.close()
         raise
-    return FsHelper(process, plan, streams, error_reader)
+    return FsHelper(process, plan, streams, error_streams)

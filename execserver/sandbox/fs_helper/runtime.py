@@ -61,9 +61,10 @@ def elf_interpreter(path: str) -> str | None:
                 (p_type,) = struct.unpack_from("<I", table, base)
                 if p_type != _PT_INTERP:
                     continue
-                offset, size = struct.unpack_from("<Q", table, base + 8)[0], struct.unpack_from(
-                    "<Q", table, base + 32
-                )[0]
+                offset, size = (
+                    struct.unpack_from("<Q", table, base + 8)[0],
+                    struct.unpack_from("<Q", table, base + 32)[0],
+                )
                 f.seek(offset)
                 return f.read(size).rstrip(b"\0").decode()
     except (OSError, struct.error, UnicodeDecodeError):
@@ -86,7 +87,7 @@ class _Binds:
         """The in-sandbox path of ``host_dir`` (bound under ``name`` unless it
         is already inside the interpreter's home)."""
         if _inside(host_dir, self.home):
-            return f"{PRIVATE_DIR}/home{host_dir[len(self.home):]}"
+            return f"{PRIVATE_DIR}/home{host_dir[len(self.home) :]}"
         for source, target in self.binds:
             if source == host_dir:
                 return target

@@ -89,6 +89,10 @@ class _Output:
                 data = data[os.write(self._fd, data) :]
 
 
+def _answer(output: _Output, request: Request) -> None:
+    output.send(run(request))
+
+
 def lock_runtime(private_dir: str) -> None:
     os.chmod(private_dir, 0)
     try:
@@ -110,13 +114,12 @@ def serve(in_fd: int = 0, out_fd: int = 1) -> None:
             body = source.read(size)
             if len(body) < size:
                 return
-            request = request_decoder.decode(body)
-            pool.submit(lambda r=request: output.send(run(r)))
+            pool.submit(_answer, output, request_decoder.decode(body))
 
 
 def main() -> int:
     if len(sys.argv) != 2:
-        print("usage: serve <private runtime dir>", file=sys.stderr)
+        sys.stderr.write("usage: serve <private runtime dir>\n")
         return 2
     lock_runtime(sys.argv[1])
     serve()
