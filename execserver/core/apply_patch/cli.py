@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import posixpath
 import sys
+from typing import Any
 
 from execserver.client.connection import ExecServerClient
 from execserver.client.errors import ExecServerError
@@ -17,11 +19,55 @@ from execserver.core.apply_patch.engine import PatchOutcome, apply_patch
 __all__ = ["patch_remote", "register"]
 
 
-async def patch_remote(url: str, patch: str, cwd: str) -> PatchOutcome:
+async def patch_remote(
+    url: str, patch: str, cwd: str, sandbox: dict[str, Any] | None = None
+) -> PatchOutcome:
     """Apply ``patch`` on the executor at ``url``; relative paths resolve
-    against ``cwd`` (an absolute path on the executor)."""
+    against ``cwd`` (an absolute path on the executor). ``sandbox``: the
+    FileSystemSandboxContext sent with every fs call (None: unsandboxed)."""
     async with await ExecServerClient.connect(url) as client:
-        return await apply_patch(patch, client.fs, posixpath.normpath(cwd))
+        fs = client.fs if sandbox is None else client.fs.with_sandbox(sandbox)
+        return await apply_patch(patch, fs, posixpath.normpath(cwd))
+
+
+def _root_read_profile(cwd: str, *, write_cwd: bool) -> dict[str, Any]:
+    entries: list[dict[str, Any]] = [
+        {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}
+    ]
+    if write_cwd:
+        entries.append(
+            {
+                "path": {"type": "special", "value": {"kind": "current_working_directory"}},
+                "access": "write",
+            }
+        )
+    cwd_uri = "file://" + cwd
+    return {
+        "permissions": {
+            "type": "managed",
+            "file_system": {"type": "restricted", "entries": entries},
+            "network": "restricted",
+        },
+        "cwd": cwd_uri,
+        "workspaceRoots": [cwd_uri],
+        "windowsSandboxLevel": "disabled",
+    }
+
+
+def sandbox_option(value: str | None, cwd: str) -> dict[str, Any] | None:
+    """``--sandbox``: ``workspace-write`` (read everything, write under cwd),
+    ``read-only``, or a FileSystemSandboxContext as JSON text."""
+    if value is None:
+        return None
+    if value in ("workspace-write", "read-only"):
+        return _root_read_profile(cwd, write_cwd=value == "workspace-write")
+    try:
+        context = json.loads(value)
+    except ValueError as exc:
+        raise ValueError(f"--sandbox is neither a profile name nor JSON: {exc}") from None
+    if not isinstance(context, dict):
+        raise ValueError("--sandbox JSON must be an object (a FileSystemSandboxContext)")
+    return context
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,6 +83,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="directory on the executor that relative paths resolve against "
         "(default: the current directory, taken as a path on the executor)",
     )
+    parser.add_argument(
+        "--sandbox",
+        help="apply under the executor's sandbox: 'workspace-write' (write only "
+        "under --cwd), 'read-only', or a FileSystemSandboxContext as JSON "
+        "(default: no sandbox)",
+    )
     parser.set_defaults(func=_cmd_patch)
 
 
@@ -44,9 +96,14 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     cwd = args.cwd or os.getcwd()
     if not cwd.startswith("/"):
         cwd = posixpath.join(os.getcwd(), cwd)
+    try:
+        sandbox = sandbox_option(args.sandbox, posixpath.normpath(cwd))
+    except ValueError as exc:
+        sys.stderr.write(f"execserver patch: {exc}\n")
+        return 2
     patch = sys.stdin.read()
     try:
-        outcome = asyncio.run(patch_remote(args.url, patch, cwd))
+        outcome = asyncio.run(patch_remote(args.url, patch, cwd, sandbox))
     except (ExecServerError, OSError) as exc:
         sys.stderr.write(f"execserver patch: {exc}\n")
         return 2
