@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from execserver.config import ServerConfig
-from execserver.sandbox.fs_helper.pool import close_loop_pool
 from execserver.server.audit import AuditLog
 from execserver.server.limits import ServerLimits
 from execserver.server.metrics import Metrics
@@ -38,5 +37,9 @@ class ServerRuntime:
         self.shutting_down = True
         await self.sessions.aclose()
         await self.state.aclose()
+        # Imported here: the pool pulls in the sandbox planner, which clients
+        # importing this module (apply_patch's runtime) never need.
+        from execserver.sandbox.fs_helper.pool import close_loop_pool
+
         await close_loop_pool()
         await self.audit.aclose()
