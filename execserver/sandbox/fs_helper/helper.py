@@ -79,6 +79,7 @@ class FsHelper:
         # Identity of the protected names' mount points once the sandbox was up
         # (set by the pool): if the host replaces one, this helper is retired.
         self.guard: object = None
+        self._accepting = True  # False once retired: the pool starts another helper
         self._stderr_task = asyncio.create_task(self._collect_stderr())
         self._reader = asyncio.create_task(self._read_responses())
 
@@ -89,13 +90,17 @@ class FsHelper:
         return self._failure is None
 
     @property
+    def accepting(self) -> bool:
+        return self._accepting and self._failure is None
+
+    @property
     def in_flight(self) -> int:
         return len(self._pending)
 
     # ---- calls ----------------------------------------------------------------
 
     async def call(self, op: str, args: dict[str, Any]) -> Any:
-        if self._failure is not None or self._requests.is_closing():
+        if self._failure is not None or not self._accepting:
             raise HelperDied
         request_id = next(self._ids)
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
@@ -164,6 +169,7 @@ class FsHelper:
     async def aclose(self) -> None:
         """Stop sending (the helper answers what it has, then sees EOF and exits);
         kill it if it does not go within the grace period."""
+        self._accepting = False
         if not self._requests.is_closing():
             with contextlib.suppress(OSError):
                 self._requests.write_eof()

@@ -131,7 +131,7 @@ class HelperPool:
             raise RuntimeError("fs helper pool is closed")
         helper = self._helpers.get(key)
         if helper is not None and (
-            not helper.alive or (helper.guard is not None and helper.guard != guard)
+            not helper.accepting or (helper.guard is not None and helper.guard != guard)
         ):
             self._retire(key, helper)
             helper = None
