@@ -115,9 +115,12 @@ async def sandboxed_fs(url: str, calls: int) -> dict[str, float]:
 
 
 def _patch_tree(root: Path) -> str:
-    """A 10-file patch: 4 files added, 4 updated, 2 deleted."""
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
+    """A 10-file patch: 4 files added, 4 updated, 2 deleted. The workspace
+    directory itself is kept (emptied), as an agent's workspace is: a new
+    directory would be a new policy (a new helper) for execserver."""
+    root.mkdir(parents=True, exist_ok=True)
+    for child in root.glob("*.py"):  # not the sandbox's (empty) .codex/.agents/... mount points
+        child.unlink()
     lines = "".join(f"line {n}\n" for n in range(40))
     for i in range(6):
         (root / f"src{i}.py").write_text(lines)
@@ -173,6 +176,8 @@ async def patch_composite(url: str, repeats: int) -> dict[str, float]:
             raise RuntimeError(f"patch failed: {outcome.stderr}")
     return {
         "cli_wall_ms": statistics.median(cli_times) * 1e3,
+        # The first command of a fresh server also starts execserver's helper.
+        "cli_wall_first_ms": cli_times[0] * 1e3,
         "library_apply_ms": statistics.median(apply_times) * 1e3,
         "ops": 2 * repeats,
     }
