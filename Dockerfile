@@ -1,50 +1,82 @@
 # execserver: a Codex exec-server compatible executor, as a small container image.
 #
 #   docker build -t execserver .
-#   docker run --rm -p 8765:8765 \
-#     -v "$PWD/token:/run/secrets/execserver/token:ro" -v "$PWD:/workspace" execserver
+#   install -m 0400 -o 10001 -g 10001 token ./token.execserver   # readable by the image's uid
+#   docker run --rm -p 127.0.0.1:8765:8765 --read-only --tmpfs /tmp \
+#     --cap-drop ALL --security-opt no-new-privileges \
+#     --security-opt seccomp=deploy/seccomp/execserver.json \
+#     -v "$PWD/token.execserver:/run/secrets/execserver/token:ro" \
+#     -v "$PWD:/workspace" execserver
 #
-# The default command listens on all interfaces and therefore REQUIRES a token:
-# mount it at /run/secrets/execserver/token (Kubernetes: a Secret volume, see deploy/k8s).
-# Sandboxing: bubblewrap needs unprivileged user namespaces, which Docker's default
-# seccomp profile blocks; without them the daemon falls back to Landlock + seccomp,
-# and refuses (fails closed) what that cannot enforce. `execserver doctor` tells which.
+# The default command listens on $EXECSERVER_LISTEN (all interfaces) and therefore
+# REQUIRES a token at /run/secrets/execserver/token (Kubernetes: a Secret volume,
+# see deploy/k8s). Change the port with -e EXECSERVER_LISTEN=ws://0.0.0.0:PORT (the
+# HEALTHCHECK follows it), not with --listen.
+# Sandboxing: bubblewrap needs unprivileged user namespaces, which Docker's and
+# containerd's default seccomp profiles refuse; deploy/seccomp/execserver.json is
+# that default plus what bubblewrap needs. `execserver doctor` tells what works.
+#
+# BASE_IMAGE: any Debian-based image with python3 >= 3.11 (and the venv module, or
+# apt to install it). `make image` builds a local Debian one where no registry is
+# reachable.
 
-ARG PYTHON_VERSION=3.11
+ARG BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm
 
-FROM python:${PYTHON_VERSION}-slim AS build
+FROM ${BASE_IMAGE} AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# Debian's python3 needs python3-venv; python:*-slim images have the module already.
+# hadolint ignore=DL3008
+RUN python3 -c "import ensurepip, venv" 2>/dev/null \
+    || { apt-get update \
+         && apt-get install -y --no-install-recommends python3-venv \
+         && rm -rf /var/lib/apt/lists/*; }
+# pip's own settings pass through (e.g. PIP_CERT behind a TLS-inspecting proxy).
+ARG PIP_CERT
+ARG PIP_INDEX_URL
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY execserver ./execserver
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# A virtualenv under /opt: works where the system pip is blocked (PEP 668) and is
+# copied whole into the runtime stage (same base, same interpreter path).
+RUN python3 -m venv /opt/execserver \
+    && /opt/execserver/bin/pip install --no-cache-dir . \
+    && /opt/execserver/bin/pip uninstall -y pip setuptools \
+    && /opt/execserver/bin/execserver --version
 
-FROM python:${PYTHON_VERSION}-slim
+FROM ${BASE_IMAGE}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # bubblewrap: the primary sandbox backend; tini: forwards signals and reaps as PID 1.
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap tini ca-certificates \
-    && rm -rf /var/lib/apt/lists/*
+# Distribution packages track the base image's release; pinning them would break
+# the build on every security update.
+# hadolint ignore=DL3008
+RUN if ! command -v bwrap >/dev/null || ! command -v tini >/dev/null; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends bubblewrap tini ca-certificates \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
 # A fixed non-root uid/gid so volume ownership and runAsUser can be set to match.
 RUN groupadd --gid 10001 execserver \
     && useradd --uid 10001 --gid 10001 --create-home --home-dir /home/execserver \
        --shell /bin/bash execserver \
     && mkdir -p /workspace \
     && chown execserver:execserver /workspace
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+COPY --from=build /opt/execserver /opt/execserver
 
-ENV PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+ENV PATH=/opt/execserver/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    EXECSERVER_LISTEN=ws://0.0.0.0:8765
 USER 10001:10001
 WORKDIR /workspace
 EXPOSE 8765
 
-# /readyz needs no token (and turns 503 while shutting down); urllib sends no Origin header.
+# /readyz needs no token (and turns 503 while shutting down or draining); the port
+# comes from EXECSERVER_LISTEN, the same variable the daemon listens on.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
-    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8765/readyz', timeout=2).status != 200)"]
+    CMD ["python3", "-c", "import os, sys, urllib.parse, urllib.request; port = urllib.parse.urlsplit(os.environ['EXECSERVER_LISTEN']).port; sys.exit(urllib.request.urlopen(f'http://127.0.0.1:{port}/readyz', timeout=2).status != 200)"]
 
 ENTRYPOINT ["tini", "--", "execserver", "serve"]
-CMD ["--listen", "ws://0.0.0.0:8765", \
-     "--ws-auth", "capability-token", \
+CMD ["--ws-auth", "capability-token", \
      "--ws-token-file", "/run/secrets/execserver/token", \
      "--log-format", "json", \
      "--metrics"]

@@ -10,7 +10,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 LISTEN ?= ws://127.0.0.1:8765
 PYTEST_ARGS ?=
 
-.PHONY: run test lint format typecheck schema vectors interop bench bench-smoke reliability system-deps venv clean
+.PHONY: run test lint format typecheck schema vectors interop bench bench-smoke reliability system-deps venv clean image container-test lint-code lint-deploy
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,9 +41,32 @@ system-deps:
 run: $(STAMP) system-deps
 	$(BIN)/execserver serve --listen $(LISTEN)
 
-lint: $(STAMP)
+lint: lint-code lint-deploy
+
+lint-code: $(STAMP)
 	$(BIN)/ruff check execserver tests benchmarks scripts
 	$(BIN)/ruff format --check execserver tests benchmarks scripts
+
+# Deployment files: hadolint on the Dockerfile, checkov on the Kubernetes manifests,
+# and the manifests against the Kubernetes JSON schemas (offline, bundled with
+# kubernetes-validate). These tools are heavy (checkov), so they live in their own
+# virtualenv and `make test`'s set-up stays lean.
+LINT_VENV  := .venv-lint
+LINT_BIN   := $(LINT_VENV)/bin
+LINT_STAMP := $(LINT_VENV)/.installed
+K8S_VERSION ?= 1.33.0
+
+$(LINT_STAMP): deploy/lint-requirements.txt
+	@test -x $(LINT_BIN)/python || $(PYTHON) -m venv $(LINT_VENV)
+	$(LINT_BIN)/python -m pip install --quiet --upgrade pip
+	$(LINT_BIN)/python -m pip install --quiet -r deploy/lint-requirements.txt
+	@touch $@
+
+lint-deploy: $(LINT_STAMP)
+	$(LINT_BIN)/hadolint Dockerfile
+	$(LINT_BIN)/checkov --quiet --compact --skip-download --framework kubernetes --directory deploy/k8s
+	$(LINT_BIN)/kubernetes-validate --strict --kubernetes-version $(K8S_VERSION) \
+	  $(filter-out deploy/k8s/kustomization.yaml,$(wildcard deploy/k8s/*.yaml))
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix execserver tests benchmarks scripts
@@ -52,7 +75,8 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy execserver scripts
 
-test: $(STAMP) system-deps lint typecheck
+# Code lint only: the deployment linters run in `make lint` (and CI) from their own venv.
+test: $(STAMP) system-deps lint-code typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 schema: $(STAMP)
@@ -77,5 +101,20 @@ bench-smoke: $(BENCH_STAMP) system-deps
 reliability: $(STAMP) system-deps
 	RELIABILITY_SCALE=full $(BIN)/pytest -s tests/reliability $(PYTEST_ARGS)
 
+# The container image, built with podman (rootful, no daemon; installed with apt
+# when missing). Where no container registry is reachable, a Debian bookworm base
+# is made locally with debootstrap (deploy/image/build.sh).
+IMAGE ?= localhost/execserver:dev
+
+image:
+	deploy/image/build.sh $(IMAGE)
+
+# Builds the image and runs it with the documented security options (tests/container).
+container-test: $(STAMP) system-deps
+	@command -v podman >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -qq podman runc debootstrap >/dev/null 2>&1 || \
+	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq podman runc debootstrap >/dev/null 2>&1)); } || true
+	$(BIN)/pytest -m container tests/container $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(LINT_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

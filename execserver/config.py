@@ -63,5 +63,9 @@ class ServerConfig:
     audit_log: str | None = None  # JSON-lines audit file (execserver.server.audit)
     log_format: str = "text"  # "text" | "json"
     metrics: bool = False  # serve Prometheus text on GET /metrics
+    # Run the doctor's policy-shape probe at start-up and log its table.
+    startup_probe: bool = True
+    # SIGTERM drains first (no new sessions; running processes get this long).
+    drain_timeout_s: float = 0.0
     # Filled in by later features (auth, limits, audit); kept here so there is one config.
     extra: dict[str, object] = field(default_factory=dict)

@@ -1,9 +1,16 @@
 """``execserver doctor``: what this host can enforce, before a client finds out.
 
 Prints the sandbox backends (bubblewrap, user namespaces, Landlock ABI,
-seccomp), cgroup delegation and resource limits, and whether the daemon would
-fail closed (refuse every sandboxed request). Exits 1 when a check named with
-``--require`` fails, so a container entrypoint or a CI job can gate on it.
+seccomp), cgroup delegation and resource limits, then one line per sandbox
+policy shape (read-only, workspace-write, deny-read, network-restricted,
+managed-network) saying whether it is enforceable and by which mechanism --
+each found by running that shape for real (``execserver.sandbox.shapes``).
+Exits 1 when a check named with ``--require`` fails, so a container
+entrypoint, the systemd unit or a CI job can gate on it. ``sandbox`` means
+what Codex sends by default, workspace-write, is enforceable.
+
+The report is a list of sections (``Report``) so further host facts get a
+section of their own without touching the others.
 """
 
 from __future__ import annotations
@@ -13,12 +20,26 @@ import json
 import os
 import resource
 import sys
-from dataclasses import asdict, dataclass
-from typing import Final
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Final
 
 from execserver import REFERENCE_VERSION, __version__
 
+if TYPE_CHECKING:
+    from execserver.sandbox.backend import SandboxBackend
+    from execserver.sandbox.shapes import ShapeResult
+
 CHECK_NAMES: Final = ("bwrap", "userns", "landlock", "seccomp", "cgroup", "sandbox")
+# Policy shapes, as probed by execserver.sandbox.shapes (kept literal so that
+# `execserver --help` does not import the sandbox).
+SHAPE_NAMES: Final = (
+    "read-only",
+    "workspace-write",
+    "deny-read",
+    "network-restricted",
+    "managed-network",
+)
+REQUIRE_NAMES: Final = (*CHECK_NAMES, *SHAPE_NAMES)
 
 
 @dataclass(frozen=True)
@@ -75,13 +96,36 @@ def _limit(name: str, which: int) -> str:
     return f"{name} {_show_rlimit(soft)}/{_show_rlimit(hard)}"
 
 
-def run_checks() -> tuple[list[Check], dict[str, str]]:
-    # Imported here: the probe runs bwrap, which `execserver --help` should not pay for.
-    from execserver.sandbox.backend import find_bwrap, probe_backend
+@dataclass
+class Report:
+    checks: list[Check]
+    shapes: list[ShapeResult]
+    info: dict[str, str]
+    # Further sections (title -> lines), rendered after the policy shapes.
+    extra_sections: dict[str, list[str]] = field(default_factory=dict)
 
-    backend = probe_backend()
+    def status(self, name: str) -> bool:
+        """Whether the check or policy shape ``name`` passed."""
+        for check in self.checks:
+            if check.name == name:
+                return check.ok
+        for shape in self.shapes:
+            if shape.name == name:
+                return shape.enforceable
+        raise KeyError(name)
+
+
+def backend_checks(backend: SandboxBackend, shapes: list[ShapeResult]) -> list[Check]:
+    from execserver.sandbox.backend import find_bwrap
+    from execserver.sandbox.shapes import DEFAULT_SHAPE
+
+    default = next(s for s in shapes if s.name == DEFAULT_SHAPE)
+    if default.enforceable:
+        sandbox = Check("sandbox", True, f"{DEFAULT_SHAPE} enforced by {default.mechanism}")
+    else:
+        sandbox = Check("sandbox", False, f"{DEFAULT_SHAPE} would be refused: {default.detail}")
     path = find_bwrap()
-    checks = [
+    return [
         Check(
             "bwrap",
             backend.bwrap is not None,
@@ -101,13 +145,28 @@ def run_checks() -> tuple[list[Check], dict[str, str]]:
             "filters available" if backend.seccomp_ok else "unavailable",
         ),
         check_cgroup(),
-        Check("sandbox", backend.kind != "none", backend.describe()),
+        sandbox,
     ]
+
+
+def build_report(backend: SandboxBackend | None = None) -> Report:
+    """Probe now (blocking: spawns sandboxes). ``backend``: the daemon's cached one;
+    default a fresh probe of this host."""
+    # Imported here: the probe runs bwrap, which `execserver --help` should not pay for.
+    from execserver.sandbox.backend import probe_backend
+    from execserver.sandbox.shapes import probe_shapes
+
+    if backend is None:
+        backend = probe_backend()
+    shapes = probe_shapes(backend)
+    enforceable = [s.name for s in shapes if s.enforceable]
     info = {
         "version": __version__,
         "protocol": REFERENCE_VERSION,
+        "python": sys.version.split()[0],
         "backend": backend.kind,
-        "failClosed": "yes" if backend.kind == "none" else "no",
+        # Fail closed for a shape = that shape is refused; "yes" = every one is.
+        "failClosed": "yes" if not enforceable else "no",
         "limits": ", ".join(
             [
                 _limit("nofile", resource.RLIMIT_NOFILE),
@@ -116,31 +175,68 @@ def run_checks() -> tuple[list[Check], dict[str, str]]:
             ]
         ),
     }
-    return checks, info
+    return Report(backend_checks(backend, shapes), shapes, info)
 
 
-def render_text(checks: list[Check], info: dict[str, str], required: set[str]) -> str:
-    lines = [f"execserver {info['version']} (codex exec-server protocol {info['protocol']})"]
-    for check in checks:
+def shape_lines(
+    shapes: list[ShapeResult], required: frozenset[str] | set[str] = frozenset()
+) -> list[str]:
+    """The policy-shape table; also what `serve` logs at start-up."""
+    lines = []
+    for shape in shapes:
+        if shape.enforceable:
+            mark = "ok"
+        else:
+            mark = "MISSING" if shape.name in required else "refused"
+        by = f"by {shape.mechanism}" if shape.enforceable else ""
+        lines.append(f"  {shape.name:18s} {mark:8s} {by:14s} {shape.detail}".rstrip())
+    return lines
+
+
+def render_text(report: Report, required: set[str]) -> str:
+    info = report.info
+    lines = [
+        f"execserver {info['version']} (codex exec-server protocol {info['protocol']}, "
+        f"python {info['python']})"
+    ]
+    for check in report.checks:
         mark = "ok" if check.ok else ("MISSING" if check.name in required else "no")
         lines.append(f"  {check.name:9s} {mark:8s} {check.detail}")
     lines.append(f"  limits    {info['limits']}")
+    lines.append("policy shapes (each run for real under the sandbox):")
+    # `sandbox` is the gate on Codex's default shape: mark that shape too.
+    marked = required | ({"workspace-write"} if "sandbox" in required else set())
+    lines += shape_lines(report.shapes, marked)
+    for title, section in report.extra_sections.items():
+        lines.append(f"{title}:")
+        lines += section
+    refused = [s.name for s in report.shapes if not s.enforceable]
     if info["failClosed"] == "yes":
         lines.append("fail closed: yes - every sandboxed request would be refused")
+    elif refused:
+        lines.append(
+            f"fail closed: partly - requests of these shapes are refused: {', '.join(refused)}"
+        )
     else:
-        lines.append(f"fail closed: no - sandboxed requests run under {info['backend']}")
+        lines.append(f"fail closed: no - every policy shape is enforced ({info['backend']})")
     return "\n".join(lines) + "\n"
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    checks, info = run_checks()
+    report = build_report()
     required = set(args.require or [])
-    missing = sorted(c.name for c in checks if c.name in required and not c.ok)
+    missing = sorted(name for name in required if not report.status(name))
     if args.json:
-        doc = {**info, "checks": [asdict(c) for c in checks], "missingRequirements": missing}
+        doc = {
+            **report.info,
+            "checks": [asdict(c) for c in report.checks],
+            "shapes": [asdict(s) for s in report.shapes],
+            **({"sections": report.extra_sections} if report.extra_sections else {}),
+            "missingRequirements": missing,
+        }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        sys.stdout.write(render_text(checks, info, required))
+        sys.stdout.write(render_text(report, required))
         if missing:
             sys.stdout.write(f"missing requirements: {', '.join(missing)}\n")
     return 1 if missing else 0
@@ -151,9 +247,12 @@ def add_doctor_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     p.add_argument(
         "--require",
         action="append",
-        choices=CHECK_NAMES,
+        choices=REQUIRE_NAMES,
         metavar="CHECK",
-        help=f"exit 1 unless this check passes (repeatable; one of {', '.join(CHECK_NAMES)})",
+        help=(
+            "exit 1 unless this check passes or this policy shape is enforceable "
+            f"(repeatable; one of {', '.join(REQUIRE_NAMES)}; 'sandbox' = workspace-write)"
+        ),
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_doctor)

@@ -84,6 +84,9 @@ async def start_server(
     else:
         raise ValueError(kind)
     full_env = dict(os.environ if env is None else env)
+    # The start-up sandbox probe (tested in tests/unit/test_doctor.py) would briefly
+    # add fds and children to every server the suite starts.
+    full_env.setdefault("EXECSERVER_STARTUP_PROBE", "0")
     if kind == "reference":
         full_env.setdefault("CODEX_HOME", str(reference.codex_home()))
     proc = await asyncio.create_subprocess_exec(

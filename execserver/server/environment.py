@@ -12,7 +12,7 @@ from execserver import REFERENCE_VERSION, __version__
 from execserver.server.rpc import MethodTable, RequestContext
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
-from execserver.wire.errors import RpcError
+from execserver.wire.errors import DRAINING_MESSAGE, EXECUTOR_DRAINING, RpcError
 from execserver.wire.lifecycle import (
     EnvironmentCapabilities,
     EnvironmentInfo,
@@ -79,6 +79,8 @@ async def initialize(ctx: RequestContext, params: InitializeParams) -> Initializ
     sessions = ctx.runtime.sessions
     if params.resume_session_id is not None:
         session = sessions.resume(params.resume_session_id, conn)
+    elif ctx.runtime.draining:
+        raise RpcError(EXECUTOR_DRAINING, DRAINING_MESSAGE)
     else:
         session = sessions.create(conn)
     conn.bind_session(session)

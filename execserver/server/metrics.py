@@ -7,6 +7,8 @@ reach the metric objects through ``ctx.runtime.metrics``.
 
 from __future__ import annotations
 
+import asyncio
+import platform
 from collections.abc import Callable
 from typing import Any
 
@@ -16,8 +18,11 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
     generate_latest,
 )
+
+from execserver import REFERENCE_VERSION, __version__
 
 # Requests range from sub-millisecond fs calls to long-poll reads of many seconds.
 _REQUEST_BUCKETS = (
@@ -49,6 +54,20 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
+        # The same count as execserver_processes_live, readable without the registry
+        # (a drain waits for it to reach 0).
+        self.live_processes = 0
+        self.no_live_processes = asyncio.Event()
+        self.no_live_processes.set()
+        # execserver_build_info{version,protocol,python} 1: which build answers here.
+        self.build = Info("execserver_build", "The running execserver build.", registry=r)
+        self.build.info(
+            {
+                "version": __version__,
+                "protocol": REFERENCE_VERSION,
+                "python": platform.python_version(),
+            }
+        )
         self.connections = Gauge("execserver_connections", "Open client connections.", registry=r)
         self.connections_opened = Counter(
             "execserver_connections_opened", "Client connections accepted.", registry=r
@@ -147,9 +166,14 @@ class Metrics:
     def process_started(self) -> None:
         self.processes_started.inc()
         self.processes_live.inc()
+        self.live_processes += 1
+        self.no_live_processes.clear()
 
     def process_exited(self, wall_s: float, sandbox_denied: bool) -> None:
         self.processes_live.dec()
+        self.live_processes -= 1
+        if self.live_processes <= 0:
+            self.no_live_processes.set()
         self.process_seconds.observe(wall_s)
         if sandbox_denied:
             self.sandbox_denials.inc()

@@ -10,6 +10,7 @@ import sys
 
 from aiohttp import web
 
+from execserver import REFERENCE_VERSION, __version__
 from execserver.config import ServerConfig
 from execserver.server import auth, limits
 from execserver.server.audit import AuditLog
@@ -62,6 +63,34 @@ def operational_checks(
     return checks
 
 
+async def log_sandbox_report() -> None:
+    """The doctor's policy-shape table, in the start-up log: an operator learns at
+    once that e.g. workspace-write requests will be refused on this host. The probe
+    spawns sandboxes, so it runs in a thread while the daemon already serves."""
+    from execserver.doctor import build_report, shape_lines
+    from execserver.sandbox.backend import detect_backend
+    from execserver.sandbox.shapes import DEFAULT_SHAPE
+
+    try:
+        report = await asyncio.to_thread(lambda: build_report(detect_backend()))
+    except Exception as exc:  # a broken probe must not take the daemon down
+        log.warning("sandbox probe failed: %s", exc)
+        return
+    default_ok = report.status(DEFAULT_SHAPE)
+    emit = log.info if default_ok else log.warning
+    emit(
+        "sandbox policy shapes (%s):\n%s",
+        "workspace-write enforceable" if default_ok else "workspace-write WILL BE REFUSED",
+        "\n".join(shape_lines(report.shapes)),
+        extra={
+            "shapes": {
+                s.name: (s.mechanism if s.enforceable else f"refused: {s.detail}")
+                for s in report.shapes
+            }
+        },
+    )
+
+
 class Server:
     def __init__(self, config: ServerConfig, upgrade_checks: list[UpgradeCheck] | None = None):
         self.config = config
@@ -75,6 +104,7 @@ class Server:
             *(upgrade_checks or []),
         ]
         self._stop = asyncio.Event()
+        self._drain: asyncio.Future[None] | None = None
         self._exit_status = 0
         self.url: str | None = None
 
@@ -82,16 +112,53 @@ class Server:
         self._exit_status = status
         self._stop.set()
 
+    def _on_sigterm(self) -> None:
+        # A second SIGTERM during a drain stops at once.
+        if self.config.drain_timeout_s <= 0 or self._drain is not None:
+            self.stop()
+            return
+        self._drain = asyncio.ensure_future(self.drain(self.config.drain_timeout_s))
+
+    async def drain(self, timeout_s: float) -> None:
+        """Refuse new sessions (resumes still work; /readyz answers 503), wait up to
+        ``timeout_s`` for running processes to exit, then stop. For rolling updates:
+        the sessions on this executor finish their commands instead of dying with it."""
+        runtime = self.runtime
+        runtime.draining = True
+        log.info(
+            "draining: no new sessions; waiting up to %.0f s for %d running process(es)",
+            timeout_s,
+            runtime.metrics.live_processes,
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(runtime.metrics.no_live_processes.wait(), timeout_s)
+        left = runtime.metrics.live_processes
+        if left:
+            log.warning("drain timed out with %d process(es) still running", left)
+        else:
+            log.info("drained: no process is running")
+        self.stop()
+
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig, handler in ((signal.SIGTERM, self._on_sigterm), (signal.SIGINT, self.stop)):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.stop)
+                loop.add_signal_handler(sig, handler)
+        log.info(
+            "execserver %s (codex exec-server protocol %s) starting",
+            __version__,
+            REFERENCE_VERSION,
+        )
+        probe = asyncio.ensure_future(log_sandbox_report()) if self.config.startup_probe else None
         try:
             if self.address.kind == "stdio":
                 return await self._run_stdio()
             return await self._run_websocket()
         finally:
+            if probe is not None:
+                probe.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await probe
             await self.runtime.aclose()
 
     async def _run_stdio(self) -> int:

@@ -28,6 +28,8 @@ class ServerRuntime:
     limits: ServerLimits = field(init=False)
     # Set once shutdown begins: /readyz turns 503, session closes are audited as shutdown.
     shutting_down: bool = False
+    # Set when a drain begins: no new sessions (resumes still work), /readyz 503.
+    draining: bool = False
 
     def __post_init__(self) -> None:
         self.limits = ServerLimits(self.config.limits)

@@ -48,8 +48,9 @@ async def bare_not_found(
 
 
 async def readyz(request: web.Request) -> web.Response:
-    # 503 once shutdown begins, so a load balancer stops sending new clients here.
-    if request.app[RUNTIME_KEY].shutting_down:
+    # 503 once a drain or shutdown begins, so a load balancer stops sending new clients here.
+    runtime = request.app[RUNTIME_KEY]
+    if runtime.shutting_down or runtime.draining:
         return web.Response(status=503)
     return web.Response(status=200)
 

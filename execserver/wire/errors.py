@@ -16,6 +16,13 @@ INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
 NOT_FOUND: Final = -32004
 SESSION_ALREADY_ATTACHED: Final = -32010
+# Ours (the reference never drains): initialize without resumeSessionId while the
+# executor drains before a shutdown. A client should open its session elsewhere.
+EXECUTOR_DRAINING: Final = -32001
+DRAINING_MESSAGE: Final = (
+    "executor is draining before shutdown: no new sessions (resume still works); "
+    "connect to another executor"
+)
 
 # Alias with the JSON-RPC name, for readers who know the standard.
 INVALID_REQUEST: Final = PARSE_OR_INVALID_REQUEST

@@ -87,3 +87,15 @@ async def test_ops_routes_refuse_browsers(path: str) -> None:
             session.get(base + path, headers={"Origin": "http://evil"}) as resp,
         ):
             assert resp.status == 403
+
+
+async def test_metrics_name_the_running_build() -> None:
+    from execserver import REFERENCE_VERSION, __version__
+
+    async with start_server("execserver", ["--metrics"]) as server:
+        status, text = await http_get(server.url, "/metrics")
+    assert status == 200
+    (build,) = [k for k in samples(text) if k[0] == "execserver_build_info"]
+    labels = dict(build[1])
+    assert labels["version"] == __version__
+    assert labels["protocol"] == REFERENCE_VERSION

@@ -61,33 +61,82 @@ def only(instructions: list[tuple[str, str]], keyword: str) -> list[str]:
     return [rest for kw, rest in instructions if kw == keyword]
 
 
-def test_dockerfile_builds_from_python_slim_and_runs_as_non_root() -> None:
+def dockerfile_env(instructions: list[tuple[str, str]]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for rest in only(instructions, "ENV"):
+        for item in shlex.split(rest):
+            key, _, value = item.partition("=")
+            env[key] = value
+    return env
+
+
+def test_dockerfile_builds_from_a_replaceable_base_and_runs_as_non_root() -> None:
     ins = dockerfile_instructions()
     bases = only(ins, "FROM")
-    assert bases and all(b.startswith("python:${PYTHON_VERSION}-slim") for b in bases)
-    assert any(arg.startswith("PYTHON_VERSION=3.11") for arg in only(ins, "ARG"))
+    assert bases and all(b.startswith("${BASE_IMAGE}") for b in bases)
+    (default_base,) = [a for a in only(ins, "ARG") if a.startswith("BASE_IMAGE=")]
+    assert default_base.startswith("BASE_IMAGE=docker.io/library/python:3.11-slim")
     users = only(ins, "USER")
     assert users and users[-1].split(":")[0] not in ("0", "root")
     # USER comes before the entrypoint is set: the daemon never runs as root.
     keywords = [kw for kw, _ in ins]
     assert keywords.index("USER") < keywords.index("ENTRYPOINT")
     assert any("bubblewrap" in run for run in only(ins, "RUN"))
+    # Installed into a virtualenv under /opt (no system pip), which is on PATH.
+    assert dockerfile_env(ins)["PATH"].startswith("/opt/execserver/bin:")
 
 
-def test_dockerfile_command_is_a_valid_authenticated_serve() -> None:
+def test_dockerfile_command_is_a_valid_authenticated_serve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     ins = dockerfile_instructions()
     entrypoint = json.loads(only(ins, "ENTRYPOINT")[-1])
     cmd = json.loads(only(ins, "CMD")[-1])
     assert entrypoint[-2:] == ["execserver", "serve"]
+    # The listen address comes from EXECSERVER_LISTEN, which the HEALTHCHECK reads too.
+    assert "--listen" not in cmd
+    listen = dockerfile_env(ins)["EXECSERVER_LISTEN"]
+    monkeypatch.setenv("EXECSERVER_LISTEN", listen)
     config = serve_config(cmd)
-    assert config.listen == "ws://0.0.0.0:8765"
+    assert config.listen == listen == "ws://0.0.0.0:8765"
     assert config.ws_auth.mode == auth.CAPABILITY_TOKEN
     assert config.ws_auth.token_file is not None
     assert config.ws_auth.token_file.startswith("/run/secrets/")
     port = parse_listen(config.listen).port
     assert only(ins, "EXPOSE") == [str(port)]
     healthcheck = only(ins, "HEALTHCHECK")[-1]
-    assert f"127.0.0.1:{port}/readyz" in healthcheck
+    assert "8765" not in healthcheck and "EXECSERVER_LISTEN" in healthcheck
+    assert "/readyz" in healthcheck
+
+
+def test_healthcheck_follows_the_listen_setting(tmp_path: Path) -> None:
+    """The HEALTHCHECK's program, run against a real daemon on another port."""
+    import subprocess
+    import sys
+
+    ins = dockerfile_instructions()
+    check = json.loads(only(ins, "HEALTHCHECK")[-1].split("CMD", 1)[1])
+    assert check[0] == "python3"
+    with subprocess.Popen(
+        [sys.executable, "-m", "execserver", "serve", "--listen", "ws://127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as daemon:
+        try:
+            assert daemon.stdout is not None
+            url = daemon.stdout.readline().strip()
+            env = {"EXECSERVER_LISTEN": url, "PATH": "/usr/bin:/bin"}
+            ok = subprocess.run([sys.executable, *check[1:]], env=env, check=False, timeout=30)
+            assert ok.returncode == 0
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=30)
+    # Nothing listens there any more: the same check fails.
+    gone = subprocess.run(
+        [sys.executable, *check[1:]], env=env, capture_output=True, check=False, timeout=30
+    )
+    assert gone.returncode != 0
 
 
 def test_dockerfile_copies_exist_and_dockerignore_keeps_them() -> None:
@@ -123,18 +172,42 @@ def of_kind(kind: str) -> list[dict[str, Any]]:
     return [doc for doc in manifests() if doc["kind"] == kind]
 
 
+def pod_specs() -> list[dict[str, Any]]:
+    return [
+        doc["spec"]["template"]["spec"]
+        for doc in manifests()
+        if doc["kind"] in ("Deployment", "StatefulSet")
+    ]
+
+
 def execserver_containers() -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(pod spec, container) for every execserver container of every Deployment."""
-    found = []
-    for deployment in of_kind("Deployment"):
-        pod = deployment["spec"]["template"]["spec"]
-        found += [(pod, c) for c in pod["containers"] if c["name"] == "execserver"]
-    return found
+    """(pod spec, container) for every execserver container (plain or native sidecar)."""
+    return [
+        (pod, container)
+        for pod in pod_specs()
+        for container in [*pod.get("initContainers", []), *pod["containers"]]
+        if container["name"] == "execserver"
+    ]
+
+
+def listen_of(container: dict[str, Any]) -> str:
+    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    return env["EXECSERVER_LISTEN"]
+
+
+def container_config(container: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> ServerConfig:
+    monkeypatch.setenv("EXECSERVER_LISTEN", listen_of(container))
+    return serve_config(container["args"])
 
 
 def test_every_manifest_parses_and_names_its_api() -> None:
     docs = manifests()
-    assert {doc["kind"] for doc in docs} >= {"Deployment", "Service", "NetworkPolicy"}
+    assert {doc["kind"] for doc in docs} >= {
+        "StatefulSet",
+        "Deployment",
+        "Service",
+        "NetworkPolicy",
+    }
     for doc in docs:
         assert doc["apiVersion"] and doc["metadata"]["name"]
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
@@ -142,47 +215,148 @@ def test_every_manifest_parses_and_names_its_api() -> None:
         assert (K8S / resource).exists()
 
 
-def test_there_is_a_devbox_deployment_and_a_sidecar_example() -> None:
-    pods = [pod for pod, _ in execserver_containers()]
-    assert len(pods) == 2
-    sidecar = [pod for pod in pods if len(pod["containers"]) == 2]
-    assert len(sidecar) == 1
-    # The sidecar's containers share the workspace volume.
-    mounts = [{m["name"] for m in c["volumeMounts"]} for c in sidecar[0]["containers"]]
+def test_every_manifest_states_its_pod_security_level() -> None:
+    for path in sorted(K8S.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        text = path.read_text()
+        assert "Pod Security Standards:" in text, path.name
+        if any(
+            doc and doc["kind"] in ("Deployment", "StatefulSet") for doc in yaml.safe_load_all(text)
+        ):
+            assert 'meets "restricted"' in text, path.name
+
+
+def test_pods_meet_the_restricted_pod_security_standard() -> None:
+    """The rules of the "restricted" level that these pod specs could break."""
+    allowed_volumes = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                       "persistentVolumeClaim", "projected", "secret"}  # fmt: skip
+    for pod in pod_specs():
+        pod_sc = pod["securityContext"]
+        assert pod_sc["runAsNonRoot"] is True and pod_sc["runAsUser"] != 0
+        seccomp = pod_sc["seccompProfile"]
+        assert seccomp == {"type": "Localhost", "localhostProfile": "profiles/execserver.json"}
+        for volume in pod.get("volumes", []):
+            assert set(volume) - {"name"} <= allowed_volumes, volume
+        assert "hostNetwork" not in pod and "hostPID" not in pod
+        for container in [*pod.get("initContainers", []), *pod["containers"]]:
+            sc = container["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert "add" not in sc["capabilities"]
+            assert not sc.get("privileged", False)
+            assert sc.get("seccompProfile", seccomp)["type"] != "Unconfined"
+            assert "appArmorProfile" not in sc  # Unconfined would break "baseline"
+            assert sc["readOnlyRootFilesystem"] is True
+
+
+def test_the_localhost_seccomp_profile_is_the_shipped_one() -> None:
+    profile = json.loads((ROOT / "deploy" / "seccomp" / "execserver.json").read_text())
+    assert profile["defaultAction"] == "SCMP_ACT_ERRNO"
+    added = [r for r in profile["syscalls"] if r["comment"].startswith("execserver:")]
+    assert len(added) == 1
+    assert sorted(added[0]["names"]) == ["clone", "mount", "pivot_root", "umount2", "unshare"]
+    assert added[0]["action"] == "SCMP_ACT_ALLOW"
+
+
+def test_the_seccomp_profile_is_regenerated_from_the_packaged_runtime_default() -> None:
+    source = Path("/usr/share/containers/seccomp.json")
+    if not source.exists():
+        pytest.skip("golang-github-containers-common is not installed (comes with podman)")
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "deploy" / "seccomp" / "generate.py"), str(source)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(done.stdout) == json.loads(
+        (ROOT / "deploy" / "seccomp" / "execserver.json").read_text()
+    )
+
+
+def test_there_is_a_devbox_statefulset_and_a_native_sidecar_example() -> None:
+    (statefulset,) = of_kind("StatefulSet")
+    assert statefulset["spec"]["replicas"] >= 2
+    assert statefulset["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+    (sidecar,) = of_kind("Deployment")
+    pod = sidecar["spec"]["template"]["spec"]
+    (executor,) = pod["initContainers"]
+    # Native sidecar: started (and ready, startupProbe) before the agent.
+    assert executor["name"] == "execserver" and executor["restartPolicy"] == "Always"
+    assert "startupProbe" in executor
+    (agent,) = pod["containers"]
+    mounts = [{m["name"] for m in c["volumeMounts"]} for c in (executor, agent)]
     assert "workspace" in set.intersection(*mounts)
 
 
+def test_the_headless_service_gives_each_replica_a_stable_name() -> None:
+    (statefulset,) = of_kind("StatefulSet")
+    services = {s["metadata"]["name"]: s for s in of_kind("Service")}
+    service = services[statefulset["spec"]["serviceName"]]
+    assert service["spec"]["clusterIP"] == "None"
+    # A draining replica must stay resolvable so its sessions can be resumed.
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    labels = statefulset["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+
+
+def test_devbox_has_writable_home_workspace_and_a_persistent_audit_log(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (statefulset,) = of_kind("StatefulSet")
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    claims = {c["metadata"]["name"] for c in statefulset["spec"]["volumeClaimTemplates"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert mounts["/workspace"] in claims
+    assert mounts[env["HOME"]] in claims
+    config = container_config(container, monkeypatch)
+    assert config.audit_log is not None
+    assert mounts[posixpath.dirname(config.audit_log)] in claims
+
+
+def test_rolling_updates_drain_within_the_grace_period(monkeypatch: pytest.MonkeyPatch) -> None:
+    (statefulset,) = of_kind("StatefulSet")
+    pod = statefulset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    config = container_config(container, monkeypatch)
+    assert config.drain_timeout_s > 0
+    pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pre_stop + config.drain_timeout_s + 10 <= pod["terminationGracePeriodSeconds"]
+
+
 @pytest.mark.parametrize("index", [0, 1])
-def test_execserver_container_args_are_accepted_by_the_cli(index: int) -> None:
+def test_execserver_container_args_are_accepted_by_the_cli(
+    index: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pod, container = execserver_containers()[index]
-    config = serve_config(container["args"])
+    config = container_config(container, monkeypatch)
     assert config.ws_auth.mode is not None  # every example authenticates
     token_file = config.ws_auth.token_file or config.ws_auth.shared_secret_file
     assert token_file is not None
-    # The token comes from a mounted Secret volume.
+    # The token comes from a mounted Secret volume readable by the pod's group.
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     volume_name = mounts[posixpath.dirname(token_file)]
     volume = next(v for v in pod["volumes"] if v["name"] == volume_name)
     assert "secret" in volume
-    if config.audit_log:
-        assert posixpath.dirname(config.audit_log) in mounts
+    assert volume["secret"]["defaultMode"] & 0o040
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
 
 
 @pytest.mark.parametrize("index", [0, 1])
-def test_execserver_container_is_hardened_with_probes_and_resources(index: int) -> None:
+def test_execserver_container_is_hardened_with_probes_and_resources(
+    index: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pod, container = execserver_containers()[index]
     assert pod["automountServiceAccountToken"] is False
-    assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["runAsUser"] != 0
-    sc = container["securityContext"]
-    assert sc["allowPrivilegeEscalation"] is False
-    assert sc["capabilities"]["drop"] == ["ALL"]
-    assert sc["readOnlyRootFilesystem"] is True
     assert "/tmp" in {m["mountPath"] for m in container["volumeMounts"]}
     for kind in ("requests", "limits"):
         assert {"cpu", "memory"} <= set(container["resources"][kind])
     assert not container["image"].endswith(":latest")
-    port = parse_listen(serve_config(container["args"]).listen).port
+    port = parse_listen(container_config(container, monkeypatch).listen).port
     assert {p["containerPort"] for p in container["ports"]} == {port}
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/livez")):
         spec = container[probe]
@@ -193,21 +367,26 @@ def test_execserver_container_is_hardened_with_probes_and_resources(index: int) 
             assert f"127.0.0.1:{port}{path}" in " ".join(spec["exec"]["command"])
 
 
-def test_a_loopback_listener_uses_exec_probes() -> None:
+def test_a_loopback_listener_uses_exec_probes(monkeypatch: pytest.MonkeyPatch) -> None:
     for _, container in execserver_containers():
-        host = parse_listen(serve_config(container["args"]).listen).host
+        host = parse_listen(container_config(container, monkeypatch).listen).host
         uses_http = "httpGet" in container["readinessProbe"]
         assert uses_http == (host == "0.0.0.0")
 
 
-def test_service_and_network_policy_select_the_execserver_pods() -> None:
-    (service,) = of_kind("Service")
-    (policy,) = of_kind("NetworkPolicy")
-    deployments = {d["metadata"]["name"]: d for d in of_kind("Deployment")}
-    pod_labels = deployments[service["metadata"]["name"]]["spec"]["template"]["metadata"]["labels"]
-    assert service["spec"]["selector"].items() <= pod_labels.items()
+def test_network_policy_admits_labelled_agent_hosts_across_namespaces() -> None:
+    policies = {p["metadata"]["name"]: p for p in of_kind("NetworkPolicy")}
+    policy = policies["execserver-ingress"]
+    (statefulset,) = of_kind("StatefulSet")
+    pod_labels = statefulset["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
-    assert service["spec"]["ports"][0]["targetPort"] == "ws"
+    peers = [peer for rule in policy["spec"]["ingress"] for peer in rule["from"]]
+    client = {"execserver.io/client": "true"}
+    assert {"podSelector": {"matchLabels": client}} in peers  # same namespace
+    assert {
+        "namespaceSelector": {"matchLabels": {"execserver.io/agents": "true"}},
+        "podSelector": {"matchLabels": client},
+    } in peers
     allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
     assert allowed == {8765}
     egress_blocks = [
@@ -218,6 +397,8 @@ def test_service_and_network_policy_select_the_execserver_pods() -> None:
     ]
     # Commands must not reach the cloud metadata endpoint.
     assert all("169.254.0.0/16" in block["except"] for block in egress_blocks)
+    doc = (ROOT / "docs" / "deploying.md").read_text()
+    assert "execserver.io/agents" in doc and "execserver.io/client" in doc
 
 
 # ---- systemd --------------------------------------------------------------------
@@ -233,7 +414,7 @@ def unit() -> configparser.RawConfigParser:
 def test_systemd_unit_runs_an_authenticated_loopback_serve() -> None:
     service = unit()["Service"]
     argv = shlex.split(service["ExecStart"].replace("${CREDENTIALS_DIRECTORY}", "/run/cred"))
-    assert argv[:2] == ["/usr/local/bin/execserver", "serve"]
+    assert argv[:2] == ["/opt/execserver/bin/execserver", "serve"]
     config = serve_config(argv[2:])
     assert parse_listen(config.listen).host == "127.0.0.1"
     assert config.ws_auth.token_file == "/run/cred/token"
@@ -241,6 +422,16 @@ def test_systemd_unit_runs_an_authenticated_loopback_serve() -> None:
     pre = shlex.split(service["ExecStartPre"])
     doctor = build_parser().parse_args(pre[1:])
     assert doctor.command == "doctor" and doctor.require == ["sandbox"]
+    # systemd creates the working directory (and HOME) for the service user.
+    work = service["WorkingDirectory"]
+    state = ["/var/lib/" + d for d in service["StateDirectory"].split()]
+    assert work in state and service["Environment"] == f"HOME={state[0]}"
+    assert config.drain_timeout_s > 0
+    assert int(service["TimeoutStopSec"].rstrip("s")) > config.drain_timeout_s
+    # The install steps in the header: -D for /etc/execserver, a venv under /opt.
+    header = UNIT.read_text().split("[Unit]")[0]
+    assert "install -D -m 0600 token /etc/execserver/token" in header
+    assert "python3 -m venv /opt/execserver" in header
 
 
 def test_systemd_unit_is_hardened_but_lets_bwrap_build_its_namespaces() -> None:

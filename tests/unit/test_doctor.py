@@ -6,9 +6,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
-from execserver.doctor import CHECK_NAMES
+import pytest
+
+from execserver import __version__
+from execserver.doctor import CHECK_NAMES, SHAPE_NAMES
 
 
 def doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -42,7 +46,12 @@ def test_report_lists_every_check_and_exits_zero_without_requirements() -> None:
 def test_missing_required_backend_exits_one_and_says_it_fails_closed() -> None:
     code, doc = report("--require", "sandbox", "--require", "bwrap", env=NO_BACKEND)
     assert code == 1
-    assert doc["backend"] == "none" and doc["failClosed"] == "yes"
+    assert doc["backend"] == "none"
+    # Every shape that restricts the file system is refused; a full-disk-access policy
+    # that only cuts the network needs nothing but seccomp, so it still runs.
+    enforced = [s["name"] for s in doc["shapes"] if s["enforceable"]]
+    assert enforced == ["network-restricted"]
+    assert doc["failClosed"] == "no"
     assert doc["missingRequirements"] == ["bwrap", "sandbox"]
     checks = {c["name"]: c for c in doc["checks"]}
     assert "/nonexistent/bwrap" in checks["bwrap"]["detail"]
@@ -60,5 +69,128 @@ def test_a_satisfied_requirement_exits_zero() -> None:
 def test_text_report_names_the_missing_requirement() -> None:
     done = doctor("--require", "sandbox", env=NO_BACKEND)
     assert done.returncode == 1
-    assert "fail closed: yes" in done.stdout
+    assert (
+        "fail closed: partly - requests of these shapes are refused: "
+        "read-only, workspace-write, deny-read, managed-network"
+    ) in done.stdout
     assert "missing requirements: sandbox" in done.stdout
+
+
+# ---- policy shapes: each one really run under the sandbox ----------------------
+
+# bwrap present but unable to sandbox (a container's default seccomp profile
+# refuses its user namespaces): only the Landlock fallback is left.
+BWRAP_BROKEN = {"EXECSERVER_BWRAP": "/bin/false"}
+
+
+def shapes_of(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["name"]: s for s in doc["shapes"]}
+
+
+def test_every_policy_shape_is_reported_with_its_mechanism() -> None:
+    code, doc = report()
+    assert code == 0
+    shapes = shapes_of(doc)
+    assert list(shapes) == list(SHAPE_NAMES)
+    for shape in shapes.values():
+        if shape["enforceable"]:
+            assert shape["mechanism"] in ("bwrap", "landlock", "seccomp")
+        else:
+            assert shape["mechanism"] == "-" and shape["detail"]
+
+
+def test_broken_bwrap_makes_workspace_write_unenforceable_and_require_fails() -> None:
+    for requirement in ("sandbox", "workspace-write"):
+        code, doc = report("--require", requirement, env=BWRAP_BROKEN)
+        assert code == 1, requirement
+        assert doc["missingRequirements"] == [requirement]
+    shapes = shapes_of(doc)
+    ws = shapes["workspace-write"]
+    assert ws["enforceable"] is False
+    assert "writable roots need read-only .git/.codex/.agents/.aws carve-outs" in ws["detail"]
+    assert shapes["deny-read"]["enforceable"] is False
+    assert shapes["managed-network"]["enforceable"] is False
+    # Seccomp alone still cuts the network of a full-disk-access policy.
+    assert shapes["network-restricted"] == {
+        "name": "network-restricted",
+        "enforceable": True,
+        "mechanism": "seccomp",
+        "detail": "enforced (checked from inside)",
+    }
+    checks = {c["name"]: c for c in doc["checks"]}
+    assert checks["sandbox"]["ok"] is False
+    assert doc["failClosed"] == "no"  # read-only still runs (Landlock)
+    if checks["landlock"]["ok"]:
+        assert shapes["read-only"]["mechanism"] == "landlock"
+        assert shapes["read-only"]["enforceable"] is True
+
+
+def test_broken_bwrap_text_report_says_which_shapes_are_refused() -> None:
+    done = doctor("--require", "sandbox", env=BWRAP_BROKEN)
+    assert done.returncode == 1
+    assert "workspace-write would be refused" in done.stdout
+    line = next(ln for ln in done.stdout.splitlines() if ln.strip().startswith("workspace-write"))
+    assert "MISSING" in line
+    assert "fail closed: partly" in done.stdout
+    assert "workspace-write" in done.stdout.splitlines()[-2]
+
+
+def test_with_working_bwrap_every_shape_is_enforced_by_it() -> None:
+    from execserver.sandbox.backend import probe_backend
+
+    backend = probe_backend()
+    if backend.bwrap is None:
+        pytest.skip(f"bubblewrap cannot sandbox on this host: {backend.bwrap_error}")
+    code, doc = report("--require", "sandbox", "--require", "workspace-write")
+    assert code == 0
+    mechanisms = {name: s["mechanism"] for name, s in shapes_of(doc).items()}
+    assert mechanisms == {
+        "read-only": "bwrap",
+        "workspace-write": "bwrap",
+        "deny-read": "bwrap",
+        "network-restricted": "seccomp",
+        "managed-network": "bwrap",
+    }
+
+
+def test_the_probe_catches_a_policy_that_leaks(tmp_path: Path) -> None:
+    """The check scripts really check: handed a policy that lets .git be written
+    (full disk write), the workspace-write probe reports the leak instead of ok."""
+    from execserver.sandbox import shapes
+    from execserver.sandbox.backend import probe_backend
+
+    dirs = shapes._make_dirs(tmp_path.resolve())
+    leaky = shapes._context([(shapes._special("root"), "write")])
+    result = shapes._probe_script("workspace-write", leaky, dirs, probe_backend())
+    assert result.enforceable is False
+    assert "a write under the protected .git succeeded" in result.detail
+    open_read = shapes._context([(shapes._special("root"), "read")])
+    result = shapes._probe_script("deny-read", open_read, dirs, probe_backend())
+    assert result == shapes.ShapeResult(
+        "deny-read", False, "-", f"{result.detail.split(':')[0]}: a denied file was readable"
+    )
+
+
+def test_serve_logs_the_shape_table_and_its_version_at_start_up() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-m", "execserver", "serve", "--listen", "ws://127.0.0.1:0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **BWRAP_BROKEN, "EXECSERVER_STARTUP_PROBE": "1"},
+    ) as proc:
+        assert proc.stderr is not None
+        seen: list[str] = []
+        try:
+            for line in proc.stderr:
+                seen.append(line)
+                if line.startswith("  managed-network"):
+                    break
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    text = "".join(seen)
+    assert f"execserver {__version__} (codex exec-server protocol" in text
+    assert "WARNING" in text and "workspace-write WILL BE REFUSED" in text
+    ws_line = next(ln for ln in seen if ln.startswith("  workspace-write"))
+    assert "refused" in ws_line
