@@ -170,7 +170,7 @@ async def patch_composite(url: str, repeats: int) -> dict[str, float]:
         patch = _patch_tree(root)
         box = sandbox_option("workspace-write", str(root))
         start = time.perf_counter()
-        outcome = await patch_remote(url, patch, str(root), box)
+        outcome = await patch_remote(url, patch, str(root), sandbox=box)
         apply_times.append(time.perf_counter() - start)
         if outcome.exit_code != 0:
             raise RuntimeError(f"patch failed: {outcome.stderr}")

@@ -1,6 +1,21 @@
 """execserver: a wire-compatible Codex exec-server daemon and its core-side client."""
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
 # The protocol version we are wire-compatible with (reported as executorVersion).
 REFERENCE_VERSION = "0.169.0"
+
+
+if TYPE_CHECKING:
+    from execserver.client.local import serve_local as serve_local
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: ``import execserver`` (the daemon) must not load the client.
+    if name == "serve_local":
+        from execserver.client.local import serve_local
+
+        return serve_local
+    raise AttributeError(f"module 'execserver' has no attribute {name!r}")

@@ -7,8 +7,11 @@ as ``process/signal interrupt`` (the remote pty's line discipline delivers the
 written ^C to the foreground job; the signal reaches the direct child even
 when it does not read its terminal).
 
-Exit codes: the remote process's code; 255 when the client itself failed
-(connection refused, process lost), like ssh.
+Whatever ends the local side — the remote command finishing, SIGTERM, SIGHUP,
+our stdout closing (``| head``), a lost connection — the remote command is
+terminated before we exit, so nothing keeps running on the executor.
+
+Exit codes: see :mod:`execserver.client.cli_errors`.
 """
 
 from __future__ import annotations
@@ -17,22 +20,43 @@ import argparse
 import asyncio
 import contextlib
 import os
+import posixpath
 import signal
 import sys
-import termios
-import tty
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, Final
 
-from execserver.client.connection import ExecServerClient
-from execserver.client.errors import ExecServerError
+from execserver.client.cli_errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_CONNECTION,
+    UsageError,
+    explain,
+    report,
+)
+from execserver.client.cli_terminal import (
+    forward_window_size,
+    raw_terminal,
+    read_stdin,
+    read_stdin_to_end,
+    window_size,
+)
+from execserver.client.commands import (
+    INHERIT_ENV_POLICY,
+    STDIN_STAGING_LIMIT,
+    Launched,
+    launch,
+    remote_temp_path,
+    terminate,
+)
+from execserver.client.connection import ExecServerClient, check_url
+from execserver.client.errors import ExecServerError, ProcessFailed
 from execserver.client.events import Closed, Exited, Failed, Output
 from execserver.client.process import RemoteProcess
-from execserver.wire.process import ExecEnvPolicy
 
-CLIENT_ERROR_EXIT = 255
-CTRL_C = b"\x03"
-CTRL_D = b"\x04"
+CTRL_C: Final = b"\x03"
+CTRL_D: Final = b"\x04"
+# Signals that end the local side; the remote command is terminated first.
+ENDING_SIGNALS: Final = (signal.SIGTERM, signal.SIGHUP)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,15 +64,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run = subparsers.add_parser(
         "run",
         help="run a command on an exec-server and stream its output",
-        description="Run ARGV on the exec-server at URL; exits with the remote exit code.",
+        description="Run ARGV on the exec-server at URL; exits with the remote exit code "
+        "(127 program not found, 126 not executable, 125 could not start, 255 connection "
+        "or authentication failure, 2 usage error).",
     )
-    _common_options(run)
+    common_options(run)
     run.add_argument("--tty", action="store_true", help="run under a remote pseudo-terminal")
     run.add_argument(
         "--stdin",
         action="store_true",
-        help="forward local stdin to the command (without --tty the remote stdin "
-        "cannot be closed, so use this only for commands that stop by themselves)",
+        help="give local stdin to the command: with --tty it is typed into the remote "
+        "terminal, ending with ^D; without, it is read to its end first (at most "
+        f"{STDIN_STAGING_LIMIT // (1024 * 1024)} MiB) and staged as a file on the executor",
     )
     run.add_argument("argv", nargs="+", help="the command, after --")
     run.set_defaults(func=_cmd_run)
@@ -58,19 +85,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="open an interactive shell on an exec-server",
         description="Attach an interactive remote PTY running the server's shell (or ARGV).",
     )
-    _common_options(shell)
+    common_options(shell)
     shell.add_argument("argv", nargs="*", help="program to run instead of the login shell")
     shell.set_defaults(func=_cmd_shell)
 
 
-def _common_options(parser: argparse.ArgumentParser) -> None:
+def common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("url", help="ws://HOST:PORT of the exec-server")
-    parser.add_argument("--cwd", help="remote working directory (default: the server's)")
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("EXECSERVER_TOKEN"),
-        help="bearer token for an authenticated server (default $EXECSERVER_TOKEN)",
-    )
+    parser.add_argument("--cwd", help="remote working directory, absolute (default: the server's)")
+    add_token_option(parser)
     parser.add_argument(
         "--env",
         action="append",
@@ -78,59 +101,100 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help="set a variable in the remote environment (repeatable)",
     )
+    add_verbose_option(parser)
+
+
+def add_token_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("EXECSERVER_TOKEN"),
+        help="bearer token for an authenticated server (default $EXECSERVER_TOKEN)",
+    )
+
+
+def add_verbose_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--verbose", action="store_true", help="add protocol details (JSON-RPC codes) to errors"
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    return asyncio.run(
-        _guard(
-            run_command(
-                args.url,
-                args.argv,
-                token=args.token,
-                cwd=args.cwd,
-                tty=args.tty,
-                forward_stdin=args.stdin or args.tty,
-                env=_parse_env(args.env),
-            )
-        )
+    return guarded(
+        "execserver run",
+        args.url,
+        args.verbose,
+        lambda: run_command(
+            args.url,
+            args.argv,
+            token=args.token,
+            cwd=remote_cwd(args.cwd),
+            tty=args.tty,
+            forward_stdin=args.stdin or args.tty,
+            env=parse_env(args.env),
+        ),
     )
 
 
 def _cmd_shell(args: argparse.Namespace) -> int:
-    return asyncio.run(
-        _guard(
-            run_shell(args.url, args.argv, token=args.token, cwd=args.cwd, env=_parse_env(args.env))
-        )
+    return guarded(
+        "execserver shell",
+        args.url,
+        args.verbose,
+        lambda: run_shell(
+            args.url,
+            args.argv,
+            token=args.token,
+            cwd=remote_cwd(args.cwd),
+            env=parse_env(args.env),
+        ),
     )
 
 
-async def _guard(main: Any) -> int:
+def guarded(prog: str, url: str, verbose: bool, main: Callable[[], Awaitable[int]]) -> int:
+    """Run ``main`` and turn any error into one line and an exit code."""
+
+    async def checked() -> int:
+        check_url(url)
+        return await main()
+
     try:
-        code: int = await main
-    except (ExecServerError, OSError) as exc:
-        sys.stderr.write(f"execserver: {exc}\n")
-        sys.stderr.flush()
-        return CLIENT_ERROR_EXIT
-    return code
+        return asyncio.run(checked())
+    except KeyboardInterrupt:
+        # ^C before the command started (while connecting): nothing to interrupt
+        # remotely; exit as a shell does for SIGINT, without a traceback.
+        return 128 + signal.SIGINT
+    except (ExecServerError, OSError, UsageError, ValueError) as exc:
+        code, message = explain(exc, url=url, verbose=verbose)
+        report(prog, message)
+        return code
 
 
-def _parse_env(pairs: Sequence[str]) -> dict[str, str]:
+def remote_cwd(cwd: str | None) -> str | None:
+    if cwd is not None and not cwd.startswith("/"):
+        raise UsageError(
+            f"--cwd must be an absolute path on the executor, got {cwd!r} "
+            "(relative paths would be resolved against a directory you cannot see)"
+        )
+    return cwd
+
+
+def parse_env(pairs: Sequence[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            raise SystemExit(f"execserver: --env expects NAME=VALUE, got {pair!r}")
+            raise UsageError(f"--env expects NAME=VALUE, got {pair!r}")
         env[name] = value
     return env
 
 
-def _inherit_server_env(extra: dict[str, str]) -> tuple[ExecEnvPolicy, dict[str, str]]:
-    # A person running a command expects the server's usual environment (PATH,
-    # HOME...), not the empty one a bare `env` map would give (protocol §8.4.2).
-    policy = ExecEnvPolicy(
-        inherit="all", ignore_default_excludes=False, exclude=[], set={}, include_only=[]
-    )
-    return policy, extra
+def _server_cwd(client: ExecServerClient, cwd: str | None) -> str:
+    if cwd is not None:
+        return posixpath.normpath(cwd)
+    info = client.environment_info
+    if info is None or not info.cwd:
+        raise UsageError("the exec-server did not report its working directory; pass --cwd")
+    return info.cwd
 
 
 async def run_command(
@@ -143,33 +207,31 @@ async def run_command(
     forward_stdin: bool = False,
     env: dict[str, str] | None = None,
 ) -> int:
-    extra = dict(env or {})
+    overlay = dict(env or {})
     if tty:
-        extra.setdefault("TERM", os.environ.get("TERM", "xterm-256color"))
-    policy, overlay = _inherit_server_env(extra)
+        overlay.setdefault("TERM", os.environ.get("TERM", "xterm-256color"))
+    staged: bytes | None = None
+    if forward_stdin and not tty:
+        # A pipe's stdin cannot be closed through the protocol: read ours to its
+        # end and let the command read it from a file on the executor.
+        staged = await read_stdin_to_end(STDIN_STAGING_LIMIT)
     async with await ExecServerClient.connect(url, token=token, client_name="execserver run") as c:
-        proc = await c.start_process(
-            argv,
-            cwd=cwd,
-            env=overlay,
-            env_policy=policy,
-            tty=tty,
-            pipe_stdin=forward_stdin and not tty,
-        )
-        raw = tty and os.isatty(0)
-        with _raw_terminal(raw), _forward_sigint(proc):
-            pump = (
-                asyncio.create_task(_pump_stdin(proc, eof=CTRL_D if tty else None, raw=raw))
-                if forward_stdin
-                else None
-            )
+        with _ending_signals() as ended:
             try:
-                return await _stream_output(proc)
-            finally:
-                if pump is not None:
-                    pump.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await pump
+                launched = await launch(
+                    c,
+                    list(argv),
+                    cwd=_server_cwd(c, cwd),
+                    env=overlay,
+                    env_policy=INHERIT_ENV_POLICY,
+                    tty=tty,
+                    staged_stdin=staged,
+                )
+            except asyncio.CancelledError:
+                return _signal_exit(ended)  # launch terminated what it started
+            raw = tty and os.isatty(0)
+            pump = forward_stdin and tty
+            return await _attach(c, launched, ended, raw=raw, pump_stdin=pump)
 
 
 async def run_shell(
@@ -180,31 +242,126 @@ async def run_shell(
     cwd: str | None = None,
     env: dict[str, str] | None = None,
 ) -> int:
-    extra = dict(env or {})
-    extra.setdefault("TERM", os.environ.get("TERM", "xterm-256color"))
-    policy, overlay = _inherit_server_env(extra)
+    overlay = dict(env or {})
+    overlay.setdefault("TERM", os.environ.get("TERM", "xterm-256color"))
     async with await ExecServerClient.connect(
         url, token=token, client_name="execserver shell"
     ) as c:
         if not argv:
             info = c.environment_info
             argv = [info.shell.path if info is not None and info.shell.path else "/bin/sh"]
-        proc = await c.start_process(argv, cwd=cwd, env=overlay, env_policy=policy, tty=True)
-        raw = os.isatty(0)
-        with _raw_terminal(raw), _forward_sigint(proc):
-            pump = asyncio.create_task(_pump_stdin(proc, eof=CTRL_D, raw=raw))
+        size = window_size()
+        command = list(argv)
+        tty_file: str | None = None
+        if size is not None:
+            # The protocol has no resize: the remote pty starts at 24x80. Set our
+            # size from inside the terminal before the program starts, and note
+            # which pty it is so a later SIGWINCH can resize it (stty -F).
+            rows, cols = size
+            tty_file = remote_temp_path(c, "execserver-shell-tty")
+            command = ["/bin/sh", "-c", _SIZED_START, "sh", str(rows), str(cols), tty_file, *argv]
+        with _ending_signals() as ended:
             try:
-                return await _stream_output(proc)
+                launched = await launch(
+                    c, command, cwd=_server_cwd(c, cwd), env=overlay,
+                    env_policy=INHERIT_ENV_POLICY, tty=True,
+                )  # fmt: skip
+            except asyncio.CancelledError:
+                return _signal_exit(ended)  # launch terminated what it started
+            raw = os.isatty(0)
+            try:
+                async with forward_window_size(c, tty_file):
+                    return await _attach(c, launched, ended, raw=raw, pump_stdin=True)
             finally:
-                pump.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pump
+                if tty_file is not None:
+                    with contextlib.suppress(ExecServerError, OSError):
+                        await c.fs.remove(tty_file, recursive=False)
+
+
+# $1 rows, $2 cols, $3 where to note the pty's name, the rest the program.
+_SIZED_START: Final = (
+    'stty rows "$1" cols "$2" 2>/dev/null; tty >"$3" 2>/dev/null; shift 3; exec "$@"'
+)
+
+
+def _signal_exit(ended: _Ended) -> int:
+    if ended.signum is None:
+        raise asyncio.CancelledError  # not ours: keep cancelling
+    return 128 + ended.signum
+
+
+class _Ended:
+    """Which ending signal arrived (if any)."""
+
+    signum: int | None = None
+
+
+@contextlib.contextmanager
+def _ending_signals() -> Iterator[_Ended]:
+    """SIGTERM/SIGHUP cancel the current task; ``_attach`` then terminates the
+    remote command and exits 128+N."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    ended = _Ended()
+
+    def on_signal(signum: int) -> None:
+        if ended.signum is None:
+            ended.signum = signum
+            if task is not None:
+                task.cancel()
+
+    for signum in ENDING_SIGNALS:
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        yield ended
+    finally:
+        for signum in ENDING_SIGNALS:
+            loop.remove_signal_handler(signum)
+
+
+async def _attach(
+    client: ExecServerClient, launched: Launched, ended: _Ended, *, raw: bool, pump_stdin: bool
+) -> int:
+    """Stream the process's output to ours (and our stdin to it) until it closes;
+    terminate it when we end first."""
+    proc = launched.process
+    pump: asyncio.Task[None] | None = None
+    try:
+        with raw_terminal(raw), _forward_sigint(proc):
+            if pump_stdin:
+                pump = asyncio.create_task(_pump_stdin(proc, raw=raw))
+            return await _stream_output(proc)
+    except BrokenPipeError:
+        await terminate(client, proc)
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except asyncio.CancelledError:
+        await terminate(client, proc)
+        return _signal_exit(ended)
+    except BaseException:
+        await terminate(client, proc)
+        raise
+    finally:
+        if pump is not None:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+        await launched.cleanup(client)
+
+
+def _silence_stdout() -> None:
+    """Our stdout reader went away: point fd 1 at /dev/null so the interpreter's
+    final flush does not complain about the broken pipe."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 async def _stream_output(proc: RemoteProcess) -> int:
     out = sys.stdout.buffer
     err = sys.stderr.buffer
-    code = CLIENT_ERROR_EXIT
+    code = EXIT_CONNECTION
     async for event in proc:
         if isinstance(event, Output):
             target = err if event.stream == "stderr" else out
@@ -213,74 +370,32 @@ async def _stream_output(proc: RemoteProcess) -> int:
         elif isinstance(event, Exited):
             code = event.exit_code
         elif isinstance(event, Failed):
-            sys.stderr.write(f"execserver: {event.message}\n")
-            return CLIENT_ERROR_EXIT
+            raise ProcessFailed(event.message)
         elif isinstance(event, Closed):
             break
     return code
 
 
-async def _pump_stdin(proc: RemoteProcess, *, eof: bytes | None, raw: bool) -> None:
-    """Copy local stdin to the remote process until EOF (then send ``eof`` if given).
+async def _pump_stdin(proc: RemoteProcess, *, raw: bool) -> None:
+    """Copy local stdin into the remote terminal until EOF, then end its input.
 
     Errors end the copy quietly: the output stream reports what happened to the
     process, and the exit code must come from there.
     """
+    last = b"\n"
     try:
-        async for data in _read_stdin():
+        async for data in read_stdin():
             await proc.write(data)
+            last = data[-1:]
             if raw and CTRL_C in data:
                 # In raw mode ^C is a byte, not SIGINT; send the interrupt as well.
                 await proc.interrupt()
-        if eof is not None:
-            await proc.write(eof)
+        if not raw:
+            # ^D ends the input only at the start of a line; after a partial line
+            # the first one just hands that line over.
+            await proc.write(CTRL_D if last == b"\n" else CTRL_D * 2)
     except ExecServerError:
         return
-
-
-async def _read_stdin() -> Any:
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[bytes] = asyncio.Queue()
-    fd = sys.stdin.fileno()
-
-    def readable() -> None:
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            loop.remove_reader(fd)
-        queue.put_nowait(data)
-
-    try:
-        loop.add_reader(fd, readable)
-    except (PermissionError, ValueError, OSError):
-        # A regular file cannot be polled; read it in a worker thread instead.
-        while data := await asyncio.to_thread(os.read, fd, 65536):
-            yield data
-        return
-    try:
-        while data := await queue.get():
-            yield data
-    finally:
-        loop.remove_reader(fd)
-
-
-@contextlib.contextmanager
-def _raw_terminal(enabled: bool) -> Iterator[None]:
-    if not enabled:
-        yield
-        return
-    fd = sys.stdin.fileno()
-    saved = termios.tcgetattr(fd)
-    # TCSANOW, not the default TCSAFLUSH: keep what was typed ahead.
-    tty.setraw(fd, termios.TCSANOW)
-    try:
-        yield
-    finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 @contextlib.contextmanager
@@ -304,3 +419,16 @@ def _forward_sigint(proc: RemoteProcess) -> Iterator[None]:
 async def _quiet(call: Callable[[], Any]) -> None:
     with contextlib.suppress(ExecServerError):
         await call()
+
+
+__all__ = [
+    "add_token_option",
+    "add_verbose_option",
+    "common_options",
+    "guarded",
+    "parse_env",
+    "register",
+    "remote_cwd",
+    "run_command",
+    "run_shell",
+]

@@ -24,11 +24,11 @@ import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar, overload
 
 import msgspec
 
+from execserver.client.commands import CompletedRemoteProcess, run_command
 from execserver.client.errors import (
     ExecServerConnectError,
     ExecServerError,
@@ -42,6 +42,7 @@ from execserver.client.errors import (
 from execserver.client.events import Closed, Exited, Output
 from execserver.client.process import RemoteProcess
 from execserver.client.rpc import NOT_HANDLED, RpcConnection
+from execserver.client.sandbox import Sandbox
 from execserver.client.transport import StdioTransport, Transport, WebSocketTransport
 from execserver.wire import methods
 from execserver.wire.lifecycle import (
@@ -61,6 +62,7 @@ from execserver.wire.process import (
     ReadResponse,
     WriteStatus,
 )
+from execserver.wire.sandbox import FileSystemSandboxContext
 from execserver.wire.uri import path_to_uri
 
 log = logging.getLogger(__name__)
@@ -75,6 +77,9 @@ REQUEST_TIMEOUT: Final = 60.0
 READ_TIMEOUT_SLACK: Final = 10.0
 RECOVERY_DEADLINE: Final = 25.0
 RECOVERY_RETRY_DELAY: Final = 0.1
+CONNECT_RETRY_DELAY: Final = 0.05
+CONNECT_RETRY_DELAY_MAX: Final = 1.0
+WEBSOCKET_SCHEMES: Final = ("ws://", "wss://")
 
 _NULL = msgspec.Raw(b"null")
 
@@ -92,17 +97,6 @@ class ClientState(enum.Enum):
     RECOVERING = "recovering"
     FAILED = "failed"
     CLOSED = "closed"
-
-
-@dataclass(frozen=True)
-class CompletedRemoteProcess:
-    """What :meth:`ExecServerClient.run` collected."""
-
-    exit_code: int
-    sandbox_denied: bool
-    stdout: bytes
-    stderr: bytes
-    pty: bytes
 
 
 Opener = Callable[[], Awaitable[Transport]]
@@ -126,7 +120,16 @@ def sandbox_param(sandbox: object) -> msgspec.Raw:
         return _NULL
     if isinstance(sandbox, msgspec.Raw):
         return sandbox
+    if isinstance(sandbox, Sandbox):
+        sandbox = sandbox.context
     return msgspec.Raw(msgspec.json.encode(sandbox))
+
+
+def check_url(url: str) -> None:
+    """Refuse what is not a websocket URL before trying to connect to it."""
+    if not url.startswith(WEBSOCKET_SCHEMES):
+        hint = f"; did you mean ws://{url}" if "://" not in url else ""
+        raise ValueError(f"exec-server URL must start with ws:// or wss://, got {url!r}{hint}")
 
 
 def to_uri(path: str | os.PathLike[str]) -> str:
@@ -170,6 +173,8 @@ class ExecServerClient:
         self._request_handlers: dict[str, Callable[[msgspec.Raw], Awaitable[object]]] = {}
         self._listeners: dict[str, list[Callable[[msgspec.Raw], None]]] = {}
         self.session_id: str = ""
+        # The websocket URL (None for stdio and custom transports).
+        self.url: str | None = None
         self.environment_info: EnvironmentInfo | None = None
         self.reconnects = 0
         from execserver.client.fs import RemoteFileSystem
@@ -191,13 +196,17 @@ class ExecServerClient:
         initialize_timeout: float | None = INITIALIZE_TIMEOUT,
         request_timeout: float | None = REQUEST_TIMEOUT,
         recovery_deadline: float = RECOVERY_DEADLINE,
+        wait: float = 0.0,
     ) -> ExecServerClient:
         """Open a websocket to ``url`` (``ws://host:port``) and do the handshake.
 
         ``token`` goes in ``Authorization: Bearer``; a callable is asked again on
         every (re)connect (rotated token files, short-lived JWTs).
         ``resume_session_id`` attaches a detached session instead of creating one.
+        ``wait``: keep retrying for up to this many seconds while nothing answers
+        yet (a server still starting); a refusal (e.g. HTTP 401) is not retried.
         """
+        check_url(url)
 
         async def opener() -> Transport:
             bearer = token() if callable(token) else token
@@ -211,8 +220,21 @@ class ExecServerClient:
             request_timeout=request_timeout,
             recovery_deadline=recovery_deadline,
         )
-        await client._start(resume_session_id)
-        return client
+        client.url = url
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        delay = CONNECT_RETRY_DELAY
+        while True:
+            try:
+                await client._start(resume_session_id)
+            except (ExecServerConnectError, ExecServerTimeout) as exc:
+                refused = isinstance(exc, ExecServerConnectError) and exc.status is not None
+                if refused or loop.time() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, CONNECT_RETRY_DELAY_MAX)
+                continue
+            return client
 
     @classmethod
     async def spawn(
@@ -531,28 +553,104 @@ class ExecServerClient:
         proc._mark_started(result.sandbox_type)
         return proc
 
+    @overload
     async def run(
         self,
-        argv: Sequence[str],
+        command: str | Sequence[str],
         *,
-        stdin: bytes | None = None,
-        **kwargs: Any,
-    ) -> CompletedRemoteProcess:
-        """Start, feed ``stdin`` (if any), collect all output until ``Closed``."""
-        proc = await self.start_process(argv, pipe_stdin=stdin is not None, **kwargs)
-        if stdin is not None:
-            await proc.write(stdin)
-        out: dict[str, list[bytes]] = {"stdout": [], "stderr": [], "pty": []}
-        async for event in proc:
-            if isinstance(event, Output):
-                out[event.stream].append(event.data)
-        exit_status = await proc.wait()  # raises ProcessFailed if the stream failed
-        return CompletedRemoteProcess(
-            exit_status.exit_code,
-            exit_status.sandbox_denied,
-            b"".join(out["stdout"]),
-            b"".join(out["stderr"]),
-            b"".join(out["pty"]),
+        cwd: str | os.PathLike[str],
+        env: Mapping[str, str] | None = None,
+        inherit_env: bool = True,
+        timeout: float | None = None,
+        check: bool = False,
+        stdin: bytes | str | None = None,
+        tty: bool = False,
+        sandbox: Sandbox | FileSystemSandboxContext | Mapping[str, object] | None = None,
+        text: Literal[False] = False,
+        env_policy: ExecEnvPolicy | None = None,
+        arg0: str | None = None,
+        process_id: str | None = None,
+    ) -> CompletedRemoteProcess[bytes]: ...
+
+    @overload
+    async def run(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | os.PathLike[str],
+        env: Mapping[str, str] | None = None,
+        inherit_env: bool = True,
+        timeout: float | None = None,
+        check: bool = False,
+        stdin: bytes | str | None = None,
+        tty: bool = False,
+        sandbox: Sandbox | FileSystemSandboxContext | Mapping[str, object] | None = None,
+        text: Literal[True],
+        env_policy: ExecEnvPolicy | None = None,
+        arg0: str | None = None,
+        process_id: str | None = None,
+    ) -> CompletedRemoteProcess[str]: ...
+
+    async def run(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | os.PathLike[str],
+        env: Mapping[str, str] | None = None,
+        inherit_env: bool = True,
+        timeout: float | None = None,
+        check: bool = False,
+        stdin: bytes | str | None = None,
+        tty: bool = False,
+        sandbox: Sandbox | FileSystemSandboxContext | Mapping[str, object] | None = None,
+        text: bool = False,
+        env_policy: ExecEnvPolicy | None = None,
+        arg0: str | None = None,
+        process_id: str | None = None,
+    ) -> CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]:
+        """Run a command to completion and collect its output.
+
+        ``command``: an argv list, or a string run by the executor's shell
+        (``<shell> -c <string>``). ``cwd``: an absolute directory on the executor.
+
+        Environment: the executor's own environment (``inherit_env=True``; names
+        containing KEY, SECRET or TOKEN are left out, as codex does), with ``env``
+        added on top. ``inherit_env=False`` gives exactly ``env``. ``env_policy``
+        replaces the inherited part with a hand-made ``ExecEnvPolicy``.
+
+        ``timeout`` (seconds) covers the whole command: when it expires the remote
+        process is terminated and ``CommandTimeout`` (carrying the output so far)
+        is raised. Cancelling the call terminates the remote process too.
+        ``check=True`` raises ``CommandFailed`` on a non-zero exit code.
+
+        ``stdin``: without a tty the protocol cannot close a pipe, so the bytes
+        (at most 64 MiB) are written to a temporary file on the executor and the
+        command runs as ``/bin/sh -c 'exec <file; rm file; exec "$@"'`` (a missing
+        program then exits 127, as in a shell). With ``tty=True`` they are typed
+        into the terminal followed by ^D (end of input); the terminal echoes them.
+
+        ``tty=True``: one pseudo-terminal (24x80); the output is in ``.pty``.
+        ``sandbox``: a :class:`Sandbox` (or a ``FileSystemSandboxContext``).
+        ``text=True``: decode output as UTF-8 (and accept ``stdin`` as ``str``).
+
+        Raises ``CommandNotFound`` / ``CommandNotExecutable`` for the program,
+        ``FileNotFoundError`` / ``NotADirectoryError`` for the cwd.
+        """
+        return await run_command(
+            self,
+            command,
+            cwd=cwd,
+            env=env,
+            inherit_env=inherit_env,
+            env_policy=env_policy,
+            timeout=timeout,
+            check=check,
+            stdin=stdin,
+            tty=tty,
+            sandbox=sandbox,
+            text=text,
+            arg0=arg0,
+            process_id=process_id,
         )
 
     async def read(

@@ -9,6 +9,7 @@ session) has its own class.
 
 from __future__ import annotations
 
+import errno
 from typing import Literal
 
 from execserver.wire import errors as codes
@@ -101,6 +102,121 @@ class ProcessFailed(ExecServerError):
 class ExecServerConnectError(ExecServerError):
     """The transport could not be opened (refused, HTTP 401/403/404 on upgrade, spawn failed)."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, reason: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        # What the server said when it refused the upgrade (the 401 body).
+        self.reason = reason
+
+
+# -- running a command (``ExecServerClient.run``) ------------------------------
+
+
+class CommandNotFound(ExecServerError, FileNotFoundError):
+    """The program of a command does not exist on the executor (or is not on its PATH)."""
+
+    def __init__(self, program: str, detail: str) -> None:
+        super().__init__(
+            f"command not found on the executor: {program!r} ({detail}); "
+            "check the name, or give its absolute path"
+        )
+        self.program = program
+        self.filename = program
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class CommandNotExecutable(ExecServerError, PermissionError):
+    """The program exists but may not be executed (no x bit, a directory, noexec mount)."""
+
+    def __init__(self, program: str, detail: str) -> None:
+        super().__init__(
+            f"cannot execute {program!r} on the executor ({detail}); "
+            "is it a directory, or missing the execute permission?"
+        )
+        self.program = program
+        self.filename = program
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class WorkingDirectoryNotFound(ExecServerError, FileNotFoundError):
+    """The ``cwd`` of a command does not exist on the executor (``filename`` is it)."""
+
+    def __init__(self, cwd: str) -> None:
+        super().__init__(errno.ENOENT, "working directory does not exist on the executor", cwd)
+
+
+class WorkingDirectoryNotADirectory(ExecServerError, NotADirectoryError):
+    """The ``cwd`` of a command exists on the executor but is not a directory."""
+
+    def __init__(self, cwd: str) -> None:
+        super().__init__(errno.ENOTDIR, "working directory is not a directory on the executor", cwd)
+
+
+class CommandError(ExecServerError):
+    """A command ran but did not end as asked; carries what it printed."""
+
+    def __init__(
+        self,
+        message: str,
+        argv: list[str],
+        stdout: bytes | str,
+        stderr: bytes | str,
+        pty: bytes | str,
+    ) -> None:
+        super().__init__(message)
+        self.argv = argv
+        self.stdout = stdout
+        self.stderr = stderr
+        self.pty = pty
+
+    @property
+    def output(self) -> bytes | str:
+        """What the command printed: ``pty`` for a tty command, else ``stdout``."""
+        return self.pty or self.stdout
+
+
+class CommandFailed(CommandError):
+    """``check=True`` and the command exited with a non-zero code."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        exit_code: int,
+        stdout: bytes | str,
+        stderr: bytes | str,
+        pty: bytes | str,
+    ) -> None:
+        super().__init__(
+            f"command {argv!r} exited with code {exit_code}", argv, stdout, stderr, pty
+        )
+        self.exit_code = exit_code
+
+    @property
+    def returncode(self) -> int:
+        return self.exit_code
+
+
+class CommandTimeout(CommandError, TimeoutError):
+    """The command ran longer than ``timeout``; it was terminated. Output up to then
+    is attached."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        timeout: float,
+        stdout: bytes | str,
+        stderr: bytes | str,
+        pty: bytes | str,
+    ) -> None:
+        super().__init__(
+            f"command {argv!r} timed out after {timeout:g} s and was terminated",
+            argv,
+            stdout,
+            stderr,
+            pty,
+        )
+        self.timeout = timeout

@@ -9,8 +9,10 @@ same way: fail what is pending and maybe resume.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -33,6 +35,35 @@ class Transport(Protocol):
 
     def abort(self) -> None:
         """Drop the connection at once, without a goodbye (used on decode errors)."""
+
+
+_REASON_LIMIT = 500
+
+
+async def _refusal_reason(
+    session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]
+) -> str | None:
+    """The body of a refused upgrade (e.g. ``invalid websocket bearer token``).
+
+    aiohttp drops it when the upgrade fails, so ask once more with a plain
+    request carrying the same upgrade headers; the server answers it the same way.
+    """
+    upgrade = {
+        **headers,
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(),
+    }
+    http_url = "http" + url.removeprefix("ws")  # ws:// -> http://, wss:// -> https://
+    try:
+        async with asyncio.timeout(5), session.get(http_url, headers=upgrade) as response:
+            if response.status == 101:
+                return None
+            text = (await response.content.read(_REASON_LIMIT)).decode("utf-8", "replace")
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        return None
+    return " ".join(text.split()) or None
 
 
 class WebSocketTransport:
@@ -59,10 +90,14 @@ class WebSocketTransport:
             await session.close()
             raise ExecServerTimeout("connect", f"timed out connecting to {url}") from exc
         except aiohttp.WSServerHandshakeError as exc:
-            await session.close()
+            try:
+                reason = await _refusal_reason(session, url, headers) or exc.message
+            finally:
+                await session.close()
             raise ExecServerConnectError(
-                f"websocket upgrade to {url} refused: HTTP {exc.status} {exc.message}",
+                f"websocket upgrade to {url} refused: HTTP {exc.status}: {reason}",
                 status=exc.status,
+                reason=reason,
             ) from exc
         except (aiohttp.ClientError, OSError) as exc:
             await session.close()

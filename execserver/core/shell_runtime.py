@@ -190,6 +190,11 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
                 elif isinstance(event, Closed):
                     return
 
+        # A network denial for this call (the proxy blocked one of its requests,
+        # or the user said no) stops the command at once, as unified exec does:
+        # the orchestrator turns the ended attempt into the denial's rejection.
+        denial = attempt.network_denial_cancellation
+        stopper = asyncio.create_task(_terminate_on(denial, proc)) if denial is not None else None
         try:
             async with asyncio.timeout(req.timeout):
                 await collect()
@@ -199,6 +204,11 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
             raise SandboxTimeout(
                 b"".join(out["stdout"] + out["stderr"]).decode(errors="replace")
             ) from None
+        finally:
+            if stopper is not None:
+                stopper.cancel()
+        if denial is not None and denial.is_set():
+            raise ExecFailed(f"`{shlex.join(req.argv)}` was stopped: network access was denied")
         assert exit_code is not None  # Closed always follows Exited
         result = ShellOutput(
             exit_code=exit_code,
@@ -211,3 +221,9 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
         if denied:
             raise SandboxDenied(result.text, exit_code=exit_code)
         return result
+
+
+async def _terminate_on(denial: asyncio.Event, proc: RemoteProcess) -> None:
+    await denial.wait()
+    with contextlib.suppress(ExecServerError):
+        await proc.terminate()

@@ -16,7 +16,7 @@ from typing import Literal
 from execserver.wire.network import NetworkPolicyDecisionNotification
 
 # Protocol labels, the same in policyRequest and policyDecision (observed).
-Protocol = Literal["http", "https_connect", "socks5_tcp"]
+Protocol = Literal["http", "https_connect", "socks5_tcp", "socks5_udp"]
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from urllib.parse import SplitResult, urlsplit
 
 from execserver.netproxy import decision as d
+from execserver.netproxy import upstream
 from execserver.netproxy.engine import PolicyEngine
-from execserver.netproxy.relay import close, open_upstream, peer_text, pipe, relay
+from execserver.netproxy.relay import close, peer_text, pipe, relay
+from execserver.sandbox.hidden import is_private
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +121,7 @@ async def _tunnel(
         writer.write(d.blocked_response(target, outcome.decision))
         return
     try:
-        up_reader, up_writer = await open_upstream(
-            await engine.resolve_for_connect(outcome, target), port
-        )
+        up_reader, up_writer = await upstream.open_stream(engine, outcome, target)
     except OSError as exc:
         writer.write(d.simple_response(502, "Bad Gateway", f"upstream unreachable: {exc}"))
         return
@@ -153,14 +154,22 @@ async def _forward(
     if not outcome.allowed:
         writer.write(d.blocked_response(target, outcome.decision))
         return
+    if engine.credentials is not None:
+        headers = engine.credentials.inject("http", host, port, parts.path or "/", headers)
     try:
-        up_reader, up_writer = await open_upstream(
-            await engine.resolve_for_connect(outcome, target), port
-        )
+        up_reader, up_writer, via = await upstream.open_http(engine, outcome, target)
     except OSError as exc:
         writer.write(d.simple_response(502, "Bad Gateway", f"upstream unreachable: {exc}"))
         return
-    await _exchange(reader, writer, up_reader, up_writer, method, parts, headers)
+    await _exchange(reader, writer, up_reader, up_writer, method, parts, headers, via=via)
+
+
+def _unix_socket_target(engine: PolicyEngine, path: str) -> tuple[bool, str]:
+    """(allowed, the resolved path to connect to). The daemon's private directory
+    (other sandboxes' proxy sockets) is never a destination, whatever the policy
+    lists."""
+    real = os.path.realpath(path) if os.path.isabs(path) else path
+    return engine.policy.unix_socket_allowed(path) and not is_private(real), real
 
 
 async def _forward_unix(
@@ -174,13 +183,20 @@ async def _forward_unix(
 ) -> None:
     """``x-unix-socket: /path``: the request goes to a host unix socket, if the
     ``unixSockets`` policy lists it (or all are dangerously allowed)."""
-    allowed = engine.policy.unix_socket_allowed(path)
+    # Resolving touches the filesystem: off the event loop.
+    allowed, real = await asyncio.to_thread(_unix_socket_target, engine, path)
     await engine.report_unix_socket(target, allowed)
     if not allowed:
         writer.write(d.blocked_response(target, d.UNIX_SOCKET_DENIED))
         return
+    guard = engine.method_guard(target)
+    if guard is not None:  # limited mode: read-only methods only, here too
+        await engine.report_guard(target, guard)
+        writer.write(d.blocked_response(target, guard))
+        return
     try:
-        up_reader, up_writer = await asyncio.open_unix_connection(path)
+        # Exactly the socket that was checked, not the name again.
+        up_reader, up_writer = await asyncio.open_unix_connection(real)
     except OSError as exc:
         writer.write(d.simple_response(502, "Bad Gateway", f"unix socket unreachable: {exc}"))
         return
@@ -196,13 +212,20 @@ async def _exchange(
     method: str,
     parts: SplitResult,
     headers: list[tuple[str, str]],
+    *,
+    via: upstream.UpstreamProxy | None = None,
 ) -> None:
     path = parts.path or "/"
     query = parts.query
     origin_form = path + (f"?{query}" if query else "")
-    lines = [f"{method} {origin_form} HTTP/1.1"]
+    authority = parts.netloc.rpartition("@")[2]
+    # An upstream proxy is sent the absolute form (and its credentials).
+    target = f"http://{authority}{origin_form}" if via is not None else origin_form
+    lines = [f"{method} {target} HTTP/1.1"]
     if header(headers, "host") is None:  # HTTP/1.1 requires it; the URL names it
-        lines.append(f"Host: {parts.netloc.rpartition('@')[2]}")
+        lines.append(f"Host: {authority}")
+    if via is not None and via.authorization is not None:
+        lines.append(f"Proxy-Authorization: {via.authorization}")
     lines += [f"{k}: {v}" for k, v in headers if k.lower() not in _DROP]
     lines.append("Connection: close")
     try:

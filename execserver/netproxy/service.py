@@ -13,3 +13,7 @@ from execserver.server.rpc import MethodTable
 def register(table: MethodTable) -> None:
     table.capabilities.add("network_proxy_launch")
     table.capabilities.add("network_proxy_review_domains")
+    # credentialMasking / credentialProviders (netproxy.credentials), as advertised
+    # by the reference.
+    table.capabilities.add("credential_masking")
+    table.capabilities.add("credential_masking_custom_providers")

@@ -1,9 +1,10 @@
-"""The SOCKS5 front end (RFC 1928), TCP CONNECT only, no authentication.
+"""The SOCKS5 front end (RFC 1928): TCP CONNECT, and UDP ASSOCIATE with
+``enableSocks5Udp`` (netproxy.socks_udp); no authentication.
 
-UDP ASSOCIATE (``enableSocks5Udp``) and BIND are answered "command not
-supported": a UDP relay is not implemented, so it is refused, never opened
-unchecked. A blocked destination gets reply 2, "connection not allowed by
-ruleset" (what curl reports from the reference as ``(2)``).
+BIND, and UDP ASSOCIATE without ``enableSocks5Udp``, are answered "command not
+supported" (reply 7), as the reference answers them. A blocked destination
+gets reply 2, "connection not allowed by ruleset" (what curl reports from the
+reference as ``(2)``).
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ import ipaddress
 import struct
 
 from execserver.netproxy import decision as d
+from execserver.netproxy import socks_udp, upstream
 from execserver.netproxy.engine import PolicyEngine
-from execserver.netproxy.relay import close, open_upstream, peer_text, relay
+from execserver.netproxy.relay import close, peer_text, relay
 
 HANDSHAKE_TIMEOUT_S = 30.0
 _VERSION = 5
 _NO_AUTH = 0
 _NO_ACCEPTABLE = 0xFF
 _CMD_CONNECT = 1
+_CMD_UDP_ASSOCIATE = 3
 _ATYP_IPV4, _ATYP_DOMAIN, _ATYP_IPV6 = 1, 3, 4
 REPLY_OK = 0
 REPLY_FAILURE = 1
@@ -72,6 +75,9 @@ async def handle(
         if request is None:
             return
         command, host, port = request
+        if command == _CMD_UDP_ASSOCIATE and engine.udp_associate:
+            await socks_udp.associate(engine, reader, writer, port)
+            return
         if command != _CMD_CONNECT:
             writer.write(reply(REPLY_COMMAND_NOT_SUPPORTED))
             return
@@ -81,9 +87,7 @@ async def handle(
             writer.write(reply(REPLY_NOT_ALLOWED))
             return
         try:
-            up_reader, up_writer = await open_upstream(
-                await engine.resolve_for_connect(outcome, target), port
-            )
+            up_reader, up_writer = await upstream.open_stream(engine, outcome, target)
         except OSError:
             writer.write(reply(REPLY_HOST_UNREACHABLE))
             return

@@ -18,13 +18,16 @@ RpcError raised before anything is spawned.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from execserver.sandbox import seccomp
 from execserver.sandbox.backend import SandboxBackend, detect_backend
@@ -248,7 +251,7 @@ def _bwrap_plan(
     cwd: str,
     env: dict[str, str],
     extra_read: tuple[str, ...],
-    private_binds: tuple[tuple[str, str], ...] = (),
+    runtime_binds: tuple[tuple[str, str], ...] = (),
 ) -> LaunchPlan:
     assert backend.bwrap is not None
     layout = build_layout(
@@ -257,7 +260,7 @@ def _bwrap_plan(
         proc=backend.proc_ok,
         mounts=backend.mounts,
         extra_read=extra_read,
-        private_binds=private_binds,
+        runtime_binds=runtime_binds,
     )
     resources = _PlanResources()
     resources.layout, resources.mounts = layout, backend.mounts
@@ -295,6 +298,23 @@ def _bwrap_plan(
     )
 
 
+P = TypeVar("P")
+
+
+async def off_loop(build: Callable[[], P], release: Callable[[P], None]) -> P:
+    """Run a planning step in a worker thread: resolving a policy walks the
+    filesystem (realpath of every entry, deny-glob expansion over possibly large
+    trees), which must not stall the event loop. A cancelled caller still gets
+    the finished plan released (its fds closed, its mount points freed)."""
+    future = asyncio.get_running_loop().run_in_executor(None, build)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            release(await future)
+        raise
+
+
 def unenforceable(reason: str) -> RpcError:
     return RpcError.invalid_params(f"sandbox intent cannot be enforced on this executor: {reason}")
 
@@ -308,11 +328,11 @@ def plan_for_policy(
     backend: SandboxBackend,
     extra_read: tuple[str, ...] = (),
     arg0: str | None = None,
-    private_binds: tuple[tuple[str, str], ...] = (),
+    runtime_binds: tuple[tuple[str, str], ...] = (),
 ) -> LaunchPlan:
     """The plan for an already resolved policy (shared by processes and fs calls).
     ``arg0``: what the program sees as argv[0] (``argv[0]`` still locates it).
-    ``private_binds``: read-only binds after every policy rule, bwrap plans only
+    ``runtime_binds``: read-only binds after every policy rule, bwrap plans only
     (a caller that needs them must check ``mechanism == "bwrap"``)."""
     if not argv:
         raise RpcError.invalid_params("argv must not be empty")
@@ -335,7 +355,7 @@ def plan_for_policy(
     mechanism = _choose_mechanism(policy, backend)
     program: str | None = argv[0]
     error: str | None = None
-    if not private_binds:  # else the program lives under a private bind: no host path
+    if not runtime_binds:  # else the program lives under a runtime bind: no host path
         program, error = _resolve_program(argv[0], env)
     if program is None:
         return _refused_plan(env, f"execserver-sandbox: failed to execvp {argv[0]}: {error}")
@@ -353,7 +373,7 @@ def plan_for_policy(
         exec_only = ["--exec-only", "--argv0", arg0, "--path", _search_path(env)]
         command = _launcher_argv(exec_only, [program, *argv[1:]], env)
         extra_read = (*extra_read, *interpreter_paths())
-    return _bwrap_plan(policy, backend, command, cwd, env, extra_read, private_binds)
+    return _bwrap_plan(policy, backend, command, cwd, env, extra_read, runtime_binds)
 
 
 def _choose_mechanism(policy: ResolvedPolicy, backend: SandboxBackend) -> str:

@@ -20,10 +20,13 @@ from execserver.wire.errors import RpcError
 T = TypeVar("T")
 
 _PATH_RE = re.compile(r"- at `\$(.*)`$")
-_SEGMENT_RE = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+_SEGMENT_RE = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+# msgspec's path segment for "some value of a map" (it does not name the key).
+_ANY_KEY = "..."
 _MISSING_RE = re.compile(r"^Object missing required field `([^`]+)`")
 _ENUM_RE = re.compile(r"^Invalid enum value (.*?)(?: - at|$)")
 _NEGATIVE_RE = re.compile(r"^Expected `int` >= 0")
+_UNKNOWN_FIELD_RE = re.compile(r"^Object contains unknown field `([^`]+)`")
 
 
 def describe_value(value: Any) -> str:
@@ -100,6 +103,13 @@ class ParamsDecoder(Generic[T]):
         missing = _MISSING_RE.match(message)
         if missing:
             return f"missing field `{missing.group(1)}`"
+        unknown = _UNKNOWN_FIELD_RE.match(message)
+        if unknown:
+            # Only structs that refuse unknown members get here (serde's deny_unknown_fields).
+            owner = _type_at(self._info, path)
+            names = owner.fields if isinstance(owner, mi.StructType) else ()
+            expected = ", ".join(f"`{f.encode_name}`" for f in names)
+            return f"unknown field `{unknown.group(1)}`, expected one of {expected}"
         info = _type_at(self._info, path)
         offending = _value_at(value, path)
         if isinstance(offending, int | float) and not isinstance(offending, bool):
@@ -130,12 +140,20 @@ def _parse_path(message: str) -> list[str | int]:
         return []
     out: list[str | int] = []
     for key, index in _SEGMENT_RE.findall(match.group(1)):
-        out.append(int(index) if index else key)
+        if index == _ANY_KEY:
+            out.append(_ANY_KEY)
+        else:
+            out.append(int(index) if index else key)
     return out
 
 
 def _value_at(value: Any, path: list[str | int]) -> Any:
-    for seg in path:
+    for i, seg in enumerate(path):
+        if seg == _ANY_KEY and isinstance(value, dict):
+            # The key is not named: the first map value that has the rest of the path.
+            rest = path[i + 1 :]
+            found = [_value_at(v, rest) for v in value.values()]
+            return next((v for v in found if v is not None), None)
         try:
             value = value[seg]
         except (KeyError, IndexError, TypeError):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import enum
+from typing import Literal
 
 import msgspec
 
@@ -42,6 +43,31 @@ class NetworkProxyAuditMetadata(OptionalFieldsStruct):
     conversation_id: str | None = None
 
 
+class CredentialAuthMethod(enum.Enum):
+    """How a secret is put into a request that carries none (in the reference's order)."""
+
+    BEARER = "bearer"
+    TOKEN = "token"
+    BASIC = "basic"
+    HEADER = "header"
+
+
+class CredentialProviderConfig(
+    msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True
+):
+    """One ``credentialProviders`` entry. Unlike the rest of the protocol its
+    members are snake_case and unknown ones are refused (as the reference's
+    serde struct: ``unknown field `x`, expected one of `env`, ...``)."""
+
+    env: list[str] = msgspec.field(default_factory=list)
+    patterns: list[str] = msgspec.field(default_factory=list)
+    url_prefixes: list[str] = msgspec.field(default_factory=list)
+    url_prefix_from_env: str | None = None
+    auth: list[CredentialAuthMethod] = msgspec.field(default_factory=list)
+    header: str | None = None
+    prefix: str | None = None
+
+
 class RemoteNetworkProxyConfig(WireStruct):
     enabled: bool
     mode: Literal["limited", "full"]
@@ -54,7 +80,7 @@ class RemoteNetworkProxyConfig(WireStruct):
     review_domains: list[str] | None = None
     unix_sockets: dict[str, Literal["allow", "deny"]] | None = None
     credential_masking: bool | None = None
-    credential_providers: dict[str, dict[str, Any]] | None = None
+    credential_providers: dict[str, CredentialProviderConfig] | None = None
 
 
 class RemoteNetworkProxyLaunchConfig(WireStruct):

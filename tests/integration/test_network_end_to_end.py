@@ -24,11 +24,14 @@ from execserver.client.connection import ExecServerClient
 from execserver.core.approvals import ApprovalRequest
 from execserver.core.decisions import ReviewDecision
 from execserver.core.environment import ExecutionEnvironment, ManagedNetwork
+from execserver.core.errors import Rejected
 from execserver.core.network_approval import NetworkApprovalService, NetworkDenial
 from execserver.core.network_service import NetworkPolicyResponder
+from execserver.core.orchestrator import ToolOrchestrator
 from execserver.core.permissions import workspace_write_profile
 from execserver.core.policy import AskForApproval
 from execserver.core.runtime import TurnContext
+from execserver.core.shell_runtime import ShellCommandRuntime, ShellRequest
 from execserver.core.unified_exec.manager import NETWORK_DENIED_FALLBACK, UnifiedExecManager
 from execserver.core.unified_exec.output import ExecCommandToolOutput
 from execserver.wire.process import RemoteNetworkProxyConfig, RemoteNetworkProxyLaunchConfig
@@ -295,3 +298,28 @@ async def test_denial_terminates_only_the_call_that_touched_the_domain(
         owners = prompt.details["registration_ids"]
         assert isinstance(owners, list) and len(owners) == 1  # not the bystander
     assert_each_finished_once(service, 2)
+
+
+@pytest.mark.parametrize(
+    ("denied_host", "answers"),
+    [("other.test", (ReviewDecision.denied("not today"),)), ("blocked.test", ())],
+    ids=["user-denies", "policy-denies"],
+)
+async def test_one_shot_shell_is_stopped_as_soon_as_its_network_access_is_denied(
+    setup: Setup, denied_host: str, answers: tuple[ReviewDecision, ...]
+) -> None:
+    """The one-shot shell runtime (IMMEDIATE network approval) stops its
+    command when the denial arrives instead of waiting for it to end: the
+    child would otherwise linger for ten minutes after the 403."""
+    user = User(*answers)
+    turn, service, _ = network_turn(setup, user)
+    url = f"http://{denied_host}:{setup.upstream.port}/from-{denied_host}"
+    argv = (sys.executable, "fetch.py", url, str(setup.upstream.port), "600")
+    runtime = ShellCommandRuntime(setup.client)
+    async with asyncio.timeout(120):
+        with pytest.raises(Rejected) as raised:
+            await ToolOrchestrator(turn).run(runtime, ShellRequest(argv=argv))
+    denial = service.outcome_for(denied_host)
+    assert denial is not None and str(raised.value) == denial.message
+    assert setup.upstream.seen == []
+    assert_each_finished_once(service, 1)

@@ -70,3 +70,50 @@ def test_the_same_diff_split_into_chunks_gives_the_same_result(
     assert isinstance(hunk, UpdateFile)
     original = "".join(line + "\n" for line in old)
     assert derive_new_contents(original, hunk.chunks, "/f") == "".join(line + "\n" for line in new)
+
+
+# A line ending of each style; the last line of a file may have none.
+ENDING = st.sampled_from(["\n", "\r\n", "\r"])
+ENDED_LINES = st.lists(st.tuples(LINE, ENDING), max_size=12)
+
+
+def _file(lines: list[tuple[str, str]]) -> str:
+    return "".join(text + ending for text, ending in lines)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    old=ENDED_LINES,
+    unterminated_last=st.booleans(),
+    new=LINES,
+    patch_newline=st.sampled_from(["\n", "\r\n"]),
+)
+def test_a_diff_patch_is_byte_exact_on_files_mixing_cr_lf_and_crlf(
+    old: list[tuple[str, str]], unterminated_last: bool, new: list[str], patch_newline: str
+) -> None:
+    """Lines the diff keeps keep their own ending byte for byte; lines it adds
+    take the file's first line ending (LF for a file without one); a last line
+    without an ending gets that ending too - as the reference writes them."""
+    if unterminated_last and old and old[-1][0]:
+        old[-1] = (old[-1][0], "")
+    # A CR ending followed by an empty LF line is a CRLF ending on disk: give
+    # such an empty line a CRLF so the file says what the list says.
+    for i in range(1, len(old)):
+        if old[i - 1][1] == "\r" and old[i] == ("", "\n"):
+            old[i] = ("", "\r\n")
+    texts = [text for text, _ in old]
+    if not texts and not new:
+        return
+    eol = next((ending for _, ending in old if ending), "\n")
+    expected: list[str] = []
+    matcher = difflib.SequenceMatcher(a=texts, b=new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            expected += [text + (ending or eol) for text, ending in old[i1:i2]]
+        else:
+            expected += [text + eol for text in new[j1:j2]]
+    patch = _patch(texts, new).replace("\n", patch_newline)
+    (hunk,) = parse_patch(patch).hunks
+    assert isinstance(hunk, UpdateFile)
+    result = derive_new_contents(_file(old), hunk.chunks, "/f")
+    assert result.encode("utf-8") == "".join(expected).encode("utf-8")

@@ -1,6 +1,8 @@
-"""``execserver patch URL [--cwd DIR] < patch``: apply a patch read from stdin to
-an executor's file system, printing what the reference ``apply_patch`` prints
-and exiting as it does (0 on success, 1 on failure)."""
+"""``execserver patch URL [--cwd DIR] [--token T] [--sandbox S] < patch``: apply a patch read
+from stdin to an executor's file system, printing what the reference
+``apply_patch`` prints and exiting as it does (0 on success, 1 on failure).
+Our own failures exit as ``execserver run`` does (2 usage, 125 bad cwd, 255
+connection or authentication; see ``execserver.client.cli_errors``)."""
 
 from __future__ import annotations
 
@@ -12,22 +14,41 @@ import posixpath
 import sys
 from typing import Any
 
-from execserver.client.connection import ExecServerClient
-from execserver.client.errors import ExecServerError
+from execserver.client.cli_errors import explain, report
+from execserver.client.cli_tools import add_token_option, add_verbose_option
+from execserver.client.connection import ExecServerClient, check_url
+from execserver.client.errors import (
+    ExecServerError,
+    WorkingDirectoryNotADirectory,
+    WorkingDirectoryNotFound,
+)
 from execserver.core.apply_patch.engine import PatchOutcome, apply_patch
 
 __all__ = ["patch_remote", "register"]
 
 
 async def patch_remote(
-    url: str, patch: str, cwd: str, sandbox: dict[str, Any] | None = None
+    url: str,
+    patch: str,
+    cwd: str,
+    *,
+    token: str | None = None,
+    sandbox: dict[str, Any] | None = None,
 ) -> PatchOutcome:
     """Apply ``patch`` on the executor at ``url``; relative paths resolve
-    against ``cwd`` (an absolute path on the executor). ``sandbox``: the
+    against ``cwd`` (an absolute path on the executor), which must exist: it
+    is checked before anything is touched. ``sandbox``: the
     FileSystemSandboxContext sent with every fs call (None: unsandboxed)."""
-    async with await ExecServerClient.connect(url) as client:
+    directory = posixpath.normpath(cwd)
+    async with await ExecServerClient.connect(url, token=token) as client:
+        try:
+            meta = await client.fs.get_metadata(directory)
+        except FileNotFoundError as exc:
+            raise WorkingDirectoryNotFound(directory) from exc
+        if not meta.is_directory:
+            raise WorkingDirectoryNotADirectory(directory)
         fs = client.fs if sandbox is None else client.fs.with_sandbox(sandbox)
-        return await apply_patch(patch, fs, posixpath.normpath(cwd))
+        return await apply_patch(patch, fs, directory)
 
 
 def _root_read_profile(cwd: str, *, write_cwd: bool) -> dict[str, Any]:
@@ -89,6 +110,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "under --cwd), 'read-only', or a FileSystemSandboxContext as JSON "
         "(default: no sandbox)",
     )
+    add_token_option(parser)
+    add_verbose_option(parser)
     parser.set_defaults(func=_cmd_patch)
 
 
@@ -99,14 +122,16 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     try:
         sandbox = sandbox_option(args.sandbox, posixpath.normpath(cwd))
     except ValueError as exc:
-        sys.stderr.write(f"execserver patch: {exc}\n")
+        report("execserver patch", str(exc))
         return 2
     patch = sys.stdin.read()
     try:
-        outcome = asyncio.run(patch_remote(args.url, patch, cwd, sandbox))
-    except (ExecServerError, OSError) as exc:
-        sys.stderr.write(f"execserver patch: {exc}\n")
-        return 2
+        check_url(args.url)
+        outcome = asyncio.run(patch_remote(args.url, patch, cwd, token=args.token, sandbox=sandbox))
+    except (ExecServerError, OSError, ValueError) as exc:
+        code, message = explain(exc, url=args.url, verbose=args.verbose)
+        report("execserver patch", message)
+        return code
     sys.stdout.write(outcome.stdout)
     sys.stderr.write(outcome.stderr)
     return outcome.exit_code

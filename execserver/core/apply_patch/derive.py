@@ -1,14 +1,17 @@
 """New contents of an updated file (core-client.md §7.3).
 
-Each line is kept with its own ending. Lines the patch leaves alone - context
-lines included, even when they matched only loosely - keep their exact text
-and ending; lines the patch adds take the file's line ending, which the
-reference reads off the file's first line ending. The result always ends with
-a line ending.
+Each line is kept with its own ending. A file's lines end in ``\r\n``, ``\n``
+or a lone ``\r`` (classic Mac): the reference splits on all three, so a lone
+CR inside what an editor shows as one line starts a new line here too. Lines
+the patch leaves alone - context lines included, even when they matched only
+loosely - keep their exact text and ending; lines the patch adds take the
+file's line ending, which the reference reads off the file's first line
+ending. The result always ends with a line ending.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,15 +29,21 @@ class ComputeReplacementsError(ApplyPatchError):
 @dataclass(frozen=True)
 class _Line:
     text: str
-    ending: str  # "\n", "\r\n" or "" (last line without one)
+    ending: str  # "\n", "\r\n", "\r" or "" (last line without one)
+
+
+# CRLF first, so a CR right before an LF is not taken as a line of its own.
+_LINE = re.compile(r"([^\r\n]*)(\r\n|\r|\n)")
 
 
 def _split(contents: str) -> list[_Line]:
-    pieces = contents.split("\n")
-    last = pieces.pop()
-    out = [_Line(p[:-1], "\r\n") if p.endswith("\r") else _Line(p, "\n") for p in pieces]
-    if last:
-        out.append(_Line(last, ""))
+    out: list[_Line] = []
+    end = 0
+    for match in _LINE.finditer(contents):
+        out.append(_Line(match[1], match[2]))
+        end = match.end()
+    if end < len(contents):
+        out.append(_Line(contents[end:], ""))
     return out
 
 

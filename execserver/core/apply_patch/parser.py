@@ -21,7 +21,7 @@ from execserver.core.apply_patch.hunks import (
     UpdateChunk,
     UpdateFile,
 )
-from execserver.core.apply_patch.text import rust_lines, rust_trim, rust_trim_end
+from execserver.core.apply_patch.text import patch_lines, rust_trim, rust_trim_end
 
 __all__ = ["parse_patch"]
 
@@ -41,7 +41,7 @@ NO_LINES = "Update hunk does not contain any lines"
 
 def parse_patch(text: str) -> ParsedPatch:
     """Parse a whole patch; raises :class:`PatchParseError` subclasses."""
-    lines = rust_lines(rust_trim(text))
+    lines = patch_lines(rust_trim(text))
     body = _strip_boundaries(lines)
     hunks: list[Hunk] = []
     line_number = 2

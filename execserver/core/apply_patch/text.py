@@ -8,7 +8,7 @@ must parse exactly as the reference parses it.
 
 from __future__ import annotations
 
-__all__ = ["rust_lines", "rust_trim", "rust_trim_end"]
+__all__ = ["patch_lines", "rust_lines", "rust_trim", "rust_trim_end"]
 
 # Unicode White_Space, which is what Rust's char::is_whitespace tests.
 _WHITESPACE = (
@@ -35,3 +35,11 @@ def rust_lines(text: str) -> list[str]:
     if parts[-1] == "":
         parts.pop()
     return [p[:-1] if p.endswith("\r") else p for p in parts]
+
+
+def patch_lines(text: str) -> list[str]:
+    """The lines of a patch as the reference reads them: CRLF pairs become LF
+    first, then the text is split like ``rust_lines`` - so up to two CRs before
+    an LF disappear (``+x\r\r`` adds ``x``, ``+x\r\r\r`` adds ``x\r``), while
+    a lone CR inside a line stays part of it."""
+    return rust_lines(text.replace("\r\n", "\n"))

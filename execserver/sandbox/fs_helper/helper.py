@@ -1,8 +1,9 @@
 """One persistent fs helper process, seen from the daemon.
 
-``spawn_helper`` is the only place a helper process is started (a hook that
-must apply to every sandboxed process tree — resource limits, accounting —
-belongs there). The launch goes through ``plan_for_policy``, the same plan
+``spawn_helper`` is the only place a helper process is started: the
+per-process resource limits (``contained_helper``'s cgroup) are applied there
+and held for the helper's whole life, then the cgroup is killed and removed
+when it ends. The launch goes through ``plan_for_policy``, the same plan
 builder as ``process/start``: same bwrap layout, same seccomp program, same
 synthetic mount-point bookkeeping (released when bwrap exits).
 
@@ -21,8 +22,10 @@ import itertools
 import signal
 import socket
 import time
+from contextlib import AsyncExitStack
 from typing import Any, Final
 
+from execserver.containment import contained_helper
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.protocol import (
     HEADER,
@@ -66,9 +69,11 @@ class FsHelper:
         plan: LaunchPlan,
         channel: tuple[asyncio.StreamReader, asyncio.StreamWriter],
         errors: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        resources: AsyncExitStack,
     ) -> None:
         self.process = process
         self._plan = plan
+        self._resources = resources  # its cgroup, released once it has exited
         self._responses, self._requests = channel
         self._errors, self._errors_writer = errors
         self._ids = itertools.count(1)
@@ -163,6 +168,7 @@ class FsHelper:
                 future.set_exception(self._failure)
         self._requests.close()
         self._errors_writer.close()
+        await self._resources.aclose()
 
     # ---- shutdown -------------------------------------------------------------
 
@@ -207,7 +213,7 @@ async def spawn_helper(
         cwd="/",
         env=dict(runtime.env),
         backend=backend,
-        private_binds=runtime.binds,
+        runtime_binds=runtime.binds,
     )
     if plan.mechanism != "bwrap":
         plan.close()
@@ -216,8 +222,11 @@ async def spawn_helper(
     # socket (ENXIO), so it can neither read nor inject frames; a pipe it could.
     channel, channel_child = socket.socketpair()
     errors, errors_child = socket.socketpair()
+    resources = AsyncExitStack()
     try:
         try:
+            # The per-process resource limits hold for the helper too (None without them).
+            place = await resources.enter_async_context(contained_helper())
             process = await asyncio.create_subprocess_exec(
                 *plan.argv,
                 env=plan.env,
@@ -227,6 +236,7 @@ async def spawn_helper(
                 stdout=channel_child.fileno(),
                 stderr=errors_child.fileno(),
                 start_new_session=True,
+                preexec_fn=place,
             )
         finally:
             # The daemon's copies of the child's fds go now; bwrap's status pipe is
@@ -239,5 +249,6 @@ async def spawn_helper(
     except BaseException:
         channel.close()
         errors.close()
+        await resources.aclose()
         raise
-    return FsHelper(process, plan, streams, error_streams)
+    return FsHelper(process, plan, streams, error_streams, resources)

@@ -6,7 +6,9 @@ it on first use). For every case of ``define_cases.py`` the input tree
 is written to a fresh directory, the binary is run there as ``apply_patch
 PATCH`` (its arg0 entry point, the form exec_command hands it), and the exit
 code, stdout, stderr and resulting tree are written to ``cases/<name>.json``.
-The directory path is replaced by ``<ROOT>`` in the recorded output.
+The directory path is replaced by ``<ROOT>`` in the recorded output. The
+other entry point (``codex --codex-run-as-apply-patch PATCH``) is run too and
+must give the same result, or recording stops.
 """
 
 from __future__ import annotations
@@ -106,6 +108,9 @@ def main() -> None:
             "reference": record(case, binary),
             "recorded_with": "codex 0.169.0 apply_patch (arg0), argv form",
         }
+        flagged = record(case, binary, via_flag=True)
+        if flagged != data["reference"]:
+            sys.exit(f"{case.name}: the two entry points disagree: {flagged!r}")
         path = out_dir / f"{case.name}.json"
         path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         ref = data["reference"]

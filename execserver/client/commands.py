@@ -1,0 +1,444 @@
+"""``ExecServerClient.run``: one command from start to its last byte, the way
+``subprocess.run`` (or an SDK's ``commands.run``) behaves.
+
+What the protocol gives and what this module adds on top:
+
+* ``process/start`` without ``envPolicy`` gives the child exactly the ``env``
+  map, usually nothing. ``run`` sends an ``envPolicy`` that inherits the
+  executor's environment (names containing KEY, SECRET or TOKEN are left out,
+  as codex does) and overlays ``env``.
+* ``process/terminate`` is the only way to stop a child; ``run`` sends it when
+  its ``timeout`` expires, when the caller is cancelled, and when anything else
+  ends the wait early, so no remote process outlives the call.
+* A pipe's stdin can never be closed through the protocol, so ``stdin=`` bytes
+  for a non-tty command are staged as a file on the executor and redirected
+  (``/bin/sh`` opens it, deletes it, then execs the command). Under a tty the
+  bytes are typed into the terminal followed by end-of-input (^D).
+* A failed spawn comes back as a generic -32603 with the OS error text, and
+  "program not found" and "cwd not found" have the same text. ``run`` tells
+  them apart by asking the executor about the cwd, and raises
+  ``CommandNotFound``, ``CommandNotExecutable``, ``FileNotFoundError`` or
+  ``NotADirectoryError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import re
+import uuid
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, AnyStr, Final, Generic
+
+import msgspec
+
+from execserver.client.errors import (
+    CommandFailed,
+    CommandNotExecutable,
+    CommandNotFound,
+    CommandTimeout,
+    ExecServerError,
+    InternalError,
+    WorkingDirectoryNotADirectory,
+    WorkingDirectoryNotFound,
+)
+from execserver.client.events import Output, ProcessEvent
+from execserver.client.process import RemoteProcess
+from execserver.wire import methods
+from execserver.wire.process import (
+    ExecEnvPolicy,
+    ExecParams,
+    TerminateParams,
+    TerminateResponse,
+)
+from execserver.wire.uri import uri_to_path
+
+if TYPE_CHECKING:
+    from execserver.client.connection import ExecServerClient
+
+log = logging.getLogger(__name__)
+
+# The executor's own environment, minus the names codex filters by default.
+INHERIT_ENV_POLICY: Final = ExecEnvPolicy(
+    inherit="all", ignore_default_excludes=False, exclude=[], set={}, include_only=[]
+)
+# Staged stdin goes through fs/writeFile, one base64 message; beyond this, write
+# the input to a file yourself and redirect it.
+STDIN_STAGING_LIMIT: Final = 64 * 1024 * 1024
+# Bounds for the clean-up requests sent after a timeout or cancellation.
+TERMINATE_TIMEOUT: Final = 5.0
+START_SETTLE_TIMEOUT: Final = 10.0
+# After process/terminate the server sends exited + closed at once; wait at most this.
+DRAIN_TIMEOUT: Final = 2.0
+END_OF_INPUT: Final = b"\x04"  # ^D: the terminal's EOF character
+STAGED_STDIN_SHELL: Final = "/bin/sh"
+# $0 is the program's name (the shell's messages start with it), $1 the staged
+# file, the rest the command. Deleting the file once it is open leaves nothing
+# behind even if the client goes away.
+STAGED_STDIN_SCRIPT: Final = 'exec <"$1" || exit 125\nrm -f -- "$1" 2>/dev/null\nshift\nexec "$@"'
+
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+@dataclass(frozen=True)
+class CompletedRemoteProcess(Generic[AnyStr]):
+    """What :meth:`ExecServerClient.run` collected. ``stdout``/``stderr`` are empty
+    for a tty command, whose output arrives on the one ``pty`` stream."""
+
+    exit_code: int
+    sandbox_denied: bool
+    stdout: AnyStr
+    stderr: AnyStr
+    pty: AnyStr
+
+    @property
+    def returncode(self) -> int:
+        """Same as ``exit_code`` (the ``subprocess`` name)."""
+        return self.exit_code
+
+    @property
+    def output(self) -> AnyStr:
+        """``pty`` for a tty command, else ``stdout``."""
+        return self.pty or self.stdout
+
+
+class _Collected:
+    def __init__(self) -> None:
+        self.streams: dict[str, list[bytes]] = {"stdout": [], "stderr": [], "pty": []}
+
+    def add(self, event: object) -> None:
+        if isinstance(event, Output):
+            self.streams[event.stream].append(event.data)
+
+    def raw(self, stream: str) -> bytes:
+        return b"".join(self.streams[stream])
+
+    def get(self, stream: str, text: bool) -> bytes | str:
+        data = self.raw(stream)
+        return data.decode("utf-8", "replace") if text else data
+
+
+def command_argv(client: ExecServerClient, command: str | Sequence[str]) -> list[str]:
+    """A list is the argv itself; a string runs through the executor's shell."""
+    if isinstance(command, str):
+        info = client.environment_info
+        shell = info.shell.path if info is not None and info.shell.path else "/bin/sh"
+        return [shell, "-c", command]
+    argv = [os.fspath(part) for part in command]
+    if not argv:
+        raise ValueError("the command must not be empty")
+    return argv
+
+
+def _native(path: str | os.PathLike[str]) -> str:
+    text = os.fspath(path)
+    return uri_to_path(text) if text.startswith("file:") else text
+
+
+def _stdin_bytes(stdin: bytes | str | None) -> bytes | None:
+    if stdin is None:
+        return None
+    data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
+    if len(data) > STDIN_STAGING_LIMIT:
+        raise ValueError(
+            f"stdin= is limited to {STDIN_STAGING_LIMIT} bytes (it is staged as a file on the "
+            "executor); write larger input with client.fs and redirect it"
+        )
+    return data
+
+
+@dataclass
+class Launched:
+    """A started command: its process, and the staged stdin file to remove afterwards."""
+
+    process: RemoteProcess
+    staged_stdin: str | None
+
+    async def cleanup(self, client: ExecServerClient) -> None:
+        if self.staged_stdin is not None:
+            path, self.staged_stdin = self.staged_stdin, None
+            await _remove_quietly(client, path)
+
+
+async def launch(
+    client: ExecServerClient,
+    argv: list[str],
+    *,
+    cwd: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    env_policy: ExecEnvPolicy | None = INHERIT_ENV_POLICY,
+    tty: bool = False,
+    staged_stdin: bytes | None = None,
+    sandbox: object = None,
+    arg0: str | None = None,
+    process_id: str | None = None,
+) -> Launched:
+    """Start ``argv`` with spawn failures turned into ``CommandNotFound`` & co.
+
+    ``staged_stdin`` (non-tty only) is written to a file on the executor that
+    becomes the command's stdin. If the caller is cancelled while the start is
+    in flight, the process is terminated once the start has settled.
+    """
+    cwd_native = _native(cwd)
+    if not cwd_native.startswith("/"):
+        raise ValueError(f"cwd must be an absolute path on the executor, got {cwd_native!r}")
+    if tty:
+        # Both servers start a pty child even when its cwd is missing (it then
+        # runs in the server's cwd); refuse that here.
+        await _require_directory(client, cwd_native)
+    command = argv
+    staged: str | None = None
+    if staged_stdin is not None:
+        if tty:
+            raise ValueError("staged stdin is for pipes; type into a tty instead")
+        staged = await _stage_stdin(client, staged_stdin)
+        command = [STAGED_STDIN_SHELL, "-c", STAGED_STDIN_SCRIPT, argv[0], staged, *argv]
+    params = ExecParams(
+        process_id=process_id or f"run-{uuid.uuid4().hex}",
+        argv=command,
+        cwd=_to_uri(cwd),
+        env=dict(env or {}),
+        tty=tty,
+        pipe_stdin=False,
+        arg0=arg0,
+        env_policy=env_policy,
+        sandbox=_sandbox_raw(sandbox),
+    )
+    start = asyncio.ensure_future(client.start(params, timeout=None))
+    try:
+        try:
+            proc = await asyncio.shield(start)
+        except InternalError as exc:
+            raise await _spawn_error(client, exc, argv[0], cwd_native) from exc
+        except BaseException:
+            await _shielded(_settle_and_terminate(client, start))
+            raise
+    except BaseException:
+        if staged is not None:
+            await _remove_quietly(client, staged)
+        raise
+    return Launched(proc, staged)
+
+
+async def terminate(
+    client: ExecServerClient,
+    proc: RemoteProcess,
+    on_event: Callable[[ProcessEvent], None] | None = None,
+) -> None:
+    """``process/terminate`` unless it already ended, then hand what it printed
+    until ``Closed`` to ``on_event`` (bounded). Shielded: a second cancellation
+    stops the waiting, not the clean-up."""
+    await _shielded(_terminate_and_drain(client, proc, on_event))
+
+
+async def _shielded(work: Coroutine[Any, Any, None]) -> None:
+    await asyncio.shield(asyncio.ensure_future(work))
+
+
+async def _settle_and_terminate(
+    client: ExecServerClient, start: asyncio.Future[RemoteProcess]
+) -> None:
+    if not start.done():
+        # A start still in flight may yet spawn the child; terminate after it.
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(start), START_SETTLE_TIMEOUT)
+    if start.done() and not start.cancelled() and start.exception() is None:
+        await _terminate_and_drain(client, start.result(), None)
+
+
+async def _terminate_and_drain(
+    client: ExecServerClient,
+    proc: RemoteProcess,
+    on_event: Callable[[ProcessEvent], None] | None,
+) -> None:
+    if proc.finished:
+        return
+    try:
+        # Bounded as a whole: while the client is reconnecting, call() first
+        # waits for the recovery, which may take far longer.
+        async with asyncio.timeout(TERMINATE_TIMEOUT):
+            await client.call(
+                methods.PROCESS_TERMINATE,
+                TerminateParams(process_id=proc.process_id),
+                TerminateResponse,
+            )
+    except (ExecServerError, TimeoutError) as exc:
+        # The server ends a detached session's processes when the session expires.
+        log.warning("could not terminate remote process %s: %s", proc.process_id, exc)
+        return
+    with contextlib.suppress(TimeoutError, ExecServerError):
+        async with asyncio.timeout(DRAIN_TIMEOUT):
+            async for event in proc:
+                if on_event is not None:
+                    on_event(event)
+
+
+async def run_command(
+    client: ExecServerClient,
+    command: str | Sequence[str],
+    *,
+    cwd: str | os.PathLike[str],
+    env: Mapping[str, str] | None,
+    inherit_env: bool,
+    env_policy: ExecEnvPolicy | None,
+    timeout: float | None,
+    check: bool,
+    stdin: bytes | str | None,
+    tty: bool,
+    sandbox: object,
+    text: bool,
+    arg0: str | None,
+    process_id: str | None,
+) -> CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]:
+    argv = command_argv(client, command)
+    data = _stdin_bytes(stdin)
+    policy = env_policy if env_policy is not None else INHERIT_ENV_POLICY if inherit_env else None
+    out = _Collected()
+    deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+    launched: Launched | None = None
+    finished = False
+    try:
+        async with asyncio.timeout_at(deadline) as scope:
+            launched = await launch(
+                client,
+                argv,
+                cwd=cwd,
+                env=env,
+                env_policy=policy,
+                tty=tty,
+                staged_stdin=None if tty else data,
+                sandbox=sandbox,
+                arg0=arg0,
+                process_id=process_id,
+            )
+            proc = launched.process
+            if data is not None and tty:
+                await _type_into_terminal(proc, data)
+            async for event in proc:
+                out.add(event)
+            status = await proc.wait()
+            finished = True
+    except TimeoutError:
+        if launched is not None:
+            await terminate(client, launched.process, out.add)
+        if not scope.expired():
+            raise
+        assert timeout is not None
+        raise CommandTimeout(
+            argv, timeout, out.get("stdout", text), out.get("stderr", text), out.get("pty", text)
+        ) from None
+    except BaseException:
+        # Cancelled, connection lost, interrupted: the remote command must not
+        # outlive this call.
+        if launched is not None and not finished:
+            await terminate(client, launched.process, out.add)
+        raise
+    finally:
+        if launched is not None:
+            await launched.cleanup(client)
+    result: CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]
+    if text:
+        result = CompletedRemoteProcess(
+            status.exit_code,
+            status.sandbox_denied,
+            out.raw("stdout").decode("utf-8", "replace"),
+            out.raw("stderr").decode("utf-8", "replace"),
+            out.raw("pty").decode("utf-8", "replace"),
+        )
+    else:
+        result = CompletedRemoteProcess(
+            status.exit_code,
+            status.sandbox_denied,
+            out.raw("stdout"),
+            out.raw("stderr"),
+            out.raw("pty"),
+        )
+    if check and result.exit_code != 0:
+        raise CommandFailed(argv, result.exit_code, result.stdout, result.stderr, result.pty)
+    return result
+
+
+def _to_uri(cwd: str | os.PathLike[str]) -> str:
+    from execserver.client.connection import to_uri
+
+    return to_uri(cwd)
+
+
+def _sandbox_raw(sandbox: object) -> msgspec.Raw:
+    from execserver.client.connection import sandbox_param
+
+    return sandbox_param(sandbox)
+
+
+async def _type_into_terminal(proc: RemoteProcess, data: bytes) -> None:
+    # In canonical mode ^D ends the input only at the start of a line; after a
+    # partial line it just hands that line over, so a second one is needed.
+    eof = END_OF_INPUT if not data or data.endswith(b"\n") else END_OF_INPUT * 2
+    await proc.write(data + eof)
+
+
+def remote_temp_path(client: ExecServerClient, prefix: str) -> str:
+    """A fresh file name in the executor's temporary directory."""
+    info = client.environment_info
+    tmp = uri_to_path(info.temp_dir) if info is not None and info.temp_dir else "/tmp"
+    return f"{tmp.rstrip('/')}/{prefix}-{uuid.uuid4().hex}"
+
+
+async def _stage_stdin(client: ExecServerClient, data: bytes) -> str:
+    path = remote_temp_path(client, "execserver-stdin")
+    await client.fs.write_file(path, data)
+    return path
+
+
+async def _remove_quietly(client: ExecServerClient, path: str) -> None:
+    with contextlib.suppress(ExecServerError, OSError):
+        await asyncio.shield(asyncio.ensure_future(client.fs.remove(path, recursive=False)))
+
+
+async def _require_directory(client: ExecServerClient, cwd: str) -> None:
+    problem = await _cwd_problem(client, cwd)
+    if problem is not None:
+        raise problem
+
+
+async def _cwd_problem(client: ExecServerClient, cwd: str) -> OSError | None:
+    try:
+        meta = await client.fs.get_metadata(cwd)
+    except FileNotFoundError:
+        return WorkingDirectoryNotFound(cwd)
+    except (OSError, ExecServerError):
+        return None
+    if not meta.is_directory:
+        return WorkingDirectoryNotADirectory(cwd)
+    return None
+
+
+async def _spawn_error(
+    client: ExecServerClient, exc: InternalError, program: str, cwd: str
+) -> BaseException:
+    """Turn a -32603 from ``process/start`` into the exception a local spawn would raise.
+
+    Texts (identical on both servers): non-tty ``<strerror> (os error N)`` for
+    the program *and* the cwd; tty ``Unable to spawn <prog> because:\\n...`` when
+    the program is not on the PATH.
+    """
+    message = exc.message
+    if message.startswith("Unable to spawn "):
+        return CommandNotFound(program, message.partition("because:")[2].strip() or message)
+    match = _OS_ERROR.search(message)
+    if match is None:
+        return exc
+    code = int(match.group(1))
+    if code not in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+        return exc
+    problem = await _cwd_problem(client, cwd)
+    if problem is not None:
+        return problem
+    detail = message.removesuffix(match.group(0)).strip() or os.strerror(code)
+    if code == errno.EACCES:
+        return CommandNotExecutable(program, detail)
+    return CommandNotFound(program, detail)
