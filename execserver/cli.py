@@ -12,11 +12,13 @@ from typing import NoReturn
 
 from execserver import __version__
 from execserver.config import (
+    DEFAULT_CGROUP_ROOT,
     DEFAULT_EXITED_RETENTION_S,
     DEFAULT_LISTEN,
     DEFAULT_SESSION_TTL_S,
     PING_INTERVAL_S,
     LimitsConfig,
+    ProcessLimitsConfig,
     ServerConfig,
     WsAuthConfig,
 )
@@ -53,6 +55,49 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is not in 0..")
     return value
+
+
+def _size(text: str) -> int:
+    from execserver.containment import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _cores(text: str) -> float:
+    value = float(text)
+    if not value >= 0.01:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} is not a CPU count >= 0.01")
+    return value
+
+
+# Where the cgroup file systems are looked for; tests point it at an empty directory
+# to play a host that delegates nothing.
+CGROUP_ROOT_ENV = "EXECSERVER_CGROUP_ROOT"
+
+
+def _add_process_limit_flags(p: argparse.ArgumentParser) -> None:
+    """Per-process-tree resource limits, enforced with cgroups (server-side policy)."""
+    p.add_argument(
+        "--process-memory-max",
+        type=_size,
+        metavar="SIZE",
+        help="memory limit of each started process tree, e.g. 2G (OOM kill: exit 137)",
+    )
+    p.add_argument(
+        "--process-pids-max",
+        type=_positive_int,
+        metavar="N",
+        help="process/thread limit of each started process tree, e.g. 512",
+    )
+    p.add_argument(
+        "--process-cpu-max",
+        type=_cores,
+        metavar="CORES",
+        help="CPU limit of each started process tree in cores, e.g. 1.5",
+    )
 
 
 def _add_auth_flags(p: argparse.ArgumentParser) -> None:
@@ -134,6 +179,12 @@ def _config_from_args(args: argparse.Namespace) -> ServerConfig:
         audit_log=args.audit_log,
         log_format=args.log_format,
         metrics=args.metrics,
+        process_limits=ProcessLimitsConfig(
+            memory_max_bytes=args.process_memory_max,
+            pids_max=args.process_pids_max,
+            cpu_max_cores=args.process_cpu_max,
+            cgroup_root=os.environ.get(CGROUP_ROOT_ENV) or DEFAULT_CGROUP_ROOT,
+        ),
         drain_timeout_s=max(0.0, args.drain_timeout),
         # The start-up sandbox report spawns a few sandboxes right after listening;
         # harnesses that count the daemon's fds or children switch it off.
@@ -195,10 +246,12 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     )
     _add_auth_flags(p)
     _add_ops_flags(p)
+    _add_process_limit_flags(p)
     p.set_defaults(func=_cmd_serve)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from execserver.containment import ContainmentError
     from execserver.server.audit import AuditLogError
     from execserver.server.auth import startup_checks
     from execserver.server.logs import configure_logging
@@ -213,7 +266,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 1
     try:
         return run_server(config)
-    except AuditLogError as exc:
+    except (AuditLogError, ContainmentError) as exc:
         sys.stderr.write(f"Error: {exc}\n")
         return 1
     except OSError as exc:

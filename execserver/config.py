@@ -46,6 +46,29 @@ class LimitsConfig:
     max_concurrent_http_requests: int | None = 64  # server-wide http/request
 
 
+# Where the cgroup file systems are mounted (pure v2 here, or v1 hierarchies plus
+# ``unified`` on hybrid hosts).
+DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+@dataclass(frozen=True)
+class ProcessLimitsConfig:
+    """Limits applied to every started process tree (None = not limited), enforced with
+    one cgroup per tree (execserver.containment). Any limit set makes the daemon refuse
+    to start when the host does not delegate the needed cgroup controllers."""
+
+    memory_max_bytes: int | None = None  # --process-memory-max
+    pids_max: int | None = None  # --process-pids-max
+    cpu_max_cores: float | None = None  # --process-cpu-max
+    cgroup_root: str = DEFAULT_CGROUP_ROOT
+
+    @property
+    def requested(self) -> bool:
+        return any(
+            v is not None for v in (self.memory_max_bytes, self.pids_max, self.cpu_max_cores)
+        )
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     listen: str = DEFAULT_LISTEN
@@ -63,6 +86,7 @@ class ServerConfig:
     audit_log: str | None = None  # JSON-lines audit file (execserver.server.audit)
     log_format: str = "text"  # "text" | "json"
     metrics: bool = False  # serve Prometheus text on GET /metrics
+    process_limits: ProcessLimitsConfig = field(default_factory=ProcessLimitsConfig)
     # Run the doctor's policy-shape probe at start-up and log its table.
     startup_probe: bool = True
     # SIGTERM drains first (no new sessions; running processes get this long).

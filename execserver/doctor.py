@@ -222,8 +222,27 @@ def render_text(report: Report, required: set[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cgroup_checks() -> list[Check]:
+    """Which cgroup controllers the --process-*-max limits could use here."""
+    from execserver.cli import CGROUP_ROOT_ENV
+    from execserver.config import DEFAULT_CGROUP_ROOT
+    from execserver.containment import describe_host
+
+    root = os.environ.get(CGROUP_ROOT_ENV) or DEFAULT_CGROUP_ROOT
+    return [Check(name, ok, detail) for name, ok, detail in describe_host(root)]
+
+
+CGROUP_SECTION = "per-process limits (--process-memory-max, --process-pids-max, --process-cpu-max)"
+
+
+def cgroup_lines(checks: list[Check]) -> list[str]:
+    return [f"  {c.name:9s} {'ok' if c.ok else 'no':8s} {c.detail}" for c in checks]
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     report = build_report()
+    cgroups = cgroup_checks()
+    report.extra_sections[CGROUP_SECTION] = cgroup_lines(cgroups)
     required = set(args.require or [])
     missing = sorted(name for name in required if not report.status(name))
     if args.json:
@@ -232,6 +251,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             "checks": [asdict(c) for c in report.checks],
             "shapes": [asdict(s) for s in report.shapes],
             **({"sections": report.extra_sections} if report.extra_sections else {}),
+            "cgroups": [asdict(c) for c in cgroups],
             "missingRequirements": missing,
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

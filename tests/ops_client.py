@@ -123,7 +123,10 @@ def make_jwt(secret: bytes, claims: dict[str, Any], header: dict[str, Any] | Non
     return f"{head}.{body}.{signature}"
 
 
-async def http_get(url: str, path: str) -> tuple[int, str]:
+async def http_get(url: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
     base = "http://" + url.removeprefix("ws://")
-    async with aiohttp.ClientSession() as session, session.get(base + path) as resp:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(base + path, headers=headers) as resp,
+    ):
         return resp.status, await resp.text()

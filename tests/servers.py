@@ -73,9 +73,14 @@ async def stop_process(proc: asyncio.subprocess.Process) -> None:
 
 @contextlib.asynccontextmanager
 async def start_server(
-    kind: str, extra: Sequence[str] = (), env: dict[str, str] | None = None
+    kind: str,
+    extra: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    wrapper: Sequence[str] = (),
 ) -> AsyncIterator[RunningServer]:
-    """Start one server on ws://127.0.0.1:<free port> and stop it afterwards."""
+    """Start one server on ws://127.0.0.1:<free port> and stop it afterwards.
+    ``wrapper``: argv put in front of the server's command (it must exec the rest),
+    e.g. a simulated host without user namespaces."""
     listen = ["--listen", "ws://127.0.0.1:0"]
     if kind == "execserver":
         cmd = execserver_command([*listen, *extra])
@@ -83,6 +88,7 @@ async def start_server(
         cmd = reference_command([*listen, *extra])
     else:
         raise ValueError(kind)
+    cmd = [*wrapper, *cmd]
     full_env = dict(os.environ if env is None else env)
     # The start-up sandbox probe (tested in tests/unit/test_doctor.py) would briefly
     # add fds and children to every server the suite starts.

@@ -30,7 +30,9 @@ def read_file_bytes(path: str, follow_symlinks: bool = True) -> bytes:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
             raise not_a_file(path)
-        fd = os.open(path, _READ_FLAGS)
+        # O_NONBLOCK: a fifo swapped in after the stat must not hang this worker
+        # in open(); the fstat below then refuses it.
+        fd = os.open(path, _READ_FLAGS | os.O_NONBLOCK)
     else:
         with parent_fd(path) as (dir_fd, name):
             # O_NONBLOCK so a fifo cannot hang the worker before the type check.

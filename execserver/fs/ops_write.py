@@ -35,6 +35,8 @@ def write_file(path: str, data_base64: str, follow_symlinks: bool = True) -> Non
 
 def write_file_bytes(path: str, data: bytes, follow_symlinks: bool = True) -> None:
     """fs/writeFile: create or truncate."""
+    # A fifo blocks here until a reader comes, as on the reference (it is written
+    # to): that wait happens on a worker thread, never on the event loop.
     if follow_symlinks:
         fd = os.open(path, _WRITE_FLAGS, 0o666)
     else:
@@ -151,7 +153,7 @@ def copy_file(source: str, destination: str) -> None:
 
     Like the reference, copying a file onto itself truncates it.
     """
-    src_fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+    src_fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # no fifo hang
     try:
         src_stat = os.fstat(src_fd)
         mode = stat.S_IMODE(src_stat.st_mode)

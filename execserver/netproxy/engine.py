@@ -43,6 +43,9 @@ Notifier = Callable[[NetworkPolicyDecisionNotification], Awaitable[None]]
 class Outcome:
     decision: d.Decision
     resolution: Resolution | None = None  # what to connect to, when allowed
+    # The local-address block looked at the addresses: connect to exactly those
+    # (``resolution``) or, when the name did not resolve then, to nothing.
+    addresses_decided: bool = False
 
     @property
     def allowed(self) -> bool:
@@ -90,6 +93,13 @@ class PolicyEngine:
     async def report_unix_socket(self, target: d.Target, allowed: bool) -> None:
         await self._report(target, d.BASELINE_ALLOW if allowed else d.UNIX_SOCKET_DENIED)
 
+    def method_guard(self, target: d.Target) -> d.Decision | None:
+        """The limited-mode refusal for ``target`` (None when it may proceed)."""
+        return self._mode_guard(target)
+
+    async def report_guard(self, target: d.Target, decision: d.Decision) -> None:
+        await self._report(target, decision)
+
     async def _domain_decision(self, target: d.Target) -> Outcome:
         policy, host = self.policy, target.host
         if target.protocol in ("socks5_tcp", "socks5_udp") and policy.mode == "limited":
@@ -97,16 +107,18 @@ class PolicyEngine:
         if policy.denied(host):
             return Outcome(d.DENYLIST)
         resolution: Resolution | None = None
+        decided = False
         if not policy.allow_local_binding and not policy.explicitly_allowed(host):
             resolution = await self._resolve(target)
+            decided = True
             if _is_local(host, resolution):
                 return Outcome(d.NOT_ALLOWED_LOCAL)
         if policy.allowed(host) and not policy.needs_review(host):
-            return Outcome(d.BASELINE_ALLOW, resolution)
+            return Outcome(d.BASELINE_ALLOW, resolution, decided)
         if self._ask is None:
             return Outcome(d.NOT_ALLOWED)
         answer = await self._ask_client(target)
-        return Outcome(answer, resolution)
+        return Outcome(answer, resolution, decided)
 
     async def _ask_client(self, target: d.Target) -> d.Decision:
         assert self._ask is not None
@@ -137,8 +149,13 @@ class PolicyEngine:
             return None  # decided by name; connecting will fail later (502)
 
     async def resolve_for_connect(self, outcome: Outcome, target: d.Target) -> Resolution:
+        """Where to connect: the addresses the decision was made on. A name that
+        failed to resolve at decision time is not looked up again (a second
+        answer could be a local address the block never saw)."""
         if outcome.resolution is not None:
             return outcome.resolution
+        if outcome.addresses_decided:
+            raise ResolveError(f"{target.host} did not resolve when the request was checked")
         return await self._resolver.resolve(target.host, target.port)
 
     async def _report(self, target: d.Target, decision: d.Decision) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from urllib.parse import SplitResult, urlsplit
 
 from execserver.netproxy import decision as d
 from execserver.netproxy import upstream
 from execserver.netproxy.engine import PolicyEngine
 from execserver.netproxy.relay import close, peer_text, pipe, relay
+from execserver.sandbox.hidden import is_private
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +164,14 @@ async def _forward(
     await _exchange(reader, writer, up_reader, up_writer, method, parts, headers, via=via)
 
 
+def _unix_socket_target(engine: PolicyEngine, path: str) -> tuple[bool, str]:
+    """(allowed, the resolved path to connect to). The daemon's private directory
+    (other sandboxes' proxy sockets) is never a destination, whatever the policy
+    lists."""
+    real = os.path.realpath(path) if os.path.isabs(path) else path
+    return engine.policy.unix_socket_allowed(path) and not is_private(real), real
+
+
 async def _forward_unix(
     engine: PolicyEngine,
     reader: asyncio.StreamReader,
@@ -173,13 +183,20 @@ async def _forward_unix(
 ) -> None:
     """``x-unix-socket: /path``: the request goes to a host unix socket, if the
     ``unixSockets`` policy lists it (or all are dangerously allowed)."""
-    allowed = engine.policy.unix_socket_allowed(path)
+    # Resolving touches the filesystem: off the event loop.
+    allowed, real = await asyncio.to_thread(_unix_socket_target, engine, path)
     await engine.report_unix_socket(target, allowed)
     if not allowed:
         writer.write(d.blocked_response(target, d.UNIX_SOCKET_DENIED))
         return
+    guard = engine.method_guard(target)
+    if guard is not None:  # limited mode: read-only methods only, here too
+        await engine.report_guard(target, guard)
+        writer.write(d.blocked_response(target, guard))
+        return
     try:
-        up_reader, up_writer = await asyncio.open_unix_connection(path)
+        # Exactly the socket that was checked, not the name again.
+        up_reader, up_writer = await asyncio.open_unix_connection(real)
     except OSError as exc:
         writer.write(d.simple_response(502, "Bad Gateway", f"unix socket unreachable: {exc}"))
         return

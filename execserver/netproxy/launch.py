@@ -11,6 +11,7 @@ stopped when the process is closed, or with the session.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
+from execserver.netproxy.guard import is_daemon_endpoint
 from execserver.netproxy.loopback import LoopbackBridge, loopback_proxy_ports
 from execserver.netproxy.proxy import ProcessNetworkProxy
 from execserver.netproxy.sandbox import ProxyRoutes
@@ -157,6 +159,13 @@ async def prepare_network(
                 setup.routes = await proxy.sandbox_routes()
         elif sandboxed and params.enforce_managed_network:
             setup.routes = await _loopback_routes(setup, daemon_env)
+        managed = params.managed_network
+        if setup.routes is not None and managed is not None:
+            setup.routes = dataclasses.replace(
+                setup.routes,
+                allow_unix_sockets=tuple(managed.allow_unix_sockets or ()),
+                all_unix_sockets=bool(managed.dangerously_allow_all_unix_sockets),
+            )
     except BaseException:
         await setup.aclose()
         raise
@@ -175,6 +184,8 @@ async def _loopback_routes(
         return None
     managed = params.managed_network
     extra = managed.loopback_ports or [] if managed is not None else []
+    if any(is_daemon_endpoint("127.0.0.1", port) for port in [*ports, *extra]):
+        return None  # never bridge a sandbox to the daemon's own listener
     bridge = LoopbackBridge([*ports, *extra])
     session_proxies(setup.session).add(bridge)
     setup.owned.append(bridge)

@@ -17,8 +17,14 @@ import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
+from execserver.netproxy.guard import (
+    DaemonEndpointRefused,
+    accept_connection,
+    is_daemon_endpoint,
+)
 from execserver.netproxy.relay import close, relay
 from execserver.netproxy.sandbox import ProxyRoutes
+from execserver.sandbox.hidden import private_dir
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -55,7 +61,10 @@ class LoopbackBridge:
         self._closed = False
 
     async def start(self, *, allow_local_binding: bool = False) -> ProxyRoutes:
-        self.socket_dir = tempfile.mkdtemp(prefix="execserver-loopback-")
+        if any(is_daemon_endpoint("127.0.0.1", port) for port in self.ports):
+            # A "proxy" on the daemon's own port would hand the sandbox its websocket.
+            raise DaemonEndpointRefused("127.0.0.1", next(iter(self.ports)))
+        self.socket_dir = tempfile.mkdtemp(prefix="execserver-loopback-", dir=private_dir())
         routes = []
         try:
             for port in self.ports:
@@ -71,6 +80,9 @@ class LoopbackBridge:
         self, port: int
     ) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
         async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if not accept_connection(len(self._tasks)):
+                await close(writer)
+                return
             task = asyncio.current_task()
             assert task is not None
             self._tasks.add(task)

@@ -16,6 +16,7 @@ allowed by name is reachable, ``127.0.0.1`` not listed is ``not_allowed_local``)
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -123,7 +124,14 @@ class NetworkPolicy:
         return self.mode == "full" or method.upper() in LIMITED_METHODS
 
     def unix_socket_allowed(self, path: str) -> bool:
-        """``unixSockets`` is an allow-list of exact paths; ``deny`` entries win."""
-        if self.unix_sockets.get(path) == "deny":
+        """``unixSockets`` is an allow-list of paths; ``deny`` entries win. Both
+        sides are compared resolved (``realpath``), so ``/a/../b.sock``, a
+        doubled slash or a symlink name the socket they lead to; relative paths
+        are never allowed."""
+        if not os.path.isabs(path):
             return False
-        return self.allow_all_unix_sockets or self.unix_sockets.get(path) == "allow"
+        real = os.path.realpath(path)
+        verdicts = {v for k, v in self.unix_sockets.items() if os.path.realpath(k) == real}
+        if "deny" in verdicts:
+            return False
+        return self.allow_all_unix_sockets or "allow" in verdicts

@@ -20,10 +20,12 @@ from execserver.netproxy import http_proxy, socks
 from execserver.netproxy.credentials import credential_vault
 from execserver.netproxy.engine import Asker, Notifier, PolicyEngine
 from execserver.netproxy.env import proxy_environment
+from execserver.netproxy.guard import accept_connection
 from execserver.netproxy.policy import NetworkPolicy
 from execserver.netproxy.resolver import Resolver
 from execserver.netproxy.sandbox import ProxyRoutes
 from execserver.netproxy.upstream import UpstreamProxies
+from execserver.sandbox.hidden import private_dir
 from execserver.wire.process import RemoteNetworkProxyLaunchConfig
 
 Handler = Callable[[PolicyEngine, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -86,7 +88,7 @@ class ProcessNetworkProxy:
     async def start_unix_sockets(self) -> str:
         """Offer the front ends on unix sockets too; returns their (0700) directory."""
         if self.socket_dir is None:
-            self.socket_dir = tempfile.mkdtemp(prefix="execserver-netproxy-")
+            self.socket_dir = tempfile.mkdtemp(prefix="execserver-netproxy-", dir=private_dir())
             path = os.path.join(self.socket_dir, HTTP_SOCKET)
             self._servers.append(
                 await asyncio.start_unix_server(self._serving(http_proxy.handle), path)
@@ -117,7 +119,7 @@ class ProcessNetworkProxy:
         self, handler: Handler
     ) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            if self._closed:
+            if self._closed or not accept_connection(len(self._writers)):
                 writer.close()
                 return
             task = asyncio.current_task()

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 
+from execserver.netproxy.guard import DaemonEndpointRefused, is_daemon_endpoint
 from execserver.netproxy.resolver import Resolution
 
 CONNECT_TIMEOUT_S = 10.0
@@ -15,8 +16,13 @@ BUFFER = 65536
 async def open_upstream(
     resolution: Resolution, port: int
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect to the first address that answers (the ones we checked: no second lookup)."""
-    return await _first_reachable(resolution.addresses, port)
+    """Connect to the first address that answers (the ones we checked: no second
+    lookup). The daemon's own listeners are never connected to, whatever allowed
+    the request."""
+    addresses = [a for a in resolution.addresses if not is_daemon_endpoint(a, port)]
+    if resolution.addresses and not addresses:
+        raise DaemonEndpointRefused(resolution.addresses[0], port)
+    return await _first_reachable(addresses, port)
 
 
 async def _first_reachable(

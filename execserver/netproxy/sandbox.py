@@ -5,7 +5,7 @@ the port in HTTP_PROXY, a direct connect to any host port is refused).
 
 Shape::
 
-    bwrap <layout of the policy> --unshare-net --ro-bind SOCKDIR SOCKDIR
+    bwrap <layout of the policy> --unshare-net [private dir masked, SOCKDIR bound]
           -- python bridge.py --route PORT=SOCKDIR/http.sock ...
              -- python launcher.py --seccomp-fd N -- COMMAND
 
@@ -14,8 +14,13 @@ Shape::
 * the bridge listens on the proxy's port numbers inside the namespace and
   relays to the proxy's unix sockets, the only way out;
 * the launcher applies the proxy-routed seccomp filter (inet sockets may
-  connect; no bind/listen/accept unless ``allowLocalBinding``) right before
-  exec'ing the command, after the bridge is listening.
+  connect; no bind/listen/accept unless ``allowLocalBinding``; no AF_UNIX
+  sockets, so no host unix socket is reachable by path, unless
+  ``dangerouslyAllowAllUnixSockets``) right before exec'ing the command, after
+  the bridge is listening;
+* the proxy's socket directory lives in the daemon's private directory, which
+  every sandbox view masks; only this sandbox gets its own directory bound
+  back in, so no sandbox reaches another one's proxy.
 
 Without bubblewrap (no network namespace) this cannot be enforced: refused.
 This reuses the sandbox planner's internals on purpose (one layout builder,
@@ -45,6 +50,12 @@ from execserver.sandbox.plan import (
 )
 from execserver.sandbox.policy import ResolvedPolicy
 
+_UNIX_ALLOW_LIST_REFUSAL = (
+    "execserver-sandbox: managed network with allowUnixSockets cannot be enforced by this "
+    "executor: direct unix socket connections are refused under a managed proxy (reach "
+    "allowed sockets through the proxy's unixSockets policy, or set "
+    "dangerouslyAllowAllUnixSockets)"
+)
 BRIDGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bridge.py")
 
 
@@ -54,6 +65,9 @@ class ProxyRoutes:
 
     routes: tuple[tuple[int, str], ...]
     allow_local_binding: bool = False
+    # managedNetwork.allowUnixSockets / dangerouslyAllowAllUnixSockets
+    allow_unix_sockets: tuple[str, ...] = ()
+    all_unix_sockets: bool = False
 
     @property
     def socket_dirs(self) -> tuple[str, ...]:
@@ -78,6 +92,10 @@ def plan_proxy_routed(
     program, error = _resolve_program(argv[0], env)
     if program is None:
         return _refused_plan(env, f"execserver-sandbox: failed to execvp {argv[0]}: {error}")
+    if routes.allow_unix_sockets and not routes.all_unix_sockets:
+        # seccomp cannot see which path a connect() names, and the view shows every
+        # host socket: a per-path allow-list is not enforceable, so nothing runs.
+        return _refused_plan(env, _UNIX_ALLOW_LIST_REFUSAL)
     if arg0 == argv[0]:
         arg0 = None
     # Whatever the policy says about network, the namespace is what routes traffic.
@@ -87,6 +105,7 @@ def plan_proxy_routed(
             network_restricted=True,
             proxy_routed=True,
             allow_local_binding=routes.allow_local_binding,
+            allow_unix_sockets=routes.all_unix_sockets,
         )
     )
     resources = _PlanResources()
@@ -98,6 +117,7 @@ def plan_proxy_routed(
             proc=backend.proc_ok,
             mounts=backend.mounts,
             extra_read=interpreter_paths(),
+            private_binds=routes.socket_dirs,
         )
         resources.layout, resources.mounts = layout, backend.mounts
         status_read, status_write = os.pipe()
@@ -115,13 +135,9 @@ def plan_proxy_routed(
     bridge = [sys.executable, "-I", "-S", BRIDGE]
     for port, path in routes.routes:
         bridge += ["--route", f"{port}={path}"]
-    binds: list[str] = []
-    for directory in routes.socket_dirs:
-        binds += ["--ro-bind", directory, directory]
     full = [
         backend.bwrap,
         *layout.args,
-        *binds,
         "--json-status-fd",
         str(status_write),
         "--",

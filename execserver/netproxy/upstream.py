@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from execserver.netproxy.guard import DaemonEndpointRefused, names_daemon_listener
 from execserver.netproxy.policy import normalize_host
 from execserver.netproxy.relay import BUFFER, CONNECT_TIMEOUT_S, open_upstream
 
@@ -209,6 +210,8 @@ async def open_stream(
     proxies = engine.upstream
     proxy = proxies.tunnel_proxy(target.host, target.port) if proxies is not None else None
     if proxy is not None:
+        if names_daemon_listener(target.host, target.port):
+            raise DaemonEndpointRefused(target.host, target.port)
         return await proxy.tunnel(target.host, target.port)
     return await open_upstream(await engine.resolve_for_connect(outcome, target), target.port)
 
@@ -221,6 +224,8 @@ async def open_http(
     proxies = engine.upstream
     proxy = proxies.http_proxy(target.host, target.port) if proxies is not None else None
     if proxy is not None:
+        if names_daemon_listener(target.host, target.port):
+            raise DaemonEndpointRefused(target.host, target.port)
         reader, writer = await proxy.open()
         return reader, writer, proxy
     resolution = await engine.resolve_for_connect(outcome, target)

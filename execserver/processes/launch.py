@@ -145,19 +145,27 @@ def _close_all(fds: list[int]) -> None:
             os.close(fd)
 
 
-def spawn(plan: LaunchPlan) -> Spawned:
-    """Start the child. Raises RpcError (the reference's spawn error) on failure."""
+def spawn(plan: LaunchPlan, place: Callable[[], None] | None = None) -> Spawned:
+    """Start the child. Raises RpcError (the reference's spawn error) on failure.
+
+    ``place`` runs in the forked child before exec: it puts the child into its
+    resource-limit cgroup (execserver.containment). Only given when limits are
+    configured, because any pre-exec hook costs the vfork fast path.
+    """
     try:
         if plan.tty:
-            return _spawn_pty(plan)
-        return _spawn_pipes(plan)
+            return _spawn_pty(plan, place)
+        return _spawn_pipes(plan, place)
     except OSError as exc:
         raise RpcError.internal(os_error_text(exc.errno or 5)) from None
+    except subprocess.SubprocessError:
+        # The placement failed in the child, which then never ran the command.
+        raise RpcError.internal("cannot place the process in its resource-limit cgroup") from None
     finally:
         plan.release()
 
 
-def _spawn_pipes(plan: LaunchPlan) -> Spawned:
+def _spawn_pipes(plan: LaunchPlan, place: Callable[[], None] | None) -> Spawned:
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     parent_fds = [out_r, err_r]
@@ -180,6 +188,7 @@ def _spawn_pipes(plan: LaunchPlan) -> Spawned:
             env=plan.env,
             start_new_session=True,
             pass_fds=plan.pass_fds,
+            preexec_fn=place,
         )
     except BaseException:
         _close_all(parent_fds + child_fds)
@@ -190,7 +199,12 @@ def _spawn_pipes(plan: LaunchPlan) -> Spawned:
     return Spawned(popen.pid, popen, stdin_fd, [(out_r, "stdout"), (err_r, "stderr")], None)
 
 
-def _spawn_pty(plan: LaunchPlan) -> Spawned:
+def _spawn_pty(plan: LaunchPlan, place: Callable[[], None] | None) -> Spawned:
+    def child_setup() -> None:  # pragma: no cover - runs in the forked child
+        if place is not None:
+            place()
+        _acquire_controlling_tty()
+
     master, slave = os.openpty()
     try:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", PTY_ROWS, PTY_COLS, 0, 0))
@@ -204,7 +218,7 @@ def _spawn_pty(plan: LaunchPlan) -> Spawned:
             env=plan.env,
             start_new_session=True,
             pass_fds=plan.pass_fds,
-            preexec_fn=_acquire_controlling_tty,
+            preexec_fn=child_setup,
         )
     except BaseException:
         _close_all([master, slave])

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import signal
 import time
 from collections.abc import Callable
@@ -62,13 +63,52 @@ MAX_WRITE_IDS = 65536
 
 @dataclass
 class Accounting:
-    """Resource use of the direct child, from wait4() at reap time."""
+    """Resource use at the child's exit: of the whole tree from its cgroup when it
+    has one (limits configured), else of the direct child from wait4()."""
 
     wall_s: float
     cpu_s: float
-    # ru_maxrss counts the pre-exec image too (the vfork'd/forked copy of the daemon),
-    # so for small programs this is the daemon's size: an upper bound, not a measure.
-    max_rss_kib: int
+    # Peak memory of the command (KiB), None when it cannot be told apart from the
+    # daemon: ru_maxrss also counts the pre-exec image (the forked copy of the
+    # daemon, recorded at exec), so it only measures the command when it exceeds
+    # the daemon's own peak. With a cgroup it is the tree's memory.peak.
+    max_rss_kib: int | None
+    peak_memory_bytes: int | None = None  # the cgroup's peak (whole tree)
+    oom_kills: int = 0  # members killed by --process-memory-max
+    pids_refused: int = 0  # forks refused by --process-pids-max
+
+
+def _daemon_peak_rss_kib() -> int:
+    for line in (_read_text("/proc/self/status") or "").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _measure(wall_s: float, rusage: resource.struct_rusage | None, tree: ProcessTree) -> Accounting:
+    cpu_s = (rusage.ru_utime + rusage.ru_stime) if rusage is not None else 0.0
+    max_rss = int(rusage.ru_maxrss) if rusage is not None else 0
+    own_rss: int | None = max_rss if max_rss > _daemon_peak_rss_kib() else None
+    if tree.cgroup is None:
+        return Accounting(wall_s, cpu_s, own_rss)
+    usage = tree.cgroup.usage()
+    peak = usage.peak_memory_bytes
+    return Accounting(
+        wall_s,
+        usage.cpu_s if usage.cpu_s is not None else cpu_s,
+        peak // 1024 if peak is not None else own_rss,
+        peak,
+        usage.oom_kills,
+        usage.pids_refused,
+    )
 
 
 DenialClassifier = Callable[[int, bytes], bool]
@@ -315,12 +355,7 @@ class ManagedProcess:
         else:
             code = os.WEXITSTATUS(status)
         self._popen.returncode = code  # the Popen object must never wait() for it again
-        if rusage is not None:
-            self.accounting = Accounting(
-                time.monotonic() - self._started,
-                rusage.ru_utime + rusage.ru_stime,
-                rusage.ru_maxrss,
-            )
+        self.accounting = _measure(time.monotonic() - self._started, rusage, self.tree)
         if not self._abandon:
             self._drain_now()
         self.exit_code = code
@@ -364,13 +399,14 @@ class ManagedProcess:
         self._wake()
         acct = self.accounting
         log.info(
-            "process %s closed: exit=%s program=%s wall=%.3fs cpu=%.3fs max_rss<=%dKiB",
+            "process %s closed: exit=%s program=%s wall=%.3fs cpu=%.3fs peak_rss=%sKiB%s",
             self.process_id,
             self.exit_code,
             os.path.basename(self.program),
             acct.wall_s if acct else 0.0,
             acct.cpu_s if acct else 0.0,
-            acct.max_rss_kib if acct else 0,
+            acct.max_rss_kib if acct and acct.max_rss_kib is not None else "?",
+            " (killed by --process-memory-max)" if acct and acct.oom_kills else "",
         )
         self._on_closed(self)
         for hook in self.close_hooks:  # ops (issue 9): audit + metrics
@@ -457,20 +493,28 @@ class ManagedProcess:
             os.killpg(group, signal.SIGINT)
 
     def terminate(self) -> bool:
-        """SIGKILL the child's process group, as the reference does; True if it was running.
+        """SIGKILL the whole tree of the child; True if the child was running.
 
-        Members that left the group (setsid) survive, as under the reference; they
-        die with the session. The group id is the child's pid, which cannot be
-        recycled before we reap the child, so this never hits a stranger.
+        Beyond the reference, which kills only the child's process group: every
+        process the daemon attributes to this child dies too, setsid and
+        double-fork escapees included (the resource-limit cgroup when there is
+        one, else the subreaper tree and the start-environment sweep), so a
+        terminated dev server never keeps its port. Everything is signalled
+        synchronously, before the child's exit can even be reaped, so none of it
+        is alive when ``closed`` goes out. Exit code and notifications are the
+        reference's. A child that exited on its own is left alone (``running``
+        false): its background jobs live on until the session ends, as there.
         """
         if self.exited:
             return False
         self._abandon = True
         self._terminated = True
+        # The tree first, while the child is alive and its descendants still hang
+        # from it (once it dies they are re-parented to us, and only traced by
+        # their start environment); then the child itself, by pidfd.
+        self._supervisor.kill(self.tree)
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
         return True
 
     # ---- teardown --------------------------------------------------------------------

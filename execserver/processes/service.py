@@ -20,6 +20,7 @@ from execserver.processes.supervisor import Supervisor
 from execserver.processes.table import ProcessTable
 from execserver.processes.uuidcheck import check_uuid
 from execserver.sandbox import is_sandbox_denied, plan_process_launch
+from execserver.sandbox.plan import off_loop
 from execserver.server import audit
 from execserver.server.rpc import MethodTable, RequestContext
 from execserver.wire import methods as m
@@ -70,6 +71,7 @@ def _table(ctx: RequestContext) -> ProcessTable:
             ),
             limits=getattr(ctx.runtime.config, "limits", None),
             metrics=getattr(ctx.runtime, "metrics", None),
+            containment=getattr(ctx.runtime, "containment", None),
         ),
     )
 
@@ -126,6 +128,7 @@ def _sandbox_plan(
         cwd=cwd,
         env=build_environment(params.env, params.env_policy, os.environ),
         tty=params.tty,
+        arg0=params.arg0,
         enforce_managed_network=params.enforce_managed_network,
         proxy_routes=proxy_routes,
     )
@@ -159,7 +162,10 @@ async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse
         if sandbox is None:
             plan = plan_launch(params, cwd, os.environ)
         else:
-            plan = _sandbox_plan(sandbox, params, cwd, net.routes)
+            routes = net.routes
+            plan = await off_loop(
+                lambda: _sandbox_plan(sandbox, params, cwd, routes), lambda p: p.release()
+            )
             classify = is_sandbox_denied
         proc = table.start(params.process_id, plan, classify)
     except BaseException:

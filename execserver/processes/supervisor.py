@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from execserver.processes.tree import (
     ProcessTree,
@@ -16,10 +17,15 @@ from execserver.processes.tree import (
     claim_unowned_children,
     enable_subreaper,
     kill_all_descendants,
+    kill_now,
+    kill_trees,
     read_proc_table,
     read_stat,
     reap_orphans,
 )
+
+if TYPE_CHECKING:
+    from execserver.containment import ProcessCgroup
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +33,8 @@ log = logging.getLogger(__name__)
 # escapes (setsid + parent exit) faster than this is still caught by the
 # adopt-at-exit scan and, at the latest, by the shutdown sweep.
 SWEEP_INTERVAL_S = 1.0
+# After a kill on the request path: the follow-up scan, shared by a burst of kills.
+FINISH_KILL_DELAY_S = 0.02
 
 
 class Supervisor:
@@ -37,11 +45,16 @@ class Supervisor:
         self._trees: set[ProcessTree] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
+        # Trees killed on the request path, finished by one /proc scan shortly after.
+        self._doomed: set[ProcessTree] = set()
+        self._finish_timer: asyncio.TimerHandle | None = None
 
-    def track(self, pid: int, env: dict[str, str]) -> ProcessTree:
+    def track(
+        self, pid: int, env: dict[str, str], cgroup: ProcessCgroup | None = None
+    ) -> ProcessTree:
         info = read_stat(pid)
         entries = frozenset(f"{k}={v}".encode(errors="surrogateescape") for k, v in env.items())
-        tree = ProcessTree(pid, info.start if info is not None else 0, entries)
+        tree = ProcessTree(pid, info.start if info is not None else 0, entries, cgroup=cgroup)
         self._trees.add(tree)
         self._schedule()
         return tree
@@ -51,15 +64,49 @@ class Supervisor:
         known = {t.root for t in self._trees if t.root_alive}
         adopt_orphans(tree, known)
         if tree.empty:
-            self._trees.discard(tree)
+            self._forget(tree)
+        else:
+            self._schedule()
+
+    def _forget(self, tree: ProcessTree) -> None:
+        self._trees.discard(tree)
+        if tree.cgroup is not None:
+            tree.cgroup.remove()
 
     def kill(self, tree: ProcessTree) -> None:
-        """Kill the whole tree now; its orphans are reaped by the next sweeps."""
-        tree.kill()
-        if tree.empty:
-            self._trees.discard(tree)
-        else:
+        """Kill the whole tree now (before its root's exit can be reaped, so before
+        ``closed``); one /proc scan shortly after catches a fork that raced the
+        signals, for every tree killed meanwhile. Orphans are reaped by the sweeps."""
+        if tree.cgroup is not None:
+            # Every member, however it detached, in one go (the tracking still
+            # records the orphans we inherit, for reaping).
+            tree.cgroup.kill()
+        claimed = {t.root for t in self._trees}
+        for other in self._trees:
+            if other is not tree:
+                claimed.update(other.tracked)
+        if kill_now(tree, claimed) == 0:
+            # A lone child: nothing could fork past the signals (a fork it made
+            # just before is in its group, which was killed too).
             self._schedule(0.05)
+            return
+        self._doomed.add(tree)
+        if self._finish_timer is None and not self._closed:
+            self._finish_timer = asyncio.get_running_loop().call_later(
+                FINISH_KILL_DELAY_S, self._finish_kills
+            )
+
+    def _finish_kills(self) -> None:
+        self._finish_timer = None
+        doomed = [t for t in self._doomed if t in self._trees]
+        self._doomed.clear()
+        if doomed:
+            kill_trees(doomed, list(self._trees))
+        for tree in doomed:
+            if tree.empty:
+                self._forget(tree)
+        if self._trees:
+            self._schedule(0.05)  # reap what the kill left to us
 
     def _schedule(self, delay: float = SWEEP_INTERVAL_S) -> None:
         if self._closed:
@@ -80,7 +127,7 @@ class Supervisor:
         claim_unowned_children(list(self._trees), table)
         reap_orphans(self._trees, table)
         for tree in [t for t in self._trees if t.empty]:
-            self._trees.discard(tree)
+            self._forget(tree)
         if self._trees:
             self._schedule()
 
@@ -89,8 +136,12 @@ class Supervisor:
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
+        if self._finish_timer is not None:
+            self._finish_timer.cancel()
         for tree in list(self._trees):
-            tree.kill()
+            if tree.cgroup is not None:
+                tree.cgroup.kill()
+        kill_trees(list(self._trees), list(self._trees))
         # Whatever still descends from the daemon now (an escapee nobody could
         # attribute) dies too: nothing may outlive the daemon.
         kill_all_descendants()
@@ -101,4 +152,8 @@ class Supervisor:
             if all(not t.tracked for t in self._trees):
                 break
             await asyncio.sleep(0.02)
+        for _ in range(50):
+            if all(t.cgroup is None or t.cgroup.remove() for t in self._trees):
+                break
+            await asyncio.sleep(0.02)  # SIGKILLed members leave their cgroup within ms
         self._trees.clear()

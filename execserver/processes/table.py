@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from execserver.config import LimitsConfig
+from execserver.containment import ProcessCgroups
 from execserver.processes.launch import LaunchPlan, spawn
 from execserver.processes.managed import DenialClassifier, ManagedProcess
 from execserver.processes.supervisor import Supervisor
@@ -38,6 +39,7 @@ class ProcessTable:
         drain_timeout_s: float,
         limits: LimitsConfig | None,
         metrics: Metrics | None = None,
+        containment: ProcessCgroups | None = None,
     ) -> None:
         self._session = session
         self._supervisor = supervisor
@@ -46,6 +48,7 @@ class ProcessTable:
         self._drain_timeout_s = drain_timeout_s
         self._limits = limits
         self._metrics = metrics
+        self._containment = containment
         self._procs: dict[str, ManagedProcess] = {}
         self._expiry: dict[str, asyncio.TimerHandle] = {}
         self._leftover_trees: list[ProcessTree] = []
@@ -77,8 +80,24 @@ class ProcessTable:
         """Spawn and register synchronously: no await between fork and registration,
         so a cancelled request can never leave an unowned child behind."""
         self.check_available(process_id)
-        spawned = spawn(plan)
-        tree = self._supervisor.track(spawned.pid, plan.env)
+        if self._containment is None:
+            spawned = spawn(plan)
+            tree = self._supervisor.track(spawned.pid, plan.env)
+        else:
+            try:
+                cgroup = self._containment.create()
+            except OSError as exc:
+                # Fail closed: with limits configured nothing runs without them.
+                raise RpcError.internal(
+                    f"cannot create the process's resource-limit cgroup: {exc.strerror}"
+                ) from None
+            try:
+                with cgroup.placement() as place:
+                    spawned = spawn(plan, place)
+            except BaseException:
+                cgroup.remove()
+                raise
+            tree = self._supervisor.track(spawned.pid, plan.env, cgroup)
         proc = ManagedProcess(
             process_id,
             spawned,
@@ -100,8 +119,13 @@ class ProcessTable:
 
     def _on_exited(self, proc: ManagedProcess) -> None:
         if self._metrics is not None:
-            wall = proc.accounting.wall_s if proc.accounting is not None else 0.0
+            acct = proc.accounting
+            wall = acct.wall_s if acct is not None else 0.0
             self._metrics.process_exited(wall, proc.sandbox_denied)
+            if acct is not None:
+                self._metrics.process_usage(
+                    acct.cpu_s, acct.peak_memory_bytes, acct.oom_kills, acct.pids_refused
+                )
 
     def _on_closed(self, proc: ManagedProcess) -> None:
         if self._closed:

@@ -8,6 +8,10 @@ in its process tree. A periodic sweep over /proc records each managed child's
 descendants (pid + start time, so a recycled pid is never mistaken for one);
 killing a tree SIGKILLs the child's session, its recorded descendants and
 whatever descends from them, and the daemon reaps the orphans it inherited.
+``process/terminate`` uses ``kill_now`` (the tree's own /proc entries only,
+cheap on the request path) and a shared follow-up scan (``kill_trees``). With
+per-process limits the tree's cgroup is the authoritative membership and kill
+(execserver.containment); this tracking still reaps what we inherit.
 """
 
 from __future__ import annotations
@@ -20,7 +24,10 @@ import os
 import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from execserver.containment import ProcessCgroup
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +131,9 @@ class ProcessTree:
     env_entries: frozenset[bytes] = frozenset()
     root_alive: bool = True
     tracked: dict[int, int] = field(default_factory=dict)  # pid -> start
+    # The tree's resource-limit cgroup (when limits are configured): it holds every
+    # descendant, escapees included, so it decides emptiness and does the kill.
+    cgroup: ProcessCgroup | None = None
 
     def live_tracked(self, table: dict[int, ProcInfo]) -> list[int]:
         return [
@@ -145,26 +155,94 @@ class ProcessTree:
 
     @property
     def empty(self) -> bool:
-        return not self.root_alive and not self.tracked
+        if self.root_alive or self.tracked:
+            return False
+        return self.cgroup is None or not self.cgroup.populated()
 
-    def kill(self) -> int:
-        """SIGKILL every member still alive; returns how many were signalled."""
-        killed = 0
-        # A few rounds: a member may fork between the snapshot and the signal.
-        for _ in range(3):
-            table = read_proc_table()
-            self.refresh(table)
-            targets = list(self.tracked)
-            if self.root_alive:
-                targets.append(self.root)
-            targets = [p for p in targets if p in table and table[p].state != "Z"]
-            if not targets:
-                break
-            for pid in targets:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            killed += len(targets)
-        return killed
+
+def child_pids(pid: int) -> list[int]:
+    """Direct children of ``pid`` (all its threads), from /proc without a full scan."""
+    found: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found.extend(int(p) for p in f.read().split())
+        except OSError:
+            continue
+    return found
+
+
+def kill_now(tree: ProcessTree, claimed: set[int]) -> int:
+    """SIGKILL the tree at once, reading only its own part of /proc (terminate is on
+    the request path; a full /proc scan costs milliseconds per call).
+
+    Members: the root's session, the descendants of the root and of the recorded
+    members (walked while the root is still alive, so the parent chain is intact),
+    and children we inherited as subreaper that escaped this tree since the last
+    sweep (started after the root, outside our session, carrying its environment).
+    ``claimed``: every pid some tree already owns (never taken from another tree).
+    Returns how many members besides the root were signalled.
+    """
+    targets: set[int] = set()
+    stack = [tree.root] if tree.root_alive else []
+    for pid, start in tree.tracked.items():
+        info = read_stat(pid)
+        if info is not None and info.start == start:
+            targets.add(pid)
+            stack.append(pid)
+    while stack:
+        for child in child_pids(stack.pop()):
+            if child not in targets:
+                targets.add(child)
+                stack.append(child)
+    my_sid = os.getsid(0)
+    for pid in own_children():
+        if pid in claimed or pid in targets:
+            continue
+        info = read_stat(pid)
+        if info is None or info.start < tree.root_start or info.sid == my_sid:
+            continue
+        if info.state != "Z" and env_similarity(read_environ(pid), tree) >= MIN_ENV_SIMILARITY:
+            targets.add(pid)
+            tree.tracked[pid] = info.start
+            stack.append(pid)
+    while stack:  # what the escapees started
+        for child in child_pids(stack.pop()):
+            if child not in targets:
+                targets.add(child)
+                stack.append(child)
+    if tree.root_alive:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(tree.root, signal.SIGKILL)  # the root's group, however deep
+    for pid in targets:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return len(targets)
+
+
+def kill_trees(trees: list[ProcessTree], all_trees: list[ProcessTree]) -> None:
+    """SIGKILL every member of ``trees``: a few rounds, one /proc scan per round for all
+    of them (a member may fork between the snapshot and the signal). Orphans are
+    attributed among ``all_trees`` first."""
+    for _ in range(3):
+        table = read_proc_table()
+        claim_unowned_children(all_trees, table)
+        targets: list[int] = []
+        for tree in trees:
+            tree.refresh(table)
+            targets += tree.tracked
+            if tree.root_alive:
+                targets.append(tree.root)
+        targets = [p for p in targets if p in table and table[p].state != "Z"]
+        if not targets:
+            return
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def reap_orphans(trees: Iterable[ProcessTree], table: dict[int, ProcInfo]) -> None:

@@ -46,7 +46,7 @@ class SandboxBackend:
 
     bwrap: str | None  # usable bwrap binary, None when bwrap cannot sandbox here
     bwrap_error: str | None  # why not (missing binary, namespace creation refused, ...)
-    proc_ok: bool  # `--proc /proc` works inside the pid namespace
+    proc_ok: bool  # `--proc /proc` works inside the pid namespace (always, when bwrap is usable)
     landlock_abi: int  # 0 when unavailable or disabled
     seccomp_ok: bool  # kernel seccomp filters + a syscall table for this arch
     mounts: SyntheticMounts
@@ -190,9 +190,10 @@ def probe_backend(
         if error is None:
             usable, proc_ok = path, True
         elif _run_probe(path, with_proc=False) is None:
-            # A /proc mount can be refused (e.g. masked /proc in containers); codex then
-            # retries without it, so do we.
-            usable, error = path, None
+            # A /proc mount can be refused (e.g. masked /proc in containers). codex then
+            # runs without one, leaving the host's /proc (every process, its command
+            # line) in view; we fail closed instead and let the next backend decide.
+            error = f"bwrap cannot mount a private /proc ({error})"
     if allow_landlock is None:
         allow_landlock = os.environ.get(NO_LANDLOCK_ENV, "") not in ("1", "true", "yes")
     abi = landlock_abi() if allow_landlock else 0

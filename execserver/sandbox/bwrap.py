@@ -4,8 +4,10 @@ Order matters to bwrap: later mounts cover earlier ones. So: the read view
 (``/`` read-only, or an empty tmpfs with only the readable paths), a fresh
 ``/dev``, then every rule from the shallowest path to the deepest (a writable
 root, a read-only carve-out inside it, a writable path inside that, ...), the
-protected names right after their writable root, deny masks, namespaces,
-``/proc``, ``--cap-drop ALL`` and the working directory.
+protected names right after their writable root, the directories pinned on
+the way to each carve-out (``_pins``), deny masks, the daemon's private
+directory masked, namespaces, ``/proc``, ``--cap-drop ALL`` and the working
+directory.
 
 ``--cap-drop ALL`` matters even as root: inside a user namespace without
 capabilities a mode-000 mount really is unreadable.
@@ -16,8 +18,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from execserver.sandbox.hidden import private_dir
 from execserver.sandbox.mounts import SyntheticMounts
-from execserver.sandbox.policy import MINIMAL_READ_PATHS, PROTECTED_NAMES, ResolvedPolicy
+from execserver.sandbox.policy import (
+    MINIMAL_READ_PATHS,
+    PROTECTED_NAMES,
+    PathRule,
+    ResolvedPolicy,
+)
 from execserver.wire.errors import RpcError
 
 
@@ -74,6 +82,86 @@ def _protect(root: str, mounts: SyntheticMounts, layout: BwrapLayout) -> None:
         layout.args += ["--perms", "555", "--tmpfs", path, "--remount-ro", path]
 
 
+@dataclass(frozen=True)
+class _Pin:
+    """A directory bound onto itself (same access as around it) only to make it
+    a mount point: a mount point cannot be renamed or removed (EBUSY)."""
+
+    path: str
+    writable: bool
+
+
+def _nearest_rule(rules: list[PathRule], path: str) -> PathRule | None:
+    best: PathRule | None = None
+    for rule in rules:
+        if path.startswith(rule.path.rstrip("/") + "/") and (
+            best is None or _depth(rule.path) > _depth(best.path)
+        ):
+            best = rule
+    return best
+
+
+def _pins(policy: ResolvedPolicy) -> list[_Pin]:
+    """Pin the directories between a writable root and each deny-read or
+    read-only entry inside it.
+
+    A mask is a mount on a dentry: renaming a parent directory (``mv config
+    config_moved``) would carry the file *and its mask* to a new name, and the
+    next sandbox, masking the old name, would find nothing there and show the
+    file under the new one. With every directory on that chain a mount point,
+    the rename fails (EBUSY), so the protection stays on the file."""
+    rules = list(policy.rules)
+    writable = [r.path for r in rules if r.access == "write"]
+    pins: dict[str, _Pin] = {}
+    named = {r.path for r in rules}
+    for rule in rules:
+        if rule.access == "write":
+            continue
+        roots = [w for w in writable if rule.path.startswith(w.rstrip("/") + "/")]
+        if not roots:
+            continue
+        outermost = min(roots, key=_depth)
+        directory = os.path.dirname(rule.path)
+        while directory != outermost and directory.startswith(outermost.rstrip("/") + "/"):
+            if directory not in named and directory not in pins:
+                around = _nearest_rule(rules, directory)
+                if around is not None and around.access != "deny":
+                    pins[directory] = _Pin(directory, around.access == "write")
+            directory = os.path.dirname(directory)
+    return list(pins.values())
+
+
+def _visible(policy: ResolvedPolicy, path: str, extra_read: tuple[str, ...]) -> bool:
+    """Whether ``path`` exists in the sandbox's view before any mask."""
+    if policy.root_access is not None:
+        return True
+    shown = [*(MINIMAL_READ_PATHS if policy.minimal_read else ()), *extra_read]
+    shown += [r.path for r in policy.rules if r.access != "deny"]
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in shown)
+
+
+def _hide_private(
+    policy: ResolvedPolicy,
+    extra_read: tuple[str, ...],
+    private_binds: tuple[str, ...],
+    args: list[str],
+) -> list[str]:
+    """Mask the daemon's private directory (other sandboxes' proxy sockets) and
+    bind back only ``private_binds``; returns the remounts to add at the end."""
+    hidden = private_dir()
+    binds: list[str] = []
+    for directory in private_binds:
+        binds += ["--ro-bind", directory, directory]
+    if not _visible(policy, hidden, extra_read):
+        args += binds  # bwrap creates the mount points in the empty root
+        return []
+    if not binds:
+        args += ["--perms", "000", "--tmpfs", hidden]
+    else:
+        args += ["--perms", "711", "--tmpfs", hidden, *binds]
+    return ["--remount-ro", hidden]
+
+
 def build_layout(
     policy: ResolvedPolicy,
     *,
@@ -81,12 +169,24 @@ def build_layout(
     proc: bool,
     mounts: SyntheticMounts,
     extra_read: tuple[str, ...] = (),
+    private_binds: tuple[str, ...] = (),
 ) -> BwrapLayout:
     """Arguments for bwrap (without the binary, seccomp/status fds and command).
-    On error every acquired synthetic mount point is released again."""
+    ``private_binds``: directories inside the daemon's private directory (a
+    proxy's socket directory) to show read-only in this one sandbox; the rest of
+    that directory stays masked. On error every acquired synthetic mount point
+    is released again."""
     layout = BwrapLayout()
     try:
-        _fill(layout, policy, cwd=cwd, proc=proc, mounts=mounts, extra_read=extra_read)
+        _fill(
+            layout,
+            policy,
+            cwd=cwd,
+            proc=proc,
+            mounts=mounts,
+            extra_read=extra_read,
+            private_binds=private_binds,
+        )
     except BaseException:
         release_layout(layout, mounts)
         raise
@@ -110,6 +210,7 @@ def _fill(
     proc: bool,
     mounts: SyntheticMounts,
     extra_read: tuple[str, ...],
+    private_binds: tuple[str, ...],
 ) -> None:
     args = layout.args
     args += ["--new-session", "--die-with-parent"]
@@ -118,7 +219,12 @@ def _fill(
     # Masks are made read-only only after every bind: a more specific grant inside a
     # denied directory still needs its mount point created in the mask's tmpfs.
     remounts: list[str] = []
-    for rule in sorted(policy.rules, key=lambda r: (_depth(r.path), r.path)):
+    items: list[PathRule | _Pin] = [*policy.rules, *_pins(policy)]
+    for rule in sorted(items, key=lambda r: (_depth(r.path), r.path)):
+        if isinstance(rule, _Pin):
+            if os.path.isdir(rule.path) and not os.path.islink(rule.path):
+                args += ["--bind" if rule.writable else "--ro-bind", rule.path, rule.path]
+            continue
         if not mounts.is_real(rule.path):
             continue  # gone, or another sandbox's synthetic mount point (see is_real)
         if rule.access == "write":
@@ -136,10 +242,12 @@ def _fill(
             fd = _empty_fd()
             layout.data_fds.append(fd)
             args += ["--perms", "000", "--ro-bind-data", str(fd), rule.path]
+    remounts += _hide_private(policy, extra_read, private_binds, args)
     args += remounts
     args += ["--unshare-user", "--unshare-pid", "--unshare-ipc"]
     if policy.network_restricted:
         args += ["--unshare-net"]
     if proc:
-        args += ["--proc", "/proc"]
+        # /proc/keys lists every key the uid may view, descriptions included.
+        args += ["--proc", "/proc", "--ro-bind", "/dev/null", "/proc/keys"]
     args += ["--cap-drop", "ALL", "--chdir", os.path.realpath(cwd)]

@@ -2,11 +2,14 @@
 same kernel sandbox as a process would (sandbox.md §1.7, §3.6).
 
 The helper is ``python -m execserver.sandbox.fs_runner``: request as JSON on
-stdin, result as JSON on stdout. It sees the request's mount view (plus the
-minimal read set and the interpreter, which it needs to start), so every path
-check is the kernel's: EROFS outside the writable roots, EACCES on denied
-files, symlinks resolved inside the view. Errors come back as the reference
-reports them (``rpc_error_from_os_error``).
+stdin, result as JSON on stdout. It starts in the request's mount view plus
+the minimal read set and the interpreter (which it needs to start), then,
+before touching the request's paths, confines itself to what a process with
+the same policy sees (``policy_view``): paths outside it are reported missing,
+as they are for that process, and Landlock makes the kernel refuse them too.
+So every path check is the kernel's: EROFS outside the writable roots, EACCES
+on denied files, symlinks resolved inside the view. Errors come back as the
+reference reports them (``rpc_error_from_os_error``).
 """
 
 from __future__ import annotations
@@ -17,12 +20,19 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Final
 
 import execserver
+from execserver.containment import contained_helper
 from execserver.sandbox.backend import SandboxBackend, detect_backend
-from execserver.sandbox.plan import interpreter_paths, plan_for_policy
-from execserver.sandbox.policy import resolve_policy, restricts_access
+from execserver.sandbox.plan import LaunchPlan, interpreter_paths, off_loop, plan_for_policy
+from execserver.sandbox.policy import (
+    MINIMAL_READ_PATHS,
+    ResolvedPolicy,
+    resolve_policy,
+    restricts_access,
+)
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 from execserver.wire.sandbox import FileSystemSandboxContext
 
@@ -34,6 +44,29 @@ def needs_sandboxed_fs(context: FileSystemSandboxContext, *, write: bool) -> boo
     """False when the relevant access is unrestricted (protocol §10.4): the caller
     then runs the operation in-process, as the reference does."""
     return restricts_access(context, write=write)
+
+
+# What a sandboxed process sees besides its policy: bwrap's fresh /dev and /proc.
+_PROCESS_EXTRAS_READ: Final = ("/dev", "/proc")
+_PROCESS_EXTRAS_WRITE: Final = ("/dev",)
+
+
+def policy_view(policy: ResolvedPolicy) -> dict[str, list[str]]:
+    """The paths a *process* with ``policy`` can see: the fs helper confines
+    itself to exactly these after its interpreter has started (its own needs —
+    the interpreter, this package, ``:minimal`` — are visible to it until then).
+    Deny entries are not subtracted here: their masks are in the mount view."""
+    read: list[str] = []
+    write: list[str] = list(_PROCESS_EXTRAS_WRITE)
+    if policy.root_access == "write":
+        write.append("/")
+    elif policy.root_access == "read":
+        read.append("/")
+    if policy.minimal_read:
+        read += MINIMAL_READ_PATHS
+    read += [*policy.readable, *_PROCESS_EXTRAS_READ]
+    write += policy.writable
+    return {"read": read, "write": write}
 
 
 def _runner_env() -> dict[str, str]:
@@ -77,19 +110,36 @@ async def run_sandboxed_fs_call(
     """Run ``func(**args)`` (``"package.module:function"``, sync, JSON in and out)
     inside the sandbox of ``context``; its OSError/RpcError come back as RpcError."""
     del write  # the sandbox enforces both kinds of access alike
-    # fs/* has no process cwd to fall back to: dynamic entries need the context's cwd.
-    policy = resolve_policy(context, fallback_cwd=None)
-    if not policy.full_read and not policy.enforces_nothing:
-        policy = dataclasses.replace(policy, minimal_read=True)
-    plan = plan_for_policy(
-        policy,
-        argv=[sys.executable, "-P", "-s", "-m", _RUNNER_MODULE],
-        cwd="/",
-        env=_runner_env(),
-        backend=backend or detect_backend(),
-        extra_read=interpreter_paths(),
-    )
-    request = json.dumps({"func": func, "args": args}).encode()
+
+    def build() -> tuple[LaunchPlan, dict[str, list[str]]]:
+        # fs/* has no process cwd to fall back to: dynamic entries need the context's cwd.
+        policy = resolve_policy(context, fallback_cwd=None)
+        view = policy_view(policy)
+        if not policy.full_read and not policy.enforces_nothing:
+            # The helper's interpreter needs these to start; the view above keeps
+            # the request itself out of them.
+            policy = dataclasses.replace(policy, minimal_read=True)
+        plan = plan_for_policy(
+            policy,
+            argv=[sys.executable, "-P", "-s", "-m", _RUNNER_MODULE],
+            cwd="/",
+            env=_runner_env(),
+            backend=backend or detect_backend(),
+            extra_read=interpreter_paths(),
+        )
+        return plan, view
+
+    plan, view = await off_loop(build, lambda built: built[0].close())
+    request = json.dumps({"func": func, "args": args, "view": view}).encode()
+    # The per-process resource limits hold for the helper too (a no-op without them).
+    try:
+        async with contained_helper() as place:
+            return await _run_helper(plan, request, place)
+    finally:
+        plan.close()  # idempotent; covers a cgroup that could not be made
+
+
+async def _run_helper(plan: LaunchPlan, request: bytes, place: Callable[[], None] | None) -> object:
     try:
         proc = await asyncio.create_subprocess_exec(
             *plan.argv,
@@ -100,6 +150,7 @@ async def run_sandboxed_fs_call(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=place,
         )
     finally:
         plan.close()

@@ -17,8 +17,10 @@ are resolved by the kernel inside that view.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -36,10 +38,54 @@ def _load(spec: str) -> Callable[..., Any]:
     return func  # type: ignore[no-any-return]
 
 
+def _inside(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _visible(path: str, follow: bool, roots: list[str]) -> bool:
+    """Whether ``path`` exists for a process with the request's policy (whose
+    view is ``roots``): the path with its directory resolved here, and with
+    ``follow`` its final target too, must lie inside the view."""
+    directory, name = os.path.split(path)
+    if not _inside(os.path.join(os.path.realpath(directory or "/"), name), roots):
+        return False
+    return not follow or _inside(os.path.realpath(path), roots)
+
+
+def confine(view: dict[str, list[str]], args: dict[str, Any]) -> None:
+    """Shrink this helper to the request's view before the operation runs.
+
+    The helper could read more than the policy grants (``:minimal``, the
+    interpreter, this package): a path outside the policy's view is reported
+    as missing (ENOENT, what the process would get), and Landlock — where the
+    kernel has it — then refuses everything outside the view for the rest of
+    this process's life, so no symlink swapped in afterwards gets around the
+    check. Without Landlock the check above is all there is."""
+    read, write = list(view.get("read", [])), list(view.get("write", []))
+    roots = [*read, *write]
+    follow = bool(args.get("follow_symlinks", True))
+    for name, value in args.items():
+        if isinstance(value, str) and (name == "path" or name.endswith("_path")):
+            if not _visible(value, follow, roots):
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
+    from execserver.sandbox import launcher
+
+    libc = launcher._libc()
+    try:
+        launcher._apply_landlock(libc, read, write)
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            raise
+
+
 def run(request: dict[str, Any]) -> dict[str, Any]:
     try:
         func = _load(str(request["func"]))
-        return {"ok": func(**request.get("args", {}))}
+        args = request.get("args", {})
+        view = request.get("view")
+        if view is not None:
+            confine(view, args)
+        return {"ok": func(**args)}
     except RpcError as exc:
         return {"rpc_error": {"code": exc.code, "message": exc.message}}
     except OSError as exc:

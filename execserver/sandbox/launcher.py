@@ -5,8 +5,17 @@ no site, no execserver import: it must start fast and must not need anything
 that the restriction could make unreadable). Used where bwrap is not:
 
 * policies with full filesystem access (``unrestricted``, ``external``,
-  ``:root`` write): only ``PR_SET_NO_NEW_PRIVS`` + the daemon's seccomp program;
-* the Landlock fallback backend: Landlock rules + no_new_privs + seccomp.
+  ``:root`` write): capability drop + ``PR_SET_NO_NEW_PRIVS`` + the daemon's
+  seccomp program;
+* the Landlock fallback backend: capability drop + Landlock rules +
+  no_new_privs + seccomp.
+
+The capability drop matters when the daemon runs as root: without a user
+namespace (bwrap's ``--cap-drop ALL`` does it there) the command would keep
+every capability (sethostname, raw /dev/kmsg, other processes' /proc files).
+All capabilities go: effective, permitted, inheritable, ambient and the
+bounding set, with the "root is not special" securebits locked, so exec'ing
+even a setuid-root or file-capability binary gains nothing.
 
 Why a separate process and not ``preexec_fn``: ``preexec_fn`` runs Python
 between fork and exec inside the threaded asyncio daemon (documented as unsafe),
@@ -42,6 +51,14 @@ import struct
 import sys
 
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_CAPBSET_DROP = 24
+_PR_SET_SECUREBITS = 28
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+# NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, each with its lock.
+_SECUREBITS_LOCKED_NOROOT = 0b11101111
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
 _SYS_LANDLOCK_CREATE_RULESET = 444
@@ -91,6 +108,56 @@ def _os_error_text(exc: OSError) -> str:
 
 def _no_new_privs(libc: ctypes.CDLL) -> None:
     _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def _status_caps() -> dict[str, int]:
+    caps: dict[str, int] = {}
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("Cap"):
+                name, _, value = line.partition(":")
+                caps[name] = int(value.strip(), 16)
+    return caps
+
+
+def _last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return 63
+
+
+def _drop_capabilities(libc: ctypes.CDLL) -> None:
+    """Leave this process (and what it execs) with no capabilities at all.
+
+    Without CAP_SETPCAP (a non-root daemon) the bounding set cannot shrink,
+    which is fine as long as nothing is held: with no_new_privs exec cannot
+    add any. Holding some capability without being able to drop it is a
+    failure (fail closed)."""
+    held = _status_caps()
+    if held.get("CapEff", 0) & (1 << 8):  # CAP_SETPCAP
+        _check(libc.prctl(_PR_SET_SECUREBITS, _SECUREBITS_LOCKED_NOROOT, 0, 0, 0), "securebits")
+        for cap in range(_last_cap() + 1):
+            _check(libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), f"PR_CAPBSET_DROP({cap})")
+    # Ambient capabilities may be unsupported (EINVAL) on old kernels: nothing to clear.
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = struct.pack("=Ii", _LINUX_CAPABILITY_VERSION_3, 0)
+    data = bytes(24)  # two __user_cap_data_struct: effective, permitted, inheritable = 0
+    number = _SYS_CAPSET.get(os.uname().machine)
+    if number is None:
+        raise OSError(errno.ENOSYS, "no capset syscall number for this architecture")
+    _check(
+        libc.syscall(
+            number,
+            ctypes.create_string_buffer(header, len(header)),
+            ctypes.create_string_buffer(data, len(data)),
+        ),
+        "capset",
+    )
+    left = _status_caps()
+    if any(left.get(k, 0) for k in ("CapInh", "CapPrm", "CapEff", "CapAmb")):
+        raise OSError(errno.EPERM, f"capabilities left after dropping: {left}")
 
 
 def _read_all(fd: int) -> bytes:
@@ -204,11 +271,14 @@ def _resolve(program: str, search_path: str | None) -> str:
 
 
 def _restrict(seccomp_fd: int | None, landlock: dict[str, list[str]] | None) -> None:
-    """Landlock (if asked), no_new_privs, then seccomp: the last thing before exec."""
+    """Capability drop, Landlock (if asked), no_new_privs, then seccomp: the last
+    things before exec."""
     if seccomp_fd is None:
         raise OSError(errno.EINVAL, "no seccomp program given")
     libc = _libc()
     program = _read_all(seccomp_fd)
+    # Capabilities first: checking what is left reads /proc, which Landlock may hide.
+    _drop_capabilities(libc)
     if landlock is not None:
         _apply_landlock(libc, landlock.get("read", []), landlock.get("write", []))
     _no_new_privs(libc)

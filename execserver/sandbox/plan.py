@@ -18,13 +18,16 @@ RpcError raised before anything is spawned.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from execserver.sandbox import seccomp
 from execserver.sandbox.backend import SandboxBackend, detect_backend
@@ -287,6 +290,23 @@ def _bwrap_plan(
         mechanism="bwrap",
         _resources=resources,
     )
+
+
+P = TypeVar("P")
+
+
+async def off_loop(build: Callable[[], P], release: Callable[[P], None]) -> P:
+    """Run a planning step in a worker thread: resolving a policy walks the
+    filesystem (realpath of every entry, deny-glob expansion over possibly large
+    trees), which must not stall the event loop. A cancelled caller still gets
+    the finished plan released (its fds closed, its mount points freed)."""
+    future = asyncio.get_running_loop().run_in_executor(None, build)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            release(await future)
+        raise
 
 
 def unenforceable(reason: str) -> RpcError:

@@ -9,7 +9,10 @@ context alone (protocol §10.2-§10.4, sandbox.md §1.3):
   with a cwd but no roots left the cwd read-only).
 * Paths are canonicalised with ``realpath``, because bind mounts are per real
   path: a writable root given through a symlink is bound at its target, and a
-  grant cannot be widened by naming a link.
+  grant cannot be widened by naming a link. A path that follows a symlink
+  lying inside one of the policy's writable roots is refused outright (the
+  sandboxed command could have planted it: ``crossed_writable_symlink``); this
+  covers every entry, ``project_roots`` subpaths and the temporary directories.
 * For one path, the most specific entry wins; for the same path
   ``deny``/``none`` > ``write`` > ``read``.
 * Missing paths grant nothing (a writable root that does not exist is accepted
@@ -18,6 +21,7 @@ context alone (protocol §10.2-§10.4, sandbox.md §1.3):
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 from dataclasses import dataclass
@@ -119,12 +123,129 @@ def has_dynamic_entries(context: FileSystemSandboxContext) -> bool:
     return any(_is_dynamic(e.path) for e in fs.entries)
 
 
+GLOB_SCAN_LIMIT_ENV: Final = "EXECSERVER_SANDBOX_GLOB_SCAN_LIMIT"
+DEFAULT_GLOB_SCAN_LIMIT: Final = 200_000
+
+
+def glob_scan_limit() -> int:
+    try:
+        return max(1, int(os.environ.get(GLOB_SCAN_LIMIT_ENV, DEFAULT_GLOB_SCAN_LIMIT)))
+    except ValueError:
+        return DEFAULT_GLOB_SCAN_LIMIT
+
+
+class _GlobScan:
+    """Expands one pattern (``*``, ``?``, ``[..]`` within a name, ``**`` for any
+    number of directories up to ``max_depth``, hidden names included, symlinked
+    directories not descended), counting every directory entry it reads.
+
+    Bounded because it runs for every sandboxed launch: a deny glob over a huge
+    tree must not stall the launch (or the daemon) without limit. Past the limit
+    the request is refused: a deny set that was not fully enumerated cannot be
+    enforced (fail closed)."""
+
+    def __init__(self, pattern: str, max_depth: int, limit: int) -> None:
+        self.pattern = pattern
+        self.max_depth = max_depth
+        self.limit = limit
+        self.scanned = 0
+        self.found: list[str] = []
+        self._listed: set[str] = set()
+
+    def run(self) -> list[str]:
+        segments = [s for s in self.pattern.split("/") if s]
+        self._match("/", segments, 0)
+        return sorted(set(self.found))
+
+    def _entries(self, directory: str) -> list[os.DirEntry[str]]:
+        # `**/x` lists a directory twice (for `x`, and to descend): count it once.
+        first_time = directory not in self._listed
+        self._listed.add(directory)
+        try:
+            with os.scandir(directory) as it:
+                entries = []
+                for entry in it:
+                    if first_time:
+                        self.scanned += 1
+                        if self.scanned > self.limit:
+                            raise unenforceable_glob(self.pattern, self.limit)
+                    entries.append(entry)
+                return entries
+        except (NotADirectoryError, FileNotFoundError, PermissionError):
+            return []
+
+    def _match(self, directory: str, segments: list[str], descended: int) -> None:
+        if not segments:
+            self.found.append(directory)
+            return
+        segment, rest = segments[0], segments[1:]
+        if segment == "**":
+            self._match(directory, rest, descended)
+            if descended >= self.max_depth:
+                return
+            for entry in self._entries(directory):
+                if entry.is_dir(follow_symlinks=False):
+                    self._match(entry.path, segments, descended + 1)
+                elif not rest:  # a trailing `**` matches files too
+                    self.found.append(entry.path)
+            return
+        if not glob.has_magic(segment):
+            path = os.path.join(directory, segment)
+            if os.path.lexists(path):
+                self._match(path, rest, descended)
+            return
+        for entry in self._entries(directory):
+            if fnmatch.fnmatchcase(entry.name, segment):
+                self._match(entry.path, rest, descended)
+
+
+def unenforceable_glob(pattern: str, limit: int) -> RpcError:
+    return RpcError.invalid_params(
+        "sandbox intent cannot be enforced on this executor: glob pattern "
+        f"{pattern} needs more than {limit} directory entries to expand"
+    )
+
+
 def _expand_glob(pattern: str, max_depth: int) -> list[str]:
-    # `**` may only descend max_depth levels; glob's recursive mode has no depth
-    # limit, so deeper matches are dropped afterwards.
-    base_depth = pattern.split("**", 1)[0].rstrip("/").count("/")
-    matches = glob.glob(pattern, recursive=True, include_hidden=True)
-    return [m for m in matches if m.rstrip("/").count("/") - base_depth <= max_depth + 1]
+    return _GlobScan(pattern, max_depth, glob_scan_limit()).run()
+
+
+_MAX_SYMLINK_HOPS: Final = 40  # the kernel's limit (ELOOP)
+
+
+def _inside(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def crossed_writable_symlink(target: str, writable_roots: list[str]) -> str | None:
+    """The first symlink that resolving ``target`` follows from inside a writable
+    root, or None. Walks the path as the kernel does (``..`` after a link applies
+    to the link's target), so ``ws/link/..`` is caught too.
+
+    Why: a sandboxed command may plant ``ws/cache -> ../outside``; a later grant
+    naming ``ws/cache`` would then be bound at ``outside``, widening the grant to
+    a place no policy named. Symlinks outside every writable root (``/var/run``,
+    a workspace given through a link) are the host's and are followed."""
+    current = "/"
+    pending = [c for c in target.split("/") if c and c != "."]
+    hops = 0
+    while pending:
+        component = pending.pop(0)
+        if component == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, component)
+        if not os.path.islink(candidate):
+            current = candidate
+            continue
+        hops += 1
+        if _inside(current, writable_roots) or hops > _MAX_SYMLINK_HOPS:
+            return candidate
+        link = os.readlink(candidate)
+        if link.startswith("/"):
+            current = "/"
+        pending = [c for c in link.split("/") if c and c != "."] + pending
+    return None
 
 
 def _temporary_dirs(context: FileSystemSandboxContext) -> list[str]:
@@ -165,6 +286,7 @@ def resolve_policy(
     root_access: Literal["read", "write"] | None = None
     minimal = False
     wanted: dict[str, RuleAccess] = {}
+    named: list[tuple[str, RuleAccess]] = []  # (path as the policy names it, access)
 
     for entry in fs.entries:
         access: RuleAccess = "read" if entry.access == "read" else "write"
@@ -203,15 +325,23 @@ def resolve_policy(
             else:
                 assert isinstance(special, UnknownSpecial)
                 continue  # forward compatibility: ignored, as the reference does
-        for target in targets:
-            if not os.path.lexists(target):
-                continue  # grants nothing; `missing_path_behavior: skip` is the same here
-            canonical = os.path.realpath(target)
-            if not os.path.exists(canonical):
-                continue
-            previous = wanted.get(canonical)
-            if previous is None or _PRECEDENCE[access] > _PRECEDENCE[previous]:
-                wanted[canonical] = access
+        named += [(target, access) for target in targets]
+
+    writable_roots = [os.path.realpath(t) for t, a in named if a == "write" and os.path.lexists(t)]
+    for target, access in named:
+        if not os.path.lexists(target):
+            continue  # grants nothing; `missing_path_behavior: skip` is the same here
+        link = crossed_writable_symlink(target, writable_roots)
+        if link is not None:
+            raise RpcError.internal(
+                f"cannot enforce sandbox path {target} because it crosses writable symlink {link}"
+            )
+        canonical = os.path.realpath(target)
+        if not os.path.exists(canonical):
+            continue
+        previous = wanted.get(canonical)
+        if previous is None or _PRECEDENCE[access] > _PRECEDENCE[previous]:
+            wanted[canonical] = access
 
     rules = tuple(
         PathRule(path=p, access=a, is_dir=os.path.isdir(p)) for p, a in sorted(wanted.items())

@@ -159,7 +159,10 @@ def process_started(
 class _Accounting(Protocol):
     wall_s: float
     cpu_s: float
-    max_rss_kib: int
+    max_rss_kib: int | None
+    peak_memory_bytes: int | None
+    oom_kills: int
+    pids_refused: int
 
 
 class ClosedProcess(Protocol):
@@ -190,8 +193,30 @@ def process_close_hook(runtime: ServerRuntime, session_id: str) -> Callable[[Clo
             sandboxDenied=proc.sandbox_denied,
             wallS=round(acct.wall_s, 3) if acct else None,
             cpuS=round(acct.cpu_s, 3) if acct else None,
+            # The command's peak, never the daemon's (None when it cannot be told).
             peakRssKib=acct.max_rss_kib if acct else None,
+            peakMemoryBytes=acct.peak_memory_bytes if acct else None,
         )
+        if acct is not None and acct.oom_kills:
+            limits = runtime.config.process_limits
+            runtime.audit.emit(
+                "process.limit",
+                session=session_id,
+                processId=proc.process_id,
+                limit="--process-memory-max",
+                maxBytes=limits.memory_max_bytes,
+                oomKills=acct.oom_kills,
+                exitCode=proc.exit_code,
+            )
+        if acct is not None and acct.pids_refused:
+            runtime.audit.emit(
+                "process.limit",
+                session=session_id,
+                processId=proc.process_id,
+                limit="--process-pids-max",
+                max=runtime.config.process_limits.pids_max,
+                forksRefused=acct.pids_refused,
+            )
 
     return closed
 

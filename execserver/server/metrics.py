@@ -42,6 +42,8 @@ _REQUEST_BUCKETS = (
     30,
 )
 _PROCESS_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+_CPU_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1, 5, 10, 60, 300, 3600)
+_MEMORY_BUCKETS = tuple(float(1 << n) for n in range(20, 36, 2))  # 1 MiB .. 16 GiB
 
 # Method label for names that are not in the method table: clients must not be
 # able to create unbounded label values.
@@ -142,6 +144,28 @@ class Metrics:
             registry=r,
         )
 
+        self.process_cpu_seconds = Histogram(
+            "execserver_process_cpu_seconds",
+            "CPU time of each exited process tree (its cgroup with per-process limits, "
+            "else the direct child).",
+            buckets=_CPU_BUCKETS,
+            registry=r,
+        )
+        self.process_peak_memory = Histogram(
+            "execserver_process_peak_memory_bytes",
+            "Peak memory of each exited process tree (from its cgroup; only with "
+            "per-process limits).",
+            buckets=_MEMORY_BUCKETS,
+            registry=r,
+        )
+        self.process_limit_events = Counter(
+            "execserver_process_limit_events",
+            "Per-process limit enforcement, by limit: memory = processes killed by "
+            "--process-memory-max, pids = forks refused by --process-pids-max.",
+            ["limit"],
+            registry=r,
+        )
+
     def track_sessions(self, count: Callable[[], int]) -> None:
         self.sessions.set_function(lambda: float(count()))
 
@@ -163,6 +187,17 @@ class Metrics:
         self.process_seconds.observe(wall_s)
         if sandbox_denied:
             self.sandbox_denials.inc()
+
+    def process_usage(
+        self, cpu_s: float, peak_memory_bytes: int | None, oom_kills: int, pids_refused: int
+    ) -> None:
+        self.process_cpu_seconds.observe(cpu_s)
+        if peak_memory_bytes is not None:
+            self.process_peak_memory.observe(peak_memory_bytes)
+        if oom_kills:
+            self.process_limit_events.labels("memory").inc(oom_kills)
+        if pids_refused:
+            self.process_limit_events.labels("pids").inc(pids_refused)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

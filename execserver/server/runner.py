@@ -12,6 +12,9 @@ from aiohttp import web
 
 from execserver import REFERENCE_VERSION, __version__
 from execserver.config import ServerConfig
+from execserver.containment import open_process_cgroups
+from execserver.netproxy.guard import protect_listener, release_listener
+from execserver.sandbox.keyring import isolate_session_keyring
 from execserver.server import auth, limits
 from execserver.server.audit import AuditLog
 from execserver.server.listen import ListenAddress, parse_listen
@@ -34,6 +37,8 @@ def build_runtime(config: ServerConfig) -> ServerRuntime:
         methods=build_method_table(),
         sessions=SessionRegistry(config.session_ttl_s),
         audit=AuditLog(config.audit_log),
+        # Raises ContainmentError when limits are set and cannot be applied.
+        containment=open_process_cgroups(config.process_limits),
     )
 
 
@@ -103,6 +108,8 @@ class Server:
             *operational_checks(self.runtime, verifier),
             *(upgrade_checks or []),
         ]
+        # /metrics asks for the websocket's credentials (not its connection limit).
+        self._metrics_checks = [auth.make_upgrade_check(verifier)] if verifier is not None else []
         self._stop = asyncio.Event()
         self._drain: asyncio.Future[None] | None = None
         self._exit_status = 0
@@ -140,6 +147,8 @@ class Server:
         self.stop()
 
     async def run(self) -> int:
+        # Children must not inherit (possess) the keys of whoever started us.
+        isolate_session_keyring()
         loop = asyncio.get_running_loop()
         for sig, handler in ((signal.SIGTERM, self._on_sigterm), (signal.SIGINT, self.stop)):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -174,7 +183,7 @@ class Server:
         return serving.result()
 
     async def _run_websocket(self) -> int:
-        app = build_app(self.runtime, self._upgrade_checks)
+        app = build_app(self.runtime, self._upgrade_checks, self._metrics_checks)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.address.host, self.address.port, reuse_address=True)
@@ -183,6 +192,10 @@ class Server:
         assert server is not None
         sockets = getattr(server, "sockets", None) or []
         port = sockets[0].getsockname()[1] if sockets else self.address.port
+        # No sandbox may reach this listener through a managed proxy or bridge.
+        bound = [s.getsockname()[:2] for s in sockets] or [(self.address.host, port)]
+        for host, bound_port in bound:
+            protect_listener(host, bound_port)
         self.url = self.address.url(port)
         # The first (and only) stdout line is the URL, as the reference prints it.
         sys.stdout.write(self.url + "\n")
@@ -201,6 +214,8 @@ class Server:
             await self._close_connections()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(runner.cleanup(), SHUTDOWN_GRACE_S)
+            for host, bound_port in bound:
+                release_listener(host, bound_port)
         return self._exit_status
 
     async def _close_connections(self) -> None:

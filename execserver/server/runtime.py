@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from execserver.config import ServerConfig
+from execserver.containment import ProcessCgroups
 from execserver.server.audit import AuditLog
 from execserver.server.limits import ServerLimits
 from execserver.server.metrics import Metrics
@@ -26,6 +27,8 @@ class ServerRuntime:
     audit: AuditLog = field(default_factory=AuditLog)
     metrics: Metrics = field(default_factory=Metrics)
     limits: ServerLimits = field(init=False)
+    # Per-process resource-limit cgroups (None without --process-*-max limits).
+    containment: ProcessCgroups | None = None
     # Set once shutdown begins: /readyz turns 503, session closes are audited as shutdown.
     shutting_down: bool = False
     # Set when a drain begins: no new sessions (resumes still work), /readyz 503.
@@ -39,4 +42,6 @@ class ServerRuntime:
         self.shutting_down = True
         await self.sessions.aclose()
         await self.state.aclose()
+        if self.containment is not None:
+            self.containment.close()
         await self.audit.aclose()

@@ -25,6 +25,9 @@ RUNTIME_KEY = web.AppKey("runtime", ServerRuntime)
 # Hook for authentication (returns an error response to refuse the upgrade).
 UpgradeCheck = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 UPGRADE_CHECKS_KEY = web.AppKey("upgrade_checks", list[UpgradeCheck])
+# Checks /metrics must pass: the websocket's authentication when --ws-auth is on
+# (the metrics name methods, sessions and failure reasons of every client).
+METRICS_CHECKS_KEY = web.AppKey("metrics_checks", list[UpgradeCheck])
 
 
 @web.middleware
@@ -56,7 +59,12 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus text format (only with --metrics; the reference answers 404 here)."""
+    """Prometheus text format (only with --metrics; the reference answers 404 here).
+    Behind the same bearer-token check as the websocket when auth is configured."""
+    for check in request.app[METRICS_CHECKS_KEY]:
+        refusal = await check(request)
+        if refusal is not None:
+            return refusal  # type: ignore[return-value]
     body = request.app[RUNTIME_KEY].metrics.render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
@@ -147,11 +155,14 @@ async def _ping_loop(ws: web.WebSocketResponse, interval: float) -> None:
 
 
 def build_app(
-    runtime: ServerRuntime, upgrade_checks: list[UpgradeCheck] | None = None
+    runtime: ServerRuntime,
+    upgrade_checks: list[UpgradeCheck] | None = None,
+    metrics_checks: list[UpgradeCheck] | None = None,
 ) -> web.Application:
     app = web.Application(middlewares=[refuse_browsers, bare_not_found], client_max_size=1024**2)
     app[RUNTIME_KEY] = runtime
     app[UPGRADE_CHECKS_KEY] = list(upgrade_checks or [])
+    app[METRICS_CHECKS_KEY] = list(metrics_checks or [])
     app.router.add_get("/", websocket_endpoint)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/livez", livez)

@@ -70,7 +70,9 @@ async def test_processes_and_fs_changes_are_audited_and_counted(tmp_path: Path) 
     assert start["cwd"] == str(work)
     assert start["sandbox"] is None
     assert exit_["exitCode"] == 3 and exit_["sandboxDenied"] is False
-    assert exit_["wallS"] >= 0 and exit_["peakRssKib"] > 0
+    # A small command without a cgroup: its peak cannot be told apart from the forked
+    # daemon image, so none is claimed (test_process_limits measures real peaks).
+    assert exit_["wallS"] >= 0 and exit_["peakRssKib"] is None
     assert by_event["fs.write"]["path"] == str(work / "a.txt")
     assert by_event["fs.write"]["bytes"] == 3
     assert by_event["fs.mkdir"]["path"] == str(work / "d")

@@ -21,12 +21,15 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return found
 
 
-async def scrape_when_idle(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+async def scrape_when_idle(
+    url: str, token: str | None = None
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Scrape once the server has torn down the closed connections (it notices a client's
     close asynchronously); the deadline only bounds a hang."""
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else None
     async with asyncio.timeout(30):
         while True:
-            status, text = await http_get(url, "/metrics")
+            status, text = await http_get(url, "/metrics", headers)
             assert status == 200
             got = samples(text)
             if got[("execserver_connections", ())] == 0:
@@ -44,11 +47,11 @@ async def test_metrics_count_connections_sessions_requests_and_rejections(tmp_pa
                 assert "result" in await rpc.call("environment/status")
             unknown = await rpc.call("no/such/method")
             assert unknown["error"]["code"] == -32601
-        await scrape_when_idle(server.url)  # detached: resumable now
+        await scrape_when_idle(server.url, "tok")  # detached: resumable now
         async with rpc_socket(server.url, "tok") as rpc:
             assert await rpc.handshake(resume=session_id) == session_id
         assert (await raw_request(server.url, "/", {"Authorization": "Bearer bad"}))[0] == 401
-        got = await scrape_when_idle(server.url)
+        got = await scrape_when_idle(server.url, "tok")
     assert (
         got[("execserver_requests_total", (("method", "environment/status"), ("result", "ok")))]
         == 3

@@ -35,7 +35,10 @@ def read(path: Path) -> list[dict[str, object]]:
 class FakeAccounting:
     wall_s: float
     cpu_s: float
-    max_rss_kib: int
+    max_rss_kib: int | None
+    peak_memory_bytes: int | None = None
+    oom_kills: int = 0
+    pids_refused: int = 0
 
 
 @dataclass
@@ -76,6 +79,7 @@ async def test_process_records_keep_argv0_and_a_digest_but_not_the_arguments(
         "wallS": 1.235,
         "cpuS": 0.5,
         "peakRssKib": 2048,
+        "peakMemoryBytes": None,
     }
     assert bare["exitCode"] is None and bare["wallS"] is None
     metrics = runtime.metrics.render().decode()

@@ -194,3 +194,15 @@ def test_serve_logs_the_shape_table_and_its_version_at_start_up() -> None:
     assert "WARNING" in text and "workspace-write WILL BE REFUSED" in text
     ws_line = next(ln for ln in seen if ln.startswith("  workspace-write"))
     assert "refused" in ws_line
+
+
+def test_cgroup_section_reports_usable_controllers_and_what_is_missing(tmp_path: Any) -> None:
+    _, doc = report()
+    assert [c["name"] for c in doc["cgroups"]] == ["v2", "v1", "limits"]
+    _, none = report(env={"EXECSERVER_CGROUP_ROOT": str(tmp_path)})
+    rows = {c["name"]: c for c in none["cgroups"]}
+    assert not any(c["ok"] for c in none["cgroups"])
+    assert rows["v2"]["detail"] == f"no cgroup v2 mounted at {tmp_path}"
+    assert "Delegate=yes" in rows["limits"]["detail"]
+    done = doctor(env={"EXECSERVER_CGROUP_ROOT": str(tmp_path)})
+    assert "per-process limits (--process-memory-max" in done.stdout

@@ -14,6 +14,8 @@ from execserver.processes.tree import (
     ProcessTree,
     claim_unowned_children,
     descendants,
+    kill_now,
+    kill_trees,
     read_proc_table,
     read_stat,
 )
@@ -75,7 +77,20 @@ def test_kill_reaches_the_setsid_escapee(
     tree = ProcessTree(proc.pid, start.start)
     tree.refresh(read_proc_table())
     assert {job, escapee} <= set(tree.tracked)
-    assert tree.kill() >= 3
+    kill_trees([tree], [tree])
+    proc.wait()
+    assert _wait(lambda: _dead(job) and _dead(escapee))
+
+
+def test_kill_now_walks_the_tree_without_a_sweep(
+    tree_root: tuple[subprocess.Popen[bytes], list[int]],
+) -> None:
+    """The request-path kill: nothing recorded yet, the walk from the live root finds both."""
+    proc, (job, escapee) = tree_root
+    start = read_stat(proc.pid)
+    assert start is not None
+    tree = ProcessTree(proc.pid, start.start)
+    assert kill_now(tree, {proc.pid}) >= 2
     proc.wait()
     assert _wait(lambda: _dead(job) and _dead(escapee))
 

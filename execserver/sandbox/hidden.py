@@ -1,0 +1,41 @@
+"""The daemon's private directory: host state no sandbox may reach by path.
+
+The sockets of the per-process network proxies (and of the loopback bridges)
+live here. A sandboxed child that could connect to *another* child's proxy
+socket would get that proxy's domain policy instead of its own (and, before
+the daemon's own listener was refused by every proxy, a way to its
+websocket). So every bwrap view masks this directory with an empty mode-000
+tmpfs, and a proxy-routed sandbox gets exactly its own socket directory bound
+back in (see ``bwrap.build_layout``'s ``private_binds``).
+
+The directory is created once per daemon (0700, random name) on first use and
+removed at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import threading
+
+_lock = threading.Lock()
+_private: str | None = None
+
+
+def private_dir() -> str:
+    """The daemon-wide private directory (created on first call)."""
+    global _private
+    with _lock:
+        if _private is None or not os.path.isdir(_private):
+            _private = os.path.realpath(tempfile.mkdtemp(prefix="execserver-private-"))
+            atexit.register(shutil.rmtree, _private, True)
+        return _private
+
+
+def is_private(path: str) -> bool:
+    """True when ``path`` (made absolute and normalised, not resolved) lies in it."""
+    private = private_dir()
+    normal = os.path.normpath(os.path.abspath(path))
+    return normal == private or normal.startswith(private + os.sep)

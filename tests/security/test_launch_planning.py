@@ -1,0 +1,121 @@
+"""Planning a sandboxed launch cannot stall the daemon, and honours the request:
+
+* deny-glob expansion (and the rest of policy resolution, which walks the
+  filesystem) runs off the event loop: other clients are answered while a
+  launch with a glob over a large tree is being planned;
+* the expansion is bounded: a glob that would read more directory entries than
+  the limit refuses the request (a deny set not fully known cannot be
+  enforced) and nothing runs;
+* ``arg0`` reaches sandboxed processes (it was silently dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from tests.process_client import RpcFailure, connect
+from tests.security.support import ROOT_READ, attack, bash, entry, sandbox, special
+from tests.servers import start_server
+
+FILES = 30_000
+GLOBS = 4
+
+
+def _big_tree(root: Path, files: int) -> None:
+    for i in range(files // 500):
+        directory = root / f"d{i}"
+        directory.mkdir(parents=True)
+        for j in range(500):
+            (directory / f"f{j}.txt").touch()
+    (root / "d0" / "key.pem").write_text("PRIVATE\n")
+
+
+def _glob_policy(ws: Path, globs: int = 1) -> dict[str, object]:
+    # Several deny globs over the same tree: each is expanded on its own, which
+    # makes planning long enough to tell "off the loop" from "on the loop".
+    patterns = [f"{ws}/**/*.pem", *(f"{ws}/**/*.key{i}" for i in range(globs - 1))]
+    deny = [entry({"type": "glob_pattern", "pattern": p}, "deny") for p in patterns]
+    return sandbox([ROOT_READ, entry(ws, "write"), *deny], cwd=ws)
+
+
+async def test_deny_glob_expansion_does_not_stall_other_clients(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    await asyncio.to_thread(_big_tree, ws, FILES)
+    async with (
+        start_server("execserver") as server,
+        connect(server.url) as launcher,
+        connect(server.url) as other,
+    ):
+        answered_during = 0
+        start = asyncio.ensure_future(
+            launcher.start(
+                "globbed",
+                bash("cat d0/key.pem; echo done"),
+                cwd=f"file://{ws}",
+                sandbox=_glob_policy(ws, GLOBS),
+            )
+        )
+        while not start.done():
+            await other.call("environment/status", {})
+            if not start.done():
+                answered_during += 1
+            await asyncio.sleep(0.005)  # leave the planner thread some CPU
+        await start
+        events = await launcher.wait_closed("globbed")
+    output = events.output().decode()
+    assert "PRIVATE" not in output and "done" in output, output
+    # The loop kept serving the other connection while the launch was planned.
+    assert answered_during >= 10, answered_during
+
+
+async def test_a_glob_past_the_scan_limit_refuses_the_launch(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    await asyncio.to_thread(_big_tree, ws, 2_000)
+    env = {**os.environ, "EXECSERVER_SANDBOX_GLOB_SCAN_LIMIT": "1000"}
+    async with start_server("execserver", env=env) as server, connect(server.url) as client:
+        try:
+            await attack(client, bash("touch ran"), cwd=ws, context=_glob_policy(ws))
+        except RpcFailure as failure:
+            refusal = failure
+        else:
+            raise AssertionError("the launch ran with a partially expanded deny glob")
+        # fs/* with the same policy is refused the same way.
+        try:
+            await client.call(
+                "fs/readFile", {"path": f"file://{ws}/d0/key.pem", "sandbox": _glob_policy(ws)}
+            )
+        except RpcFailure as failure:
+            fs_refusal = failure
+        else:
+            raise AssertionError("fs/readFile ran with a partially expanded deny glob")
+    for failure in (refusal, fs_refusal):
+        assert failure.code == -32602, failure
+        assert "needs more than 1000 directory entries" in failure.message, failure.message
+    assert not (ws / "ran").exists()
+
+
+async def test_arg0_reaches_sandboxed_processes(tmp_path: Path) -> None:
+    show_bash = 'echo "argv0=$0"'
+    contexts = {
+        "bwrap": sandbox([ROOT_READ, entry(special("tmpdir"), "write")]),
+        "unrestricted": {
+            "permissions": {
+                "type": "managed",
+                "file_system": {"type": "unrestricted"},
+                "network": "restricted",
+            },
+            "windowsSandboxLevel": "disabled",
+        },
+    }
+    async with start_server("execserver") as server, connect(server.url) as client:
+        for name, context in contexts.items():
+            result = await attack(
+                client,
+                ["bash", "--norc", "-c", show_bash],
+                cwd=tmp_path,
+                context=context,
+                arg0="renamed-shell",
+            )
+            assert result.marker("argv0") == "renamed-shell", (name, result.output)
