@@ -33,7 +33,12 @@ from execserver.sandbox import seccomp
 from execserver.sandbox.backend import SandboxBackend, detect_backend
 from execserver.sandbox.bwrap import BwrapLayout, build_layout, release_layout
 from execserver.sandbox.mounts import SyntheticMounts
-from execserver.sandbox.policy import MINIMAL_READ_PATHS, ResolvedPolicy, resolve_policy
+from execserver.sandbox.policy import (
+    MINIMAL_READ_PATHS,
+    ResolvedPolicy,
+    resolve_policy,
+    unenforceable,
+)
 from execserver.wire.errors import RpcError, os_error_text
 from execserver.wire.sandbox import FileSystemSandboxContext
 
@@ -313,10 +318,6 @@ async def off_loop(build: Callable[[], P], release: Callable[[P], None]) -> P:
         with contextlib.suppress(Exception):
             release(await future)
         raise
-
-
-def unenforceable(reason: str) -> RpcError:
-    return RpcError.invalid_params(f"sandbox intent cannot be enforced on this executor: {reason}")
 
 
 def plan_for_policy(
