@@ -256,6 +256,21 @@ def test_with_the_runtimes_proc_masks_the_doctor_refuses_workspace_write_and_say
     assert "unmask=/proc/*" in bwrap_line and "procMount: Unmasked" in bwrap_line
 
 
+def test_a_user_namespaced_container_like_the_kubernetes_pods_enforces_workspace_write(
+    image: str,
+) -> None:
+    """deploy/k8s runs the pod in its own user namespace (hostUsers: false, which
+    procMount: Unmasked requires): uid 10001 of the container is an unprivileged
+    uid of the host, and bubblewrap nests its own user namespace inside."""
+    done = doctor_in_container(
+        image,
+        "--uidmap", "0:200000:65536", "--gidmap", "0:200000:65536",
+        "--security-opt", f"seccomp={PROFILE}", *UNMASK_PROC,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "workspace-write    ok       by bwrap" in done.stdout, done.stdout
+
+
 def doctor_in_container(image: str, *options: str) -> subprocess.CompletedProcess[str]:
     return podman(
         "run", "--rm", "--user", f"{IMAGE_UID}:{IMAGE_UID}", "--read-only",
