@@ -5,8 +5,10 @@
 #   docker run --rm -p 127.0.0.1:8765:8765 --read-only --tmpfs /tmp \
 #     --cap-drop ALL --security-opt no-new-privileges \
 #     --security-opt seccomp=deploy/seccomp/execserver.json \
+#     --security-opt systempaths=unconfined \
 #     -v "$PWD/token.execserver:/run/secrets/execserver/token:ro" \
 #     -v "$PWD:/workspace" execserver
+#   (podman: --security-opt 'unmask=/proc/*' instead of systempaths=unconfined)
 #
 # The default command listens on $EXECSERVER_LISTEN (all interfaces) and therefore
 # REQUIRES a token at /run/secrets/execserver/token (Kubernetes: a Secret volume,
@@ -14,7 +16,10 @@
 # HEALTHCHECK follows it), not with --listen.
 # Sandboxing: bubblewrap needs unprivileged user namespaces, which Docker's and
 # containerd's default seccomp profiles refuse; deploy/seccomp/execserver.json is
-# that default plus what bubblewrap needs. `execserver doctor` tells what works.
+# that default plus what bubblewrap needs. It also mounts each sandbox a private
+# /proc, which the kernel refuses while the runtime masks files in /proc: hence
+# the unmasked /proc (safe for this non-root, capability-less container, see
+# docs/deploying.md). `execserver doctor` tells what works.
 #
 # BASE_IMAGE: any Debian-based image with python3 >= 3.11 (and the venv module, or
 # apt to install it). `make image` builds a local Debian one where no registry is

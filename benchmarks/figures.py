@@ -67,7 +67,7 @@ class ProcessWatcher:
                 future.set_result(None)
 
 
-def _pct(values: list[float], q: float) -> float:
+def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
@@ -95,7 +95,11 @@ async def spawn_latency(url: str, n: int, sandboxed: bool) -> dict[str, float]:
             times.append(time.perf_counter() - start)
     finally:
         await client.close()
-    return {"p50_ms": statistics.median(times) * 1e3, "p99_ms": _pct(times, 0.99) * 1e3}
+    return {
+        "p50_ms": statistics.median(times) * 1e3,
+        "p99_ms": pct(times, 0.99) * 1e3,
+        "ops": n,
+    }
 
 
 async def concurrent_spawns(url: str, clients: int, per_client: int) -> dict[str, float]:
@@ -118,7 +122,7 @@ async def concurrent_spawns(url: str, clients: int, per_client: int) -> dict[str
     finally:
         elapsed = time.perf_counter() - start
         await asyncio.gather(*(c.close() for c in conns))
-    return {"spawns_per_s": clients * per_client / elapsed}
+    return {"spawns_per_s": clients * per_client / elapsed, "ops": clients * per_client}
 
 
 async def output_throughput(url: str, megabytes: int) -> dict[str, float]:
@@ -148,6 +152,7 @@ async def output_throughput(url: str, megabytes: int) -> dict[str, float]:
     return {
         "MB_per_s": size / elapsed / 1e6,
         "client_cpu_share": (time.process_time() - cpu0) / elapsed,
+        "ops": megabytes,  # one operation = 1 MiB of output delivered
     }
 
 
@@ -185,7 +190,7 @@ async def read_polling(url: str, reads: int) -> dict[str, float]:
         elapsed = time.perf_counter() - start
     finally:
         await client.close()
-    return {"reads_per_s": reads / elapsed}
+    return {"reads_per_s": reads / elapsed, "ops": reads}
 
 
 async def pipelined_metadata(url: str, total: int, in_flight: int) -> dict[str, float]:
@@ -203,7 +208,7 @@ async def pipelined_metadata(url: str, total: int, in_flight: int) -> dict[str, 
         elapsed = time.perf_counter() - start
     finally:
         await client.close()
-    return {"calls_per_s": total / elapsed}
+    return {"calls_per_s": total / elapsed, "ops": total}
 
 
 def make_file(megabytes: int) -> Path:
@@ -239,7 +244,11 @@ async def read_file(url: str, megabytes: int) -> dict[str, float]:
     finally:
         await client.close()
     size_mb = path.stat().st_size / 1e6
-    return {"readFile_MB_per_s": size_mb / whole, "readBlock_MB_per_s": size_mb / blocks}
+    return {
+        "readFile_MB_per_s": size_mb / whole,
+        "readBlock_MB_per_s": size_mb / blocks,
+        "ops": 2 * megabytes,  # one operation = 1 MiB read (once whole, once by blocks)
+    }
 
 
 async def many_processes(url: str, pid: int, count: int) -> dict[str, float]:
@@ -275,6 +284,7 @@ async def many_processes(url: str, pid: int, count: int) -> dict[str, float]:
         "terminate_all_s": terminated,
         "rss_before_MB": rss_before / 1e6,
         "rss_after_MB": rss_after / 1e6,
+        "ops": 2 * count,  # starts and terminates
     }
 
 

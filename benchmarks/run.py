@@ -25,7 +25,8 @@ from typing import Any
 
 import psutil
 
-from benchmarks import figures, physical
+from benchmarks import figures, physical, sandboxed_fs
+from benchmarks.server_cpu import tree_cpu_seconds
 from tests.servers import RunningServer, start_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -72,6 +73,16 @@ def build_figures(smoke: bool) -> list[Figure]:
             lambda srv: figures.many_processes(srv.url, srv.process.pid, 50 if s else 500),
             False,
         ),
+        Figure(
+            "sandboxed_fs",
+            lambda srv: sandboxed_fs.sandboxed_fs(srv.url, 10 if s else 60),
+            False,
+        ),
+        Figure(
+            "sandboxed_patch_10_files",
+            lambda srv: sandboxed_fs.patch_composite(srv.url, 1 if s else 5),
+            False,
+        ),
         Figure("idle_rss", lambda srv: figures.idle_rss(srv.url, srv.process.pid), False),
         Figure(
             "slow_reader_rss",
@@ -86,10 +97,28 @@ async def measure(figure: Figure, kind: str) -> dict[str, float] | str:
         async with start_server(
             kind, extra=["--log-level", "warning"] if kind == "execserver" else []
         ) as server:
-            return await figure.run(server)
+            cpu_before = tree_cpu_seconds(server.process.pid)
+            result = await figure.run(server)
+            cpu = tree_cpu_seconds(server.process.pid) - cpu_before
     except Exception as exc:  # a figure that fails is reported, not fatal
         traceback.print_exc(file=sys.stderr)
         return f"error: {type(exc).__name__}: {exc}"[:200]
+    # "ops" is how many operations the figure performed, not a measurement: it
+    # turns the server tree's CPU time into CPU seconds per 1,000 operations.
+    ops = result.pop("ops", None)
+    if ops:
+        result["server_cpu_s_per_1k_ops"] = cpu / ops * 1000
+    return result
+
+
+def _spread(samples: list[dict[str, float]]) -> dict[str, float]:
+    spread: dict[str, float] = {}
+    for key in samples[0]:
+        values = [s[key] for s in samples]
+        middle = statistics.median(values)
+        if middle:
+            spread[key] = (max(values) - min(values)) / middle
+    return spread
 
 
 def _median_dicts(samples: list[dict[str, float]]) -> dict[str, float]:
@@ -129,6 +158,10 @@ async def run(smoke: bool, only: list[str], rounds: int) -> dict[str, Any]:
         entry: dict[str, Any] = {"higher_is_better": figure.higher_is_better}
         for kind in SERVERS:
             entry[kind] = _median_dicts(samples[kind]) if samples[kind] else errors.get(kind)
+        # Run-to-run noise: (max - min) / median over the rounds, per server and metric.
+        entry["spread"] = {
+            kind: _spread(samples[kind]) for kind in SERVERS if len(samples[kind]) > 1
+        }
         ours, ref = entry["execserver"], entry["reference"]
         if isinstance(ours, dict) and isinstance(ref, dict):
             entry["ratio"] = {k: ours[k] / ref[k] for k in ours if ref.get(k)}

@@ -125,14 +125,14 @@ def backend_checks(backend: SandboxBackend, shapes: list[ShapeResult]) -> list[C
     else:
         sandbox = Check("sandbox", False, f"{DEFAULT_SHAPE} would be refused: {default.detail}")
     path = find_bwrap()
+    if backend.bwrap is not None:
+        bwrap_detail = f"{backend.bwrap} usable" + ("" if backend.proc_ok else " (without /proc)")
+    else:
+        bwrap_detail = backend.bwrap_error or f"{path} unusable"
+        if backend.bwrap_remedy:
+            bwrap_detail += f"; fix: {backend.bwrap_remedy}"
     return [
-        Check(
-            "bwrap",
-            backend.bwrap is not None,
-            f"{backend.bwrap} usable" + ("" if backend.proc_ok else " (without /proc)")
-            if backend.bwrap is not None
-            else (backend.bwrap_error or f"{path} unusable"),
-        ),
+        Check("bwrap", backend.bwrap is not None, bwrap_detail),
         check_userns(),
         Check(
             "landlock",

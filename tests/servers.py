@@ -15,6 +15,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from scripts import reference
 
@@ -77,10 +78,12 @@ async def start_server(
     extra: Sequence[str] = (),
     env: dict[str, str] | None = None,
     wrapper: Sequence[str] = (),
+    stderr: IO[bytes] | None = None,
 ) -> AsyncIterator[RunningServer]:
     """Start one server on ws://127.0.0.1:<free port> and stop it afterwards.
     ``wrapper``: argv put in front of the server's command (it must exec the rest),
-    e.g. a simulated host without user namespaces."""
+    e.g. a simulated host without user namespaces. ``stderr``: a file for the
+    server's log (default: the test's own stderr)."""
     listen = ["--listen", "ws://127.0.0.1:0"]
     if kind == "execserver":
         cmd = execserver_command([*listen, *extra])
@@ -99,7 +102,7 @@ async def start_server(
         *cmd,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
-        stderr=None,
+        stderr=stderr,
         env=full_env,
         cwd=str(PROJECT_ROOT),
     )

@@ -34,8 +34,6 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AnyStr, Final, Generic
 
-import msgspec
-
 from execserver.client.errors import (
     CommandFailed,
     CommandNotExecutable,
@@ -48,6 +46,7 @@ from execserver.client.errors import (
 )
 from execserver.client.events import Output, ProcessEvent
 from execserver.client.process import RemoteProcess
+from execserver.client.sandbox import sandbox_param, to_uri
 from execserver.wire import methods
 from execserver.wire.process import (
     ExecEnvPolicy,
@@ -200,13 +199,13 @@ async def launch(
     params = ExecParams(
         process_id=process_id or f"run-{uuid.uuid4().hex}",
         argv=command,
-        cwd=_to_uri(cwd),
+        cwd=to_uri(cwd),
         env=dict(env or {}),
         tty=tty,
         pipe_stdin=False,
         arg0=arg0,
         env_policy=env_policy,
-        sandbox=_sandbox_raw(sandbox),
+        sandbox=sandbox_param(sandbox),
     )
     start = asyncio.ensure_future(client.start(params, timeout=None))
     try:
@@ -360,18 +359,6 @@ async def run_command(
     if check and result.exit_code != 0:
         raise CommandFailed(argv, result.exit_code, result.stdout, result.stderr, result.pty)
     return result
-
-
-def _to_uri(cwd: str | os.PathLike[str]) -> str:
-    from execserver.client.connection import to_uri
-
-    return to_uri(cwd)
-
-
-def _sandbox_raw(sandbox: object) -> msgspec.Raw:
-    from execserver.client.connection import sandbox_param
-
-    return sandbox_param(sandbox)
 
 
 async def _type_into_terminal(proc: RemoteProcess, data: bytes) -> None:

@@ -42,7 +42,7 @@ from execserver.client.errors import (
 from execserver.client.events import Closed, Exited, Output
 from execserver.client.process import RemoteProcess
 from execserver.client.rpc import NOT_HANDLED, RpcConnection
-from execserver.client.sandbox import Sandbox
+from execserver.client.sandbox import NULL_SANDBOX, Sandbox, sandbox_param, to_uri
 from execserver.client.transport import StdioTransport, Transport, WebSocketTransport
 from execserver.wire import methods
 from execserver.wire.lifecycle import (
@@ -63,7 +63,6 @@ from execserver.wire.process import (
     WriteStatus,
 )
 from execserver.wire.sandbox import FileSystemSandboxContext
-from execserver.wire.uri import path_to_uri
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +79,6 @@ RECOVERY_RETRY_DELAY: Final = 0.1
 CONNECT_RETRY_DELAY: Final = 0.05
 CONNECT_RETRY_DELAY_MAX: Final = 1.0
 WEBSOCKET_SCHEMES: Final = ("ws://", "wss://")
-
-_NULL = msgspec.Raw(b"null")
 
 
 class _Default(enum.Enum):
@@ -114,30 +111,11 @@ def decode_result(raw: msgspec.Raw, result_type: type[T]) -> T:
     return result
 
 
-def sandbox_param(sandbox: object) -> msgspec.Raw:
-    """A ``FileSystemSandboxContext`` (Struct or plain mapping) as raw JSON, or ``null``."""
-    if sandbox is None:
-        return _NULL
-    if isinstance(sandbox, msgspec.Raw):
-        return sandbox
-    if isinstance(sandbox, Sandbox):
-        sandbox = sandbox.context
-    return msgspec.Raw(msgspec.json.encode(sandbox))
-
-
 def check_url(url: str) -> None:
     """Refuse what is not a websocket URL before trying to connect to it."""
     if not url.startswith(WEBSOCKET_SCHEMES):
         hint = f"; did you mean ws://{url}" if "://" not in url else ""
         raise ValueError(f"exec-server URL must start with ws:// or wss://, got {url!r}{hint}")
-
-
-def to_uri(path: str | os.PathLike[str]) -> str:
-    """Accept a ``file:`` URI as is, otherwise an absolute native path."""
-    text = os.fspath(path)
-    if text.startswith("file:"):
-        return text
-    return path_to_uri(text)
 
 
 class ExecServerClient:
@@ -540,7 +518,7 @@ class ExecServerClient:
         if params.process_id in self._processes:
             raise ValueError(f"process id {params.process_id!r} is already in use by this client")
         if not params.sandbox:
-            params.sandbox = _NULL
+            params.sandbox = NULL_SANDBOX
         proc = RemoteProcess(self, params.process_id, tty=params.tty)
         # Route first: events can arrive before the start response (protocol §8.4).
         self._processes[params.process_id] = proc

@@ -30,6 +30,7 @@ from execserver.client.errors import (
     ExecServerUnavailable,
     NotFound,
 )
+from execserver.client.sandbox import sandbox_param, to_uri
 from execserver.wire import methods
 from execserver.wire.base import Empty
 from execserver.wire.fs import (
@@ -76,12 +77,6 @@ def _native(path: str | os.PathLike[str] | RemotePath) -> str:
     return posixpath.normpath(text)
 
 
-def _uri(path: str) -> str:
-    from execserver.client.connection import to_uri
-
-    return to_uri(path)
-
-
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
@@ -125,8 +120,6 @@ class RemoteFileSystem:
         return RemotePath(self, _native(path))
 
     def _sandbox(self) -> msgspec.Raw:
-        from execserver.client.connection import sandbox_param
-
         return sandbox_param(self.sandbox)
 
     async def _call(self, method: str, params: object, result_type: type[T], path: str) -> T:
@@ -140,7 +133,7 @@ class RemoteFileSystem:
     ) -> bytes:
         p = _native(path)
         params = ReadFileParams(
-            path=_uri(p), sandbox=self._sandbox(), follow_symlinks=follow_symlinks
+            path=to_uri(p), sandbox=self._sandbox(), follow_symlinks=follow_symlinks
         )
         result = await self._call(methods.FS_READ_FILE, params, ReadFileResponse, p)
         return _bytes(result.data_base64)
@@ -156,7 +149,7 @@ class RemoteFileSystem:
         p = _native(path)
         encoded = _b64(data)
         params = WriteFileParams(
-            path=_uri(p),
+            path=to_uri(p),
             data_base64=encoded,
             sandbox=self._sandbox(),
             follow_symlinks=follow_symlinks,
@@ -172,7 +165,7 @@ class RemoteFileSystem:
     ) -> None:
         p = _native(path)
         params = CreateDirectoryParams(
-            path=_uri(p),
+            path=to_uri(p),
             recursive=recursive,
             sandbox=self._sandbox(),
             follow_symlinks=follow_symlinks,
@@ -184,13 +177,13 @@ class RemoteFileSystem:
     ) -> FileMetadata:
         p = _native(path)
         params = GetMetadataParams(
-            path=_uri(p), sandbox=self._sandbox(), follow_symlinks=follow_symlinks
+            path=to_uri(p), sandbox=self._sandbox(), follow_symlinks=follow_symlinks
         )
         return await self._call(methods.FS_GET_METADATA, params, FileMetadata, p)
 
     async def canonicalize(self, path: str | os.PathLike[str] | RemotePath) -> str:
         p = _native(path)
-        params = CanonicalizeParams(path=_uri(p), sandbox=self._sandbox())
+        params = CanonicalizeParams(path=to_uri(p), sandbox=self._sandbox())
         result = await self._call(methods.FS_CANONICALIZE, params, CanonicalizeResponse, p)
         return uri_to_path(result.path)
 
@@ -198,7 +191,7 @@ class RemoteFileSystem:
         self, path: str | os.PathLike[str] | RemotePath
     ) -> list[DirectoryEntry]:
         p = _native(path)
-        params = ReadDirectoryParams(path=_uri(p), sandbox=self._sandbox())
+        params = ReadDirectoryParams(path=to_uri(p), sandbox=self._sandbox())
         result = await self._call(methods.FS_READ_DIRECTORY, params, ReadDirectoryResponse, p)
         return result.entries
 
@@ -220,7 +213,7 @@ class RemoteFileSystem:
             follow_directory_symlinks=follow_directory_symlinks,
             prune_hidden_directories=prune_hidden_directories,
         )
-        params = WalkParams(path=_uri(p), options=options, sandbox=self._sandbox())
+        params = WalkParams(path=to_uri(p), options=options, sandbox=self._sandbox())
         return await self._call(methods.FS_WALK, params, WalkOutcome, p)
 
     async def remove(
@@ -234,7 +227,7 @@ class RemoteFileSystem:
         """Server defaults: a directory goes with its contents, a missing path is fine."""
         p = _native(path)
         params = RemoveParams(
-            path=_uri(p),
+            path=to_uri(p),
             recursive=recursive,
             force=force,
             sandbox=self._sandbox(),
@@ -251,8 +244,8 @@ class RemoteFileSystem:
     ) -> None:
         src, dst = _native(source), _native(destination)
         params = CopyParams(
-            source_path=_uri(src),
-            destination_path=_uri(dst),
+            source_path=to_uri(src),
+            destination_path=to_uri(dst),
             recursive=recursive,
             sandbox=self._sandbox(),
         )
@@ -268,7 +261,12 @@ class RemoteFileSystem:
         handle_id = uuid.uuid4().hex  # 32 bytes, the server's maximum
         # A plain mapping: wire.fs.OpenParams keeps ``mode`` in the shape the
         # server's decoder needs, which has changed; the wire spelling has not.
-        params = {"handleId": handle_id, "path": _uri(p), "mode": mode, "sandbox": self._sandbox()}
+        params = {
+            "handleId": handle_id,
+            "path": to_uri(p),
+            "mode": mode,
+            "sandbox": self._sandbox(),
+        }
         await self._call(methods.FS_OPEN, params, OpenResponse, p)
         handle = RemoteFileHandle(self, handle_id, p)
         try:
@@ -327,7 +325,7 @@ class RemotePath:
 
     @property
     def uri(self) -> str:
-        return _uri(self.path)
+        return to_uri(self.path)
 
     @property
     def name(self) -> str:

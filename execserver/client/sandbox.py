@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
+
+import msgspec
 
 from execserver.wire.sandbox import (
     DisabledPermissions,
@@ -29,7 +31,7 @@ from execserver.wire.sandbox import (
 )
 from execserver.wire.uri import path_to_uri
 
-__all__ = ["Sandbox"]
+__all__ = ["Sandbox", "sandbox_param", "to_uri"]
 
 PathLike = str | os.PathLike[str]
 
@@ -116,3 +118,26 @@ class Sandbox:
                 permissions=DisabledPermissions(), windows_sandbox_level="disabled"
             )
         )
+
+
+# The sandbox param of a request without one: the wire's ``null``.
+NULL_SANDBOX: Final = msgspec.Raw(b"null")
+
+
+def sandbox_param(sandbox: object) -> msgspec.Raw:
+    """A ``FileSystemSandboxContext`` (Struct or plain mapping) as raw JSON, or ``null``."""
+    if sandbox is None:
+        return NULL_SANDBOX
+    if isinstance(sandbox, msgspec.Raw):
+        return sandbox
+    if isinstance(sandbox, Sandbox):
+        sandbox = sandbox.context
+    return msgspec.Raw(msgspec.json.encode(sandbox))
+
+
+def to_uri(path: str | os.PathLike[str]) -> str:
+    """Accept a ``file:`` URI as is, otherwise an absolute native path."""
+    text = os.fspath(path)
+    if text.startswith("file:"):
+        return text
+    return path_to_uri(text)

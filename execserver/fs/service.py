@@ -140,12 +140,9 @@ async def write_file(ctx: RequestContext, params: WriteFileParams) -> Empty:
         ) from None
     sandbox = _sandbox(params)
     if needs_sandbox(sandbox, write=True):
-        args = {
-            "path": path,
-            "data_base64": params.data_base64,
-            "follow_symlinks": params.follow_symlinks,
-        }
-        await run_fs_op(sandbox, ops_write.write_file, args, write=True)
+        # Raw bytes: the persistent helper takes them as they are (no second base64).
+        args = {"path": path, "data": data, "follow_symlinks": params.follow_symlinks}
+        await run_fs_op(sandbox, ops_write.write_file_bytes, args, write=True)
     else:
         await in_thread(ops_write.write_file_bytes, path, data, params.follow_symlinks)
     _audit(ctx, "write", path, bytes=len(data))

@@ -46,9 +46,8 @@ from execserver.sandbox.plan import (
     _resolve_program,
     _search_path,
     interpreter_paths,
-    unenforceable,
 )
-from execserver.sandbox.policy import ResolvedPolicy
+from execserver.sandbox.policy import ResolvedPolicy, unenforceable
 
 _UNIX_ALLOW_LIST_REFUSAL = (
     "execserver-sandbox: managed network with allowUnixSockets cannot be enforced by this "

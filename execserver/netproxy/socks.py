@@ -17,24 +17,24 @@ from execserver.netproxy import decision as d
 from execserver.netproxy import socks_udp, upstream
 from execserver.netproxy.engine import PolicyEngine
 from execserver.netproxy.relay import close, peer_text, relay
+from execserver.netproxy.socks_wire import (
+    ATYP_DOMAIN,
+    ATYP_IPV4,
+    ATYP_IPV6,
+    REPLY_ADDRESS_NOT_SUPPORTED,
+    REPLY_COMMAND_NOT_SUPPORTED,
+    REPLY_HOST_UNREACHABLE,
+    REPLY_NOT_ALLOWED,
+    REPLY_OK,
+    VERSION,
+    reply,
+)
 
 HANDSHAKE_TIMEOUT_S = 30.0
-_VERSION = 5
 _NO_AUTH = 0
 _NO_ACCEPTABLE = 0xFF
 _CMD_CONNECT = 1
 _CMD_UDP_ASSOCIATE = 3
-_ATYP_IPV4, _ATYP_DOMAIN, _ATYP_IPV6 = 1, 3, 4
-REPLY_OK = 0
-REPLY_FAILURE = 1
-REPLY_NOT_ALLOWED = 2
-REPLY_HOST_UNREACHABLE = 4
-REPLY_COMMAND_NOT_SUPPORTED = 7
-REPLY_ADDRESS_NOT_SUPPORTED = 8
-
-
-def reply(code: int) -> bytes:
-    return bytes([_VERSION, code, 0, _ATYP_IPV4, 0, 0, 0, 0, 0, 0])
 
 
 async def _read_request(
@@ -42,18 +42,18 @@ async def _read_request(
 ) -> tuple[int, str, int] | None:
     version, count = await reader.readexactly(2)
     methods = await reader.readexactly(count)
-    if version != _VERSION:
+    if version != VERSION:
         return None
     if _NO_AUTH not in methods:
-        writer.write(bytes([_VERSION, _NO_ACCEPTABLE]))
+        writer.write(bytes([VERSION, _NO_ACCEPTABLE]))
         return None
-    writer.write(bytes([_VERSION, _NO_AUTH]))
+    writer.write(bytes([VERSION, _NO_AUTH]))
     version, command, _reserved, atyp = await reader.readexactly(4)
-    if atyp == _ATYP_IPV4:
+    if atyp == ATYP_IPV4:
         host = str(ipaddress.IPv4Address(await reader.readexactly(4)))
-    elif atyp == _ATYP_IPV6:
+    elif atyp == ATYP_IPV6:
         host = str(ipaddress.IPv6Address(await reader.readexactly(16)))
-    elif atyp == _ATYP_DOMAIN:
+    elif atyp == ATYP_DOMAIN:
         (length,) = await reader.readexactly(1)
         host = (await reader.readexactly(length)).decode("ascii")  # IDNs arrive as punycode
     else:

@@ -35,10 +35,17 @@ from typing import cast
 from execserver.netproxy import decision as d
 from execserver.netproxy.engine import PolicyEngine
 from execserver.netproxy.relay import peer_text
+from execserver.netproxy.socks_wire import (
+    ATYP_DOMAIN,
+    ATYP_IPV4,
+    ATYP_IPV6,
+    REPLY_COMMAND_NOT_SUPPORTED,
+    REPLY_OK,
+    reply,
+)
 
 __all__ = ["associate", "parse_datagram", "wrap_datagram"]
 
-_ATYP_IPV4, _ATYP_DOMAIN, _ATYP_IPV6 = 1, 3, 4
 MAX_DATAGRAM = 65535
 
 
@@ -51,11 +58,11 @@ def parse_datagram(data: bytes) -> tuple[str, int, bytes]:
     if len(data) < 4 or data[0:2] != b"\0\0" or data[2] != 0:
         raise BadDatagram("reserved bytes or a fragment")
     atyp, offset = data[3], 4
-    if atyp == _ATYP_IPV4:
+    if atyp == ATYP_IPV4:
         host, offset = str(ipaddress.IPv4Address(data[offset : offset + 4])), offset + 4
-    elif atyp == _ATYP_IPV6:
+    elif atyp == ATYP_IPV6:
         host, offset = str(ipaddress.IPv6Address(data[offset : offset + 16])), offset + 16
-    elif atyp == _ATYP_DOMAIN and len(data) > offset:
+    elif atyp == ATYP_DOMAIN and len(data) > offset:
         length = data[offset]
         try:
             host = data[offset + 1 : offset + 1 + length].decode("ascii")
@@ -74,14 +81,8 @@ def wrap_datagram(address: str, port: int, payload: bytes) -> bytes:
     ip = ipaddress.ip_address(address)
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    atyp = _ATYP_IPV4 if ip.version == 4 else _ATYP_IPV6
+    atyp = ATYP_IPV4 if ip.version == 4 else ATYP_IPV6
     return bytes([0, 0, 0, atyp]) + ip.packed + struct.pack("!H", port) + payload
-
-
-def reply(code: int, address: str = "0.0.0.0", port: int = 0) -> bytes:
-    ip = ipaddress.ip_address(address)
-    atyp = _ATYP_IPV4 if ip.version == 4 else _ATYP_IPV6
-    return bytes([5, code, 0, atyp]) + ip.packed + struct.pack("!H", port)
 
 
 class _Endpoint(asyncio.DatagramProtocol):
@@ -171,7 +172,8 @@ async def associate(
     local = writer.get_extra_info("sockname")
     peer = writer.get_extra_info("peername")
     if not (isinstance(local, tuple) and isinstance(peer, tuple)):
-        writer.write(reply(7))  # through the sandbox bridge: no datagram path
+        # Through the sandbox bridge: no datagram path.
+        writer.write(reply(REPLY_COMMAND_NOT_SUPPORTED))
         return
     loop = asyncio.get_running_loop()
     inbound, outbound = _Endpoint(), _Endpoint()
@@ -194,7 +196,7 @@ async def associate(
         outside=outside,
     )
     bound = inside.get_extra_info("sockname")
-    writer.write(reply(0, str(bound[0]), int(bound[1])))
+    writer.write(reply(REPLY_OK, str(bound[0]), int(bound[1])))
     tasks = [
         asyncio.create_task(association.from_child(inbound)),
         asyncio.create_task(association.to_child(outbound)),

@@ -157,6 +157,9 @@ class ManagedProcess:
         self._loop = asyncio.get_running_loop()
         self._started = time.monotonic()
         self._pty_master = spawned.pty_master
+        # The master after its output ended but before the child was reaped (see _close_stream).
+        self._held_master: int | None = None
+        self._reaped = False
         self._streams: dict[int, str] = dict(spawned.outputs)
         self._paused = False
         self._abandon = False
@@ -297,6 +300,14 @@ class ManagedProcess:
         self._loop.remove_reader(fd)
         if fd == self._pty_master:  # the pty master is both output and input
             self._close_stdin()
+            if not self._reaped:
+                # EIO means the slave's last fd is closed, not that the child is gone:
+                # programs close their stdio before they exit. Closing the master now
+                # would hang up the terminal and the kernel would SIGHUP the child (its
+                # session leader) in that window, turning a clean exit into a kill.
+                # The master stays open, unread, until the child has been reaped.
+                self._held_master = fd
+                return
         os.close(fd)
         if self.exited and not self._streams:
             self._mark_closed()
@@ -336,6 +347,8 @@ class ManagedProcess:
         self._loop.remove_reader(self._pidfd)
         os.close(self._pidfd)
         self._pidfd = -1
+        self._reaped = True
+        self._release_held_master()
         if os.WIFSIGNALED(status):
             # As the reference: 128+N through pipes; a pty child killed by a signal reports 1.
             code = 1 if self.tty else 128 + os.WTERMSIG(status)
@@ -359,6 +372,11 @@ class ManagedProcess:
         else:
             # A background grandchild may hold the pipes; bound how long we wait for EOF.
             self._arm_drain_timer()
+
+    def _release_held_master(self) -> None:
+        fd, self._held_master = self._held_master, None
+        if fd is not None:
+            os.close(fd)
 
     def _output_tail(self) -> bytes:
         tail: list[bytes] = []
@@ -512,6 +530,7 @@ class ManagedProcess:
                         await self._wait_change()
         if not self.closed:
             self._abandon_streams()
+        self._release_held_master()  # a child that would not die: its terminal goes anyway
         self._close_stdin()
         self._sender.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -38,6 +38,16 @@ NO_LANDLOCK_ENV: Final = "EXECSERVER_SANDBOX_NO_LANDLOCK"
 _PROBE_TIMEOUT_S: Final = 20.0
 _SYS_LANDLOCK_CREATE_RULESET: Final = 444  # the same number on every architecture
 _LANDLOCK_CREATE_RULESET_VERSION: Final = 1
+# What an operator changes when bwrap works but the kernel refuses it a fresh proc
+# mount: container runtimes overmount /proc paths (kcore, keys, timer_list, ...)
+# and a partly covered /proc may not be mounted again in a user namespace. The
+# runtime must leave /proc unmasked (docs/deploying.md explains why that is safe
+# for this non-root, capability-less container).
+PRIVATE_PROC_REMEDY: Final = (
+    "run the container with an unmasked /proc: podman --security-opt unmask=/proc/*, "
+    "docker --security-opt systempaths=unconfined, Kubernetes securityContext.procMount: "
+    "Unmasked with hostUsers: false (docs/deploying.md)"
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,6 +60,9 @@ class SandboxBackend:
     landlock_abi: int  # 0 when unavailable or disabled
     seccomp_ok: bool  # kernel seccomp filters + a syscall table for this arch
     mounts: SyntheticMounts
+    # What would make bwrap usable, when the probe knows (PRIVATE_PROC_REMEDY). Kept
+    # apart from bwrap_error, which is also the wording of process/start refusals.
+    bwrap_remedy: str | None = None
 
     @property
     def kind(self) -> str:
@@ -81,9 +94,15 @@ class SandboxBackend:
         if self.kind == "landlock":
             return (
                 f"landlock ABI {self.landlock_abi} + seccomp (bwrap unusable: {self.bwrap_error}); "
-                "policies with writable roots or deny entries are refused"
+                "policies with writable roots or deny entries are refused" + self._remedy_note()
             )
-        return f"none: sandboxed requests are refused ({self.unavailable_reason()})"
+        return (
+            f"none: sandboxed requests are refused ({self.unavailable_reason()})"
+            + self._remedy_note()
+        )
+
+    def _remedy_note(self) -> str:
+        return f"; to use bwrap: {self.bwrap_remedy}" if self.bwrap_remedy else ""
 
 
 def landlock_abi() -> int:
@@ -180,6 +199,7 @@ def probe_backend(
     path = bwrap if bwrap is not None else find_bwrap()
     usable: str | None = None
     error: str | None = None
+    remedy: str | None = None
     proc_ok = False
     if path is None:
         error = "bwrap not found (install bubblewrap or set EXECSERVER_BWRAP)"
@@ -194,6 +214,7 @@ def probe_backend(
             # runs without one, leaving the host's /proc (every process, its command
             # line) in view; we fail closed instead and let the next backend decide.
             error = f"bwrap cannot mount a private /proc ({error})"
+            remedy = PRIVATE_PROC_REMEDY
     if allow_landlock is None:
         allow_landlock = os.environ.get(NO_LANDLOCK_ENV, "") not in ("1", "true", "yes")
     abi = landlock_abi() if allow_landlock else 0
@@ -204,6 +225,7 @@ def probe_backend(
         landlock_abi=abi,
         seccomp_ok=seccomp_ok,
         mounts=SyntheticMounts(),
+        bwrap_remedy=remedy,
     )
 
 

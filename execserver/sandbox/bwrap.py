@@ -170,12 +170,15 @@ def build_layout(
     mounts: SyntheticMounts,
     extra_read: tuple[str, ...] = (),
     private_binds: tuple[str, ...] = (),
+    runtime_binds: tuple[tuple[str, str], ...] = (),
 ) -> BwrapLayout:
     """Arguments for bwrap (without the binary, seccomp/status fds and command).
     ``private_binds``: directories inside the daemon's private directory (a
     proxy's socket directory) to show read-only in this one sandbox; the rest of
-    that directory stays masked. On error every acquired synthetic mount point
-    is released again."""
+    that directory stays masked. ``runtime_binds``: (host path, sandbox path)
+    read-only binds placed after every policy rule and mask, so none can cover
+    them (the persistent fs helper's runtime, ``fs_helper.runtime``). On error
+    every acquired synthetic mount point is released again."""
     layout = BwrapLayout()
     try:
         _fill(
@@ -186,6 +189,7 @@ def build_layout(
             mounts=mounts,
             extra_read=extra_read,
             private_binds=private_binds,
+            runtime_binds=runtime_binds,
         )
     except BaseException:
         release_layout(layout, mounts)
@@ -211,6 +215,7 @@ def _fill(
     mounts: SyntheticMounts,
     extra_read: tuple[str, ...],
     private_binds: tuple[str, ...],
+    runtime_binds: tuple[tuple[str, str], ...] = (),
 ) -> None:
     args = layout.args
     args += ["--new-session", "--die-with-parent"]
@@ -244,6 +249,8 @@ def _fill(
             args += ["--perms", "000", "--ro-bind-data", str(fd), rule.path]
     remounts += _hide_private(policy, extra_read, private_binds, args)
     args += remounts
+    for source, target in runtime_binds:
+        args += ["--ro-bind", source, target]
     args += ["--unshare-user", "--unshare-pid", "--unshare-ipc"]
     if policy.network_restricted:
         args += ["--unshare-net"]

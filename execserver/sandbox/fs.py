@@ -1,5 +1,10 @@
-"""fs/* under a sandbox: the operation runs in a one-shot helper inside the
-same kernel sandbox as a process would (sandbox.md §1.7, §3.6).
+"""fs/* under a sandbox: the operation runs in a helper inside the same kernel
+sandbox as a process would (sandbox.md §1.7, §3.6).
+
+The fs service's own operations go to a persistent helper per resolved policy
+(``execserver.sandbox.fs_helper``), which never sees more than the policy's
+view, when one can serve the policy; everything else runs in the one-shot
+helper described here.
 
 The helper is ``python -m execserver.sandbox.fs_runner``: request as JSON on
 stdin, result as JSON on stdout. It starts in the request's mount view plus
@@ -15,6 +20,7 @@ reference reports them (``rpc_error_from_os_error``).
 from __future__ import annotations
 
 import asyncio
+import binascii
 import contextlib
 import dataclasses
 import json
@@ -26,6 +32,7 @@ from typing import Final
 import execserver
 from execserver.containment import contained_helper
 from execserver.sandbox.backend import SandboxBackend, detect_backend
+from execserver.sandbox.fs_helper.route import call_persistent
 from execserver.sandbox.plan import LaunchPlan, interpreter_paths, off_loop, plan_for_policy
 from execserver.sandbox.policy import (
     MINIMAL_READ_PATHS,
@@ -37,6 +44,8 @@ from execserver.wire.errors import RpcError, rpc_error_from_os_error
 from execserver.wire.sandbox import FileSystemSandboxContext
 
 _RUNNER_MODULE: Final = "execserver.sandbox.fs_runner"
+_WRITE_BYTES: Final = "execserver.fs.ops_write:write_file_bytes"
+_WRITE_BASE64: Final = "execserver.fs.ops_write:write_file"
 _PACKAGE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(execserver.__file__)))
 
 
@@ -78,6 +87,17 @@ def _runner_env() -> dict[str, str]:
     }
 
 
+def _json_form(func: str, args: dict[str, object]) -> tuple[str, dict[str, object]]:
+    """The one-shot helper speaks JSON: raw write data goes as base64."""
+    if func == _WRITE_BYTES:
+        data = args["data"]
+        assert isinstance(data, bytes)
+        rest = {k: v for k, v in args.items() if k != "data"}
+        encoded = binascii.b2a_base64(data, newline=False).decode()
+        return _WRITE_BASE64, {**rest, "data_base64": encoded}
+    return func, args
+
+
 def _decode_response(stdout: bytes, stderr: bytes, returncode: int) -> object:
     try:
         response = json.loads(stdout)
@@ -99,6 +119,10 @@ def _decode_response(stdout: bytes, stderr: bytes, returncode: int) -> object:
     raise RpcError.internal(str(response.get("error", "fs sandbox helper failed")))
 
 
+def _keep(policy: ResolvedPolicy) -> None:
+    """Nothing to release for a resolved policy (``off_loop``'s cancel hook)."""
+
+
 async def run_sandboxed_fs_call(
     context: FileSystemSandboxContext,
     *,
@@ -110,10 +134,16 @@ async def run_sandboxed_fs_call(
     """Run ``func(**args)`` (``"package.module:function"``, sync, JSON in and out)
     inside the sandbox of ``context``; its OSError/RpcError come back as RpcError."""
     del write  # the sandbox enforces both kinds of access alike
+    backend = backend or detect_backend()
+    # fs/* has no process cwd to fall back to: dynamic entries need the context's cwd.
+    resolved = await off_loop(lambda: resolve_policy(context, fallback_cwd=None), _keep)
+    served, result = await call_persistent(resolved, backend, func, dict(args))
+    if served:
+        return result
+    func, args = _json_form(func, args)
 
     def build() -> tuple[LaunchPlan, dict[str, list[str]]]:
-        # fs/* has no process cwd to fall back to: dynamic entries need the context's cwd.
-        policy = resolve_policy(context, fallback_cwd=None)
+        policy = resolved
         view = policy_view(policy)
         if not policy.full_read and not policy.enforces_nothing:
             # The helper's interpreter needs these to start; the view above keeps
@@ -124,7 +154,7 @@ async def run_sandboxed_fs_call(
             argv=[sys.executable, "-P", "-s", "-m", _RUNNER_MODULE],
             cwd="/",
             env=_runner_env(),
-            backend=backend or detect_backend(),
+            backend=backend,
             extra_read=interpreter_paths(),
         )
         return plan, view

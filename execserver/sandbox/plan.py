@@ -33,7 +33,12 @@ from execserver.sandbox import seccomp
 from execserver.sandbox.backend import SandboxBackend, detect_backend
 from execserver.sandbox.bwrap import BwrapLayout, build_layout, release_layout
 from execserver.sandbox.mounts import SyntheticMounts
-from execserver.sandbox.policy import MINIMAL_READ_PATHS, ResolvedPolicy, resolve_policy
+from execserver.sandbox.policy import (
+    MINIMAL_READ_PATHS,
+    ResolvedPolicy,
+    resolve_policy,
+    unenforceable,
+)
 from execserver.wire.errors import RpcError, os_error_text
 from execserver.wire.sandbox import FileSystemSandboxContext
 
@@ -251,10 +256,16 @@ def _bwrap_plan(
     cwd: str,
     env: dict[str, str],
     extra_read: tuple[str, ...],
+    runtime_binds: tuple[tuple[str, str], ...] = (),
 ) -> LaunchPlan:
     assert backend.bwrap is not None
     layout = build_layout(
-        policy, cwd=cwd, proc=backend.proc_ok, mounts=backend.mounts, extra_read=extra_read
+        policy,
+        cwd=cwd,
+        proc=backend.proc_ok,
+        mounts=backend.mounts,
+        extra_read=extra_read,
+        runtime_binds=runtime_binds,
     )
     resources = _PlanResources()
     resources.layout, resources.mounts = layout, backend.mounts
@@ -309,10 +320,6 @@ async def off_loop(build: Callable[[], P], release: Callable[[P], None]) -> P:
         raise
 
 
-def unenforceable(reason: str) -> RpcError:
-    return RpcError.invalid_params(f"sandbox intent cannot be enforced on this executor: {reason}")
-
-
 def plan_for_policy(
     policy: ResolvedPolicy,
     *,
@@ -322,9 +329,12 @@ def plan_for_policy(
     backend: SandboxBackend,
     extra_read: tuple[str, ...] = (),
     arg0: str | None = None,
+    runtime_binds: tuple[tuple[str, str], ...] = (),
 ) -> LaunchPlan:
     """The plan for an already resolved policy (shared by processes and fs calls).
-    ``arg0``: what the program sees as argv[0] (``argv[0]`` still locates it)."""
+    ``arg0``: what the program sees as argv[0] (``argv[0]`` still locates it).
+    ``runtime_binds``: read-only binds after every policy rule, bwrap plans only
+    (a caller that needs them must check ``mechanism == "bwrap"``)."""
     if not argv:
         raise RpcError.invalid_params("argv must not be empty")
     if arg0 == argv[0]:
@@ -344,7 +354,10 @@ def plan_for_policy(
     if policy.legacy_landlock and not policy.full_write:
         return _refused_plan(env, _LEGACY_LANDLOCK_REFUSAL)
     mechanism = _choose_mechanism(policy, backend)
-    program, error = _resolve_program(argv[0], env)
+    program: str | None = argv[0]
+    error: str | None = None
+    if not runtime_binds:  # else the program lives under a runtime bind: no host path
+        program, error = _resolve_program(argv[0], env)
     if program is None:
         return _refused_plan(env, f"execserver-sandbox: failed to execvp {argv[0]}: {error}")
     if mechanism == "seccomp":
@@ -361,7 +374,7 @@ def plan_for_policy(
         exec_only = ["--exec-only", "--argv0", arg0, "--path", _search_path(env)]
         command = _launcher_argv(exec_only, [program, *argv[1:]], env)
         extra_read = (*extra_read, *interpreter_paths())
-    return _bwrap_plan(policy, backend, command, cwd, env, extra_read)
+    return _bwrap_plan(policy, backend, command, cwd, env, extra_read, runtime_binds)
 
 
 def _choose_mechanism(policy: ResolvedPolicy, backend: SandboxBackend) -> str:

@@ -199,10 +199,13 @@ class _GlobScan:
                 self._match(entry.path, rest, descended)
 
 
+def unenforceable(reason: str) -> RpcError:
+    return RpcError.invalid_params(f"sandbox intent cannot be enforced on this executor: {reason}")
+
+
 def unenforceable_glob(pattern: str, limit: int) -> RpcError:
-    return RpcError.invalid_params(
-        "sandbox intent cannot be enforced on this executor: glob pattern "
-        f"{pattern} needs more than {limit} directory entries to expand"
+    return unenforceable(
+        f"glob pattern {pattern} needs more than {limit} directory entries to expand"
     )
 
 

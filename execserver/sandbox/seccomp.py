@@ -27,7 +27,7 @@ What it denies (errno EPERM unless noted):
     cannot read: ENOSYS (libc and runtimes fall back to ``openat``).
   - io_uring (``io_uring_*``) and AF_VSOCK sockets (VM sockets reach host
     services that no filesystem or network namespace covers).
-* network restricted (matching codex 0.169.0, sandbox.md §1.4): ``connect
+* network restricted (matching codex 0.169.0's network filter): ``connect
   accept accept4 bind listen getpeername getsockname shutdown sendto sendmmsg
   recvmmsg getsockopt setsockopt ptrace process_vm_readv/writev``, ``socket``
   for every domain except AF_UNIX. Beyond the reference: AF_UNIX *datagram*

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import platform
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -98,6 +99,8 @@ class Metrics:
             buckets=_REQUEST_BUCKETS,
             registry=r,
         )
+        self._request_counters: dict[tuple[str, str], Any] = {}
+        self._request_histograms: dict[str, Any] = {}
         self.limit_rejections = Counter(
             "execserver_limit_rejections",
             "Requests or connections refused by a configured limit.",
@@ -170,8 +173,19 @@ class Metrics:
         self.sessions.set_function(lambda: float(count()))
 
     def observe_request(self, method: str, result: str, seconds: float) -> None:
-        self.requests.labels(method, result).inc()
-        self.request_seconds.labels(method).observe(seconds)
+        # The labelled children are cached: prometheus_client's labels() lookup
+        # (lock, validation) was ~15 us of every request's ~55 us in the daemon.
+        # Both keys are bounded (known method names, error codes).
+        counter = self._request_counters.get((method, result))
+        if counter is None:
+            counter = self._request_counters[(method, result)] = self.requests.labels(
+                method, result
+            )
+        counter.inc()
+        histogram = self._request_histograms.get(method)
+        if histogram is None:
+            histogram = self._request_histograms[method] = self.request_seconds.labels(method)
+        histogram.observe(seconds)
 
     def process_started(self) -> None:
         self.processes_started.inc()

@@ -77,16 +77,21 @@ async def log_sandbox_report() -> None:
     from execserver.sandbox.shapes import DEFAULT_SHAPE
 
     try:
-        report = await asyncio.to_thread(lambda: build_report(detect_backend()))
+        backend = await asyncio.to_thread(detect_backend)
+        report = await asyncio.to_thread(build_report, backend)
     except Exception as exc:  # a broken probe must not take the daemon down
         log.warning("sandbox probe failed: %s", exc)
         return
     default_ok = report.status(DEFAULT_SHAPE)
     emit = log.info if default_ok else log.warning
+    # The shape table says what is refused; when the probe knows what would make
+    # bubblewrap usable (an unmasked /proc in a container), say that too.
+    remedy = f"\n  to use bubblewrap: {backend.bwrap_remedy}" if backend.bwrap_remedy else ""
     emit(
-        "sandbox policy shapes (%s):\n%s",
+        "sandbox policy shapes (%s):\n%s%s",
         "workspace-write enforceable" if default_ok else "workspace-write WILL BE REFUSED",
         "\n".join(shape_lines(report.shapes)),
+        remedy,
         extra={
             "shapes": {
                 s.name: (s.mechanism if s.enforceable else f"refused: {s.detail}")

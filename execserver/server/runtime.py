@@ -42,6 +42,11 @@ class ServerRuntime:
         self.shutting_down = True
         await self.sessions.aclose()
         await self.state.aclose()
+        # Imported here: the pool pulls in the sandbox planner, which clients
+        # importing this module (apply_patch's runtime) never need.
+        from execserver.sandbox.fs_helper.pool import close_loop_pool
+
+        await close_loop_pool()
         if self.containment is not None:
             self.containment.close()
         await self.audit.aclose()

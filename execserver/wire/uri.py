@@ -7,6 +7,7 @@ normalisation. Errors carry the reference's -32602 texts.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from urllib.parse import quote, unquote
 
@@ -16,6 +17,8 @@ _SAFE = "/-._~!$&'()*+,;=:@"
 
 
 def _scheme_of(uri: str) -> str | None:
+    if uri.startswith("file:"):
+        return "file"  # nearly every URI on the wire: skip the character checks
     colon = uri.find(":")
     if colon <= 0:
         return None
@@ -27,6 +30,10 @@ def _scheme_of(uri: str) -> str | None:
     return None
 
 
+# A pure function of the text, called twice per fs request (params check, then the
+# handler) with the same few paths an agent works on: caching halves fs/getMetadata's
+# parsing cost. Errors are not cached (lru_cache only keeps returned values).
+@functools.lru_cache(maxsize=4096)
 def uri_to_path(uri: str) -> str:
     """Native absolute path for a ``file:`` URI; raises RpcError(-32602) like the reference."""
     scheme = _scheme_of(uri)

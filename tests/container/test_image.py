@@ -1,11 +1,14 @@
 """The container image, built from the Dockerfile and run as the docs prescribe.
 
 Built with podman (deploy/image/build.sh, what `make image` runs) and started as
-its non-root user with a read-only root, no capabilities, no-new-privileges and
-the shipped seccomp profile (deploy/seccomp/execserver.json) -- no --privileged,
-nothing Unconfined. Then a smoke set goes through the published port: the
-handshake, an unsandboxed command, a workspace-write sandboxed command whose
-write outside the root is denied, /readyz, and the doctor inside the container.
+its non-root user with a read-only root, no capabilities, no-new-privileges, the
+shipped seccomp profile (deploy/seccomp/execserver.json) and an unmasked /proc
+(so bubblewrap may mount each sandbox its own) -- no --privileged, nothing
+Unconfined. Then a smoke set goes through the published port: the handshake, an
+unsandboxed command, a workspace-write sandboxed command whose write outside the
+root is denied and which sees no process outside its sandbox, /readyz, and the
+doctor inside the container. Without the unmasked /proc, or without the
+profile's bubblewrap rule, the doctor must report workspace-write refused.
 """
 
 from __future__ import annotations
@@ -37,7 +40,12 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[2]
 PODMAN = str(ROOT / "deploy" / "image" / "podman.sh")
 IMAGE_UID = 10001
+PROFILE = ROOT / "deploy" / "seccomp" / "execserver.json"
 TAG = "localhost/execserver:test"
+# The runtime's /proc masks (files overmounted in /proc) make the kernel refuse
+# bubblewrap a fresh proc mount; docs/deploying.md says why unmasking is safe here.
+UNMASK_PROC = ("--security-opt", "unmask=/proc/*")
+HARDENING = ("--cap-drop", "ALL", "--security-opt", "no-new-privileges")
 
 
 def podman(
@@ -97,9 +105,9 @@ def container(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         "run", "--detach", "--name", name,
         "--user", f"{IMAGE_UID}:{IMAGE_UID}",
         "--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev",
-        "--cap-drop", "ALL",
-        "--security-opt", "no-new-privileges",
-        "--security-opt", f"seccomp={ROOT / 'deploy' / 'seccomp' / 'execserver.json'}",
+        *HARDENING,
+        "--security-opt", f"seccomp={PROFILE}",
+        *UNMASK_PROC,
         "-v", f"{token_file}:/run/secrets/execserver/token:ro",
         "-v", f"{workspace}:/workspace",
         "-p", f"127.0.0.1:{port}:8765",
@@ -182,6 +190,28 @@ async def test_image_serves_the_smoke_set_under_the_shipped_seccomp_profile(
         code, out = await run(client, "test -e /tmp/outside.txt && echo leaked || echo absent")
         assert out.strip() == "absent"
 
+        # The sandbox has its own /proc: the daemon (tini -- execserver serve
+        # --ws-token-file ...) and its environment are not in it.
+        code, out = await run(
+            client,
+            "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done; "
+            "cat /proc/1/environ 2>&1 | tr '\\0' ' '",
+            sandbox=workspace_write("/workspace"),
+        )
+        assert code == 0, out
+        assert "sh -c for f in /proc/" in out, out  # the listing ran and saw this shell
+        assert "--ws-token-file" not in out and "EXECSERVER_LISTEN" not in out, out
+
+        # Unmasked is not readable: the kernel files the runtime would have covered
+        # stay closed to uid 10001 without capabilities.
+        code, out = await run(
+            client,
+            "for f in /proc/timer_list /proc/kcore /proc/sysrq-trigger; do "
+            "test -e $f && { head -c1 $f >/dev/null 2>&1 && echo read $f; }; done; "
+            "(echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null && echo wrote; echo checked",
+        )
+        assert out.strip() == "checked", out
+
     async with aiohttp.ClientSession() as http, http.get(http_url + "/readyz") as response:
         assert response.status == 200
     health = podman("healthcheck", "run", container.name, check=False)
@@ -205,13 +235,46 @@ def test_without_the_profiles_bwrap_rule_the_doctor_refuses_workspace_write(
     ]
     stripped = tmp_path / "runtime-default.json"
     stripped.write_text(json.dumps(profile))
-    done = podman(
-        "run", "--rm", "--user", f"{IMAGE_UID}:{IMAGE_UID}", "--read-only",
-        "--tmpfs", "/tmp", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-        "--security-opt", f"seccomp={stripped}", "--entrypoint", "execserver",
-        image, "doctor", "--require", "sandbox",
-        check=False,
-    )  # fmt: skip
+    done = doctor_in_container(image, "--security-opt", f"seccomp={stripped}", *UNMASK_PROC)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "workspace-write would be refused" in done.stdout
     assert "Creating new namespace failed" in done.stdout
+
+
+def test_with_the_runtimes_proc_masks_the_doctor_refuses_workspace_write_and_says_why(
+    image: str,
+) -> None:
+    """The runtime's default masks cover files in /proc, so the kernel refuses
+    bubblewrap a private proc mount. bwrap is then not used (a sandbox seeing the
+    container's /proc would see the daemon), workspace-write is refused, and the
+    doctor names the option that fixes it."""
+    done = doctor_in_container(image, "--security-opt", f"seccomp={PROFILE}")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "workspace-write would be refused" in done.stdout
+    bwrap_line = next(ln for ln in done.stdout.splitlines() if ln.strip().startswith("bwrap"))
+    assert "bwrap cannot mount a private /proc" in bwrap_line, bwrap_line
+    assert "unmask=/proc/*" in bwrap_line and "procMount: Unmasked" in bwrap_line
+
+
+def test_a_user_namespaced_container_like_the_kubernetes_pods_enforces_workspace_write(
+    image: str,
+) -> None:
+    """deploy/k8s runs the pod in its own user namespace (hostUsers: false, which
+    procMount: Unmasked requires): uid 10001 of the container is an unprivileged
+    uid of the host, and bubblewrap nests its own user namespace inside."""
+    done = doctor_in_container(
+        image,
+        "--uidmap", "0:200000:65536", "--gidmap", "0:200000:65536",
+        "--security-opt", f"seccomp={PROFILE}", *UNMASK_PROC,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "workspace-write    ok       by bwrap" in done.stdout, done.stdout
+
+
+def doctor_in_container(image: str, *options: str) -> subprocess.CompletedProcess[str]:
+    return podman(
+        "run", "--rm", "--user", f"{IMAGE_UID}:{IMAGE_UID}", "--read-only",
+        "--tmpfs", "/tmp", *HARDENING, *options, "--entrypoint", "execserver",
+        image, "doctor", "--require", "sandbox",
+        check=False,
+    )  # fmt: skip

@@ -191,7 +191,7 @@ async def test_failed_move_returns_committed_destination_delta(
     assert (outside / "src.txt").read_text() == "x\n"
 
 
-async def _run_cli(url: str, cwd: Path, patch: str) -> tuple[int, str, str]:
+async def _run_cli(url: str, cwd: Path, patch: str, *options: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -200,6 +200,7 @@ async def _run_cli(url: str, cwd: Path, patch: str) -> tuple[int, str, str]:
         url,
         "--cwd",
         str(cwd),
+        *options,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -229,6 +230,27 @@ async def test_patch_command_exits_non_zero_with_the_reference_message(
         execserver.url, workspace, "*** Begin Patch\n*** Delete File: nope.txt\n*** End Patch\n"
     )
     assert (code, out, err) == (1, "", f"Failed to delete file {workspace}/nope.txt\n")
+
+
+async def test_patch_command_under_the_executors_sandbox(
+    execserver: RunningServer, workspace: Path, outside: Path
+) -> None:
+    """--sandbox workspace-write: writes inside --cwd land, one outside is refused
+    by the executor's sandbox, with the reference's apply_patch failure text."""
+    inside = "*** Begin Patch\n*** Add File: in.txt\n+in\n*** End Patch\n"
+    code, out, err = await _run_cli(
+        execserver.url, workspace, inside, "--sandbox", "workspace-write"
+    )
+    assert (code, out, err) == (0, "Success. Updated the following files:\nA in.txt\n", "")
+    escape = f"*** Begin Patch\n*** Add File: {outside}/out.txt\n+out\n*** End Patch\n"
+    code, out, err = await _run_cli(
+        execserver.url, workspace, escape, "--sandbox", "workspace-write"
+    )
+    assert (code, out, err) == (1, "", f"Failed to write file {outside}/out.txt\n")
+    assert not (outside / "out.txt").exists()
+    code, out, err = await _run_cli(execserver.url, workspace, inside, "--sandbox", "{bad")
+    assert code == 2 and out == ""
+    assert err.startswith("execserver patch: --sandbox is neither a profile name nor JSON")
 
 
 async def test_unsandboxed_retry_does_not_follow_symlinks(

@@ -10,6 +10,7 @@ import pytest
 
 from execserver.client import (
     Closed,
+    ExecEnvPolicy,
     ExecServerClient,
     Exited,
     Failed,
@@ -141,6 +142,36 @@ async def test_tty_input_is_echoed_and_eof_ends_cat(
     got = b"".join([e.data async for e in proc if isinstance(e, Output)])
     assert got.count(b"abc") == 2  # echo + cat's copy
     assert (await proc.wait()).exit_code == 0
+
+
+INHERIT_ALL = ExecEnvPolicy(
+    inherit="all", ignore_default_excludes=False, exclude=[], set={}, include_only=[]
+)
+TTY_EOF_ROUNDS = 40
+
+
+async def test_tty_eof_right_after_start_never_hangs_up_the_child(
+    client: ExecServerClient, tmp_path: Path
+) -> None:
+    """cat closes its terminal fds and only then exits. The server sees EIO on the
+    pty master in between; were the master closed then, the kernel would hang up
+    the terminal and SIGHUP cat (exit 1 with all its output shown). Racy, so many rounds."""
+    for attempt in range(TTY_EOF_ROUNDS):
+        proc = await client.start_process(["cat"], cwd=tmp_path, env_policy=INHERIT_ALL, tty=True)
+        await proc.write(b"a\n\x04")
+        got = b"".join([e.data async for e in proc if isinstance(e, Output)])
+        status = await proc.wait()
+        assert (attempt, got, status.exit_code) == (attempt, b"a\r\na\r\n", 0)
+
+
+async def test_tty_child_that_closes_its_terminal_runs_to_its_own_exit(
+    client: ExecServerClient, tmp_path: Path
+) -> None:
+    """The same hang-up, made certain: the child lets go of the terminal and keeps working."""
+    script = "echo x; exec </dev/null >/dev/null 2>&1; sleep 0.3; exit 3"
+    proc = await client.start_process(["bash", "-c", script], cwd=tmp_path, env=PATH_ENV, tty=True)
+    got = b"".join([e.data async for e in proc if isinstance(e, Output)])
+    assert (got, (await proc.wait()).exit_code) == (b"x\r\n", 3)
 
 
 async def test_read_from_cursor_returns_retained_output(

@@ -16,27 +16,25 @@ the same way.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from tests.integration.test_netproxy_support import (
     HOSTS_ENV,
     proxy_params,
     run_child,
     server_with_hosts,
+    upstream_server,
 )
-from tests.servers import RunningServer, execserver_command, stop_process
+from tests.servers import RunningServer, start_server
 from tests.wsclient import connect
 
 VENDOR_SECRET = "vendor_r34lS3cretValue0001"
@@ -69,53 +67,15 @@ for url, headers in json.loads(sys.argv[1]):
 """
 
 
-@dataclass
-class Recorder:
-    port: int = 0
-    seen: list[tuple[str, dict[str, str]]] = field(default_factory=list)
-
-
-@asynccontextmanager
-async def recording_upstream() -> AsyncIterator[Recorder]:
-    recorder = Recorder()
-
-    async def handle(request: web.Request) -> web.Response:
-        recorder.seen.append((request.path, dict(request.headers)))
-        return web.Response(text="ok")
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server = site._server
-    assert isinstance(server, asyncio.Server)
-    recorder.port = int(server.sockets[0].getsockname()[1])
-    try:
-        yield recorder
-    finally:
-        await runner.cleanup()
-
-
 @asynccontextmanager
 async def logged_execserver(tmp: Path) -> AsyncIterator[tuple[RunningServer, Path, Path]]:
     """execserver with an audit log and its own log (DEBUG) in files."""
     audit, log = tmp / "audit.jsonl", tmp / "daemon.log"
     env = {**os.environ, **HOSTS_ENV, "GHOST_TOKEN": GHOST_SECRET}
-    cmd = execserver_command(
-        ["--listen", "ws://127.0.0.1:0", "--audit-log", str(audit), "--log-level", "DEBUG"]
-    )
+    flags = ["--audit-log", str(audit), "--log-level", "DEBUG"]
     with log.open("wb") as err:
-        proc = await asyncio.create_subprocess_exec(
-            *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err, env=env
-        )
-        try:
-            assert proc.stdout is not None
-            url = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
-            yield RunningServer("execserver", url, proc), audit, log
-        finally:
-            await stop_process(proc)
+        async with start_server("execserver", flags, env=env, stderr=err) as server:
+            yield server, audit, log
 
 
 def providers(port: int) -> dict[str, Any]:
@@ -139,7 +99,7 @@ def providers(port: int) -> dict[str, Any]:
 async def test_secrets_are_injected_by_the_proxy_and_never_seen_by_the_child(
     tmp_path: Path,
 ) -> None:
-    async with recording_upstream() as up, logged_execserver(tmp_path) as (server, audit, log):
+    async with upstream_server() as up, logged_execserver(tmp_path) as (server, audit, log):
         api = f"http://upstream.test:{up.port}/api/v1"
         requests = [
             [api, {"Authorization": "Bearer $VENDOR_TOKEN"}],  # bound: real value
@@ -197,8 +157,8 @@ async def test_secrets_are_injected_by_the_proxy_and_never_seen_by_the_child(
     assert ghost_placeholder.startswith("codex-masked-")
     assert text.count("STATUS") == 5 and "STATUS" in text and " 200" in text
 
-    headers = [h for _, h in up.seen]
-    assert [path for path, _ in up.seen] == [
+    headers = [h for _, h in up.requests]
+    assert [path for path, _ in up.requests] == [
         "/api/v1",
         "/api/v1",
         "/elsewhere",

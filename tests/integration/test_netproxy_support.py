@@ -145,6 +145,8 @@ for op in json.loads(sys.argv[1]):
 class Upstream:
     port: int
     seen: list[str] = field(default_factory=list)
+    # (path, headers) of each request, for header checks.
+    requests: list[tuple[str, dict[str, str]]] = field(default_factory=list)
 
 
 @asynccontextmanager
@@ -156,6 +158,7 @@ async def upstream_server() -> AsyncIterator[Upstream]:
     async def handle(request: web.Request) -> web.Response:
         line = f"{request.method} {request.path_qs} host={request.headers.get('Host')}"
         upstream.seen.append(line)
+        upstream.requests.append((request.path, dict(request.headers)))
         return web.Response(text=f"upstream saw {line}")
 
     app.router.add_route("*", "/{tail:.*}", handle)

@@ -19,54 +19,52 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.integration.test_sandbox_support import (
+    PATH,
+    ROOT_READ,
+    context_json,
+    entry,
+    managed,
+    special,
+    uri,
+)
 from tests.process_client import Client
 
-PATH = "/usr/local/bin:/usr/bin:/bin"
+__all__ = [
+    "PATH",
+    "PYTHON",
+    "ROOT_READ",
+    "Result",
+    "UnixListener",
+    "attack",
+    "bash",
+    "entry",
+    "python",
+    "received_datagrams",
+    "sandbox",
+    "short_tmp_dir",
+    "special",
+    "unix_dgram_service",
+    "unix_stream_service",
+    "unrestricted",
+    "uri",
+]
+
 PYTHON = sys.executable
-
-
-def uri(path: str | Path) -> str:
-    return "file://" + str(path)
-
-
-def special(kind: str, **extra: Any) -> dict[str, Any]:
-    return {"type": "special", "value": {"kind": kind, **extra}}
-
-
-def entry(path: str | Path | dict[str, Any], access: str) -> dict[str, Any]:
-    if isinstance(path, dict):
-        return {"path": path, "access": access}
-    return {"path": {"type": "path", "path": uri(path)}, "access": access}
-
-
-ROOT_READ = entry(special("root"), "read")
 
 
 def sandbox(
     entries: list[dict[str, Any]], *, network: str = "restricted", cwd: Path | None = None
 ) -> dict[str, Any]:
-    context: dict[str, Any] = {
-        "permissions": {
-            "type": "managed",
-            "file_system": {"type": "restricted", "entries": entries},
-            "network": network,
-        },
-        "windowsSandboxLevel": "disabled",
-    }
-    if cwd is not None:
-        context["cwd"] = uri(cwd)
-    return context
+    """A managed, restricted-filesystem context as the wire carries it."""
+    extra = {} if cwd is None else {"cwd": uri(cwd)}
+    return context_json(managed(entries, network), **extra)
 
 
 def unrestricted(network: str = "restricted") -> dict[str, Any]:
-    return {
-        "permissions": {
-            "type": "managed",
-            "file_system": {"type": "unrestricted"},
-            "network": network,
-        },
-        "windowsSandboxLevel": "disabled",
-    }
+    return context_json(
+        {"type": "managed", "file_system": {"type": "unrestricted"}, "network": network}
+    )
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -194,6 +195,67 @@ def test_serve_logs_the_shape_table_and_its_version_at_start_up() -> None:
     assert "WARNING" in text and "workspace-write WILL BE REFUSED" in text
     ws_line = next(ln for ln in seen if ln.startswith("  workspace-write"))
     assert "refused" in ws_line
+
+
+# bwrap that works except for --proc: what a container with a masked /proc gives
+# ("bwrap: Can't mount proc on /newroot/proc: Operation not permitted").
+MASKED_PROC_BWRAP = """#!/bin/sh
+for arg in "$@"; do
+  if [ "$arg" = "--proc" ]; then
+    echo "bwrap: Can't mount proc on /newroot/proc: Operation not permitted" >&2
+    exit 1
+  fi
+done
+exec {bwrap} "$@"
+"""
+
+
+def masked_proc_env(tmp_path: Path) -> dict[str, str]:
+    real = shutil.which("bwrap")
+    if real is None:
+        pytest.skip("bubblewrap is not installed")
+    script = tmp_path / "bwrap"
+    script.write_text(MASKED_PROC_BWRAP.format(bwrap=real))
+    script.chmod(0o755)
+    return {"EXECSERVER_BWRAP": str(script)}
+
+
+def test_a_refused_proc_mount_names_the_container_options_that_fix_it(tmp_path: Path) -> None:
+    done = doctor("--require", "sandbox", env=masked_proc_env(tmp_path))
+    assert done.returncode == 1
+    bwrap_line = next(ln for ln in done.stdout.splitlines() if ln.strip().startswith("bwrap"))
+    assert "bwrap cannot mount a private /proc" in bwrap_line
+    for option in ("unmask=/proc/*", "systempaths=unconfined", "procMount: Unmasked"):
+        assert option in bwrap_line, bwrap_line
+    # Another cause of an unusable bwrap gets no /proc advice.
+    plain = doctor(env=BWRAP_BROKEN)
+    bwrap_line = next(ln for ln in plain.stdout.splitlines() if ln.strip().startswith("bwrap"))
+    assert "unmask" not in bwrap_line
+
+
+def test_serve_start_up_warning_names_the_proc_remedy(tmp_path: Path) -> None:
+    env = {**os.environ, **masked_proc_env(tmp_path), "EXECSERVER_STARTUP_PROBE": "1"}
+    with subprocess.Popen(
+        [sys.executable, "-m", "execserver", "serve", "--listen", "ws://127.0.0.1:0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as proc:
+        assert proc.stderr is not None
+        seen: list[str] = []
+        try:
+            for line in proc.stderr:
+                seen.append(line)
+                if "to use bubblewrap:" in line or len(seen) > 200:
+                    break
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    text = "".join(seen)
+    assert "workspace-write WILL BE REFUSED" in text
+    assert "to use bubblewrap: run the container with an unmasked /proc" in text
+    assert "securityContext.procMount: Unmasked with hostUsers: false" in text
 
 
 def test_cgroup_section_reports_usable_controllers_and_what_is_missing(tmp_path: Any) -> None:

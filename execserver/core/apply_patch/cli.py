@@ -1,4 +1,4 @@
-"""``execserver patch URL [--cwd DIR] [--token T] < patch``: apply a patch read
+"""``execserver patch URL [--cwd DIR] [--token T] [--sandbox S] < patch``: apply a patch read
 from stdin to an executor's file system, printing what the reference
 ``apply_patch`` prints and exiting as it does (0 on success, 1 on failure).
 Our own failures exit as ``execserver run`` does (2 usage, 125 bad cwd, 255
@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import posixpath
 import sys
+from typing import Any
 
 from execserver.client.cli_errors import explain, report
 from execserver.client.cli_tools import add_token_option, add_verbose_option
@@ -25,10 +27,18 @@ from execserver.core.apply_patch.engine import PatchOutcome, apply_patch
 __all__ = ["patch_remote", "register"]
 
 
-async def patch_remote(url: str, patch: str, cwd: str, *, token: str | None = None) -> PatchOutcome:
+async def patch_remote(
+    url: str,
+    patch: str,
+    cwd: str,
+    *,
+    token: str | None = None,
+    sandbox: dict[str, Any] | None = None,
+) -> PatchOutcome:
     """Apply ``patch`` on the executor at ``url``; relative paths resolve
     against ``cwd`` (an absolute path on the executor), which must exist: it
-    is checked before anything is touched."""
+    is checked before anything is touched. ``sandbox``: the
+    FileSystemSandboxContext sent with every fs call (None: unsandboxed)."""
     directory = posixpath.normpath(cwd)
     async with await ExecServerClient.connect(url, token=token) as client:
         try:
@@ -37,7 +47,48 @@ async def patch_remote(url: str, patch: str, cwd: str, *, token: str | None = No
             raise WorkingDirectoryNotFound(directory) from exc
         if not meta.is_directory:
             raise WorkingDirectoryNotADirectory(directory)
-        return await apply_patch(patch, client.fs, directory)
+        fs = client.fs if sandbox is None else client.fs.with_sandbox(sandbox)
+        return await apply_patch(patch, fs, directory)
+
+
+def _root_read_profile(cwd: str, *, write_cwd: bool) -> dict[str, Any]:
+    entries: list[dict[str, Any]] = [
+        {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}
+    ]
+    if write_cwd:
+        entries.append(
+            {
+                "path": {"type": "special", "value": {"kind": "current_working_directory"}},
+                "access": "write",
+            }
+        )
+    cwd_uri = "file://" + cwd
+    return {
+        "permissions": {
+            "type": "managed",
+            "file_system": {"type": "restricted", "entries": entries},
+            "network": "restricted",
+        },
+        "cwd": cwd_uri,
+        "workspaceRoots": [cwd_uri],
+        "windowsSandboxLevel": "disabled",
+    }
+
+
+def sandbox_option(value: str | None, cwd: str) -> dict[str, Any] | None:
+    """``--sandbox``: ``workspace-write`` (read everything, write under cwd),
+    ``read-only``, or a FileSystemSandboxContext as JSON text."""
+    if value is None:
+        return None
+    if value in ("workspace-write", "read-only"):
+        return _root_read_profile(cwd, write_cwd=value == "workspace-write")
+    try:
+        context = json.loads(value)
+    except ValueError as exc:
+        raise ValueError(f"--sandbox is neither a profile name nor JSON: {exc}") from None
+    if not isinstance(context, dict):
+        raise ValueError("--sandbox JSON must be an object (a FileSystemSandboxContext)")
+    return context
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,6 +104,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="directory on the executor that relative paths resolve against "
         "(default: the current directory, taken as a path on the executor)",
     )
+    parser.add_argument(
+        "--sandbox",
+        help="apply under the executor's sandbox: 'workspace-write' (write only "
+        "under --cwd), 'read-only', or a FileSystemSandboxContext as JSON "
+        "(default: no sandbox)",
+    )
     add_token_option(parser)
     add_verbose_option(parser)
     parser.set_defaults(func=_cmd_patch)
@@ -62,10 +119,15 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     cwd = args.cwd or os.getcwd()
     if not cwd.startswith("/"):
         cwd = posixpath.join(os.getcwd(), cwd)
+    try:
+        sandbox = sandbox_option(args.sandbox, posixpath.normpath(cwd))
+    except ValueError as exc:
+        report("execserver patch", str(exc))
+        return 2
     patch = sys.stdin.read()
     try:
         check_url(args.url)
-        outcome = asyncio.run(patch_remote(args.url, patch, cwd, token=args.token))
+        outcome = asyncio.run(patch_remote(args.url, patch, cwd, token=args.token, sandbox=sandbox))
     except (ExecServerError, OSError, ValueError) as exc:
         code, message = explain(exc, url=args.url, verbose=args.verbose)
         report("execserver patch", message)

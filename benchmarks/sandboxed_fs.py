@@ -1,0 +1,183 @@
+"""Figures for fs/* under a sandbox, and the composite apply_patch through
+``execserver patch --sandbox``.
+
+The context is workspace-write (read everything, write the workspace) plus one
+deny-read entry: without a deny entry both servers serve reads in-process
+(full-disk read needs no confinement), so the deny entry is what makes
+``fs/readFile`` and ``fs/readDirectory`` go through each server's sandboxed
+helper at all — the same shape of context the codex CLI sends when its profile
+denies reading a path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.client import BenchClient
+from benchmarks.figures import WORK, pct
+
+WS = WORK / "execserver-bench-ws"
+SECRET = WORK / "execserver-bench-secret"
+FILE_SIZE = 4096
+PATCH_FILES = 10
+
+
+def _uri(path: Path) -> str:
+    return "file://" + str(path)
+
+
+def deny_read_context(ws: Path, secret: Path) -> dict[str, Any]:
+    return {
+        "permissions": {
+            "type": "managed",
+            "file_system": {
+                "type": "restricted",
+                "entries": [
+                    {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"},
+                    {
+                        "path": {
+                            "type": "special",
+                            "value": {"kind": "current_working_directory"},
+                        },
+                        "access": "write",
+                    },
+                    {"path": {"type": "path", "path": _uri(secret)}, "access": "deny"},
+                ],
+            },
+            "network": "restricted",
+        },
+        "cwd": _uri(ws),
+        "workspaceRoots": [_uri(ws)],
+        "windowsSandboxLevel": "disabled",
+    }
+
+
+def _fresh_workspace() -> None:
+    shutil.rmtree(WS, ignore_errors=True)
+    WS.mkdir(parents=True)
+    SECRET.mkdir(exist_ok=True)
+    (SECRET / "key").write_text("not for the sandbox\n")
+    for i in range(16):
+        (WS / f"f{i}.txt").write_bytes(os.urandom(FILE_SIZE))
+
+
+async def sandboxed_fs(url: str, calls: int) -> dict[str, float]:
+    """``calls`` sandboxed readFile (4 KiB), writeFile (4 KiB) and readDirectory
+    (16 entries) each, one at a time, on one connection."""
+    _fresh_workspace()
+    box = deny_read_context(WS, SECRET)
+    payload = base64.b64encode(os.urandom(FILE_SIZE)).decode()
+    client = await BenchClient.connect(url)
+    reads: list[float] = []
+    writes: list[float] = []
+    listings: list[float] = []
+    try:
+        # Fails loudly if the policy were not enforced (the figure would be wrong).
+        try:
+            await client.call("fs/readFile", {"path": _uri(SECRET / "key"), "sandbox": box})
+        except Exception:
+            pass
+        else:
+            raise RuntimeError("the deny-read entry was not enforced")
+        for i in range(calls):
+            target = _uri(WS / f"f{i % 16}.txt")
+            start = time.perf_counter()
+            result = await client.call("fs/readFile", {"path": target, "sandbox": box})
+            reads.append(time.perf_counter() - start)
+            if len(base64.b64decode(result["dataBase64"])) != FILE_SIZE:
+                raise RuntimeError("short read")
+            start = time.perf_counter()
+            await client.call(
+                "fs/writeFile",
+                {"path": _uri(WS / f"w{i % 16}.txt"), "dataBase64": payload, "sandbox": box},
+            )
+            writes.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            await client.call("fs/readDirectory", {"path": _uri(WS), "sandbox": box})
+            listings.append(time.perf_counter() - start)
+    finally:
+        await client.close()
+    return {
+        "readFile_p50_ms": statistics.median(reads) * 1e3,
+        "readFile_p99_ms": pct(reads, 0.99) * 1e3,
+        "writeFile_p50_ms": statistics.median(writes) * 1e3,
+        "readDirectory_p50_ms": statistics.median(listings) * 1e3,
+        "ops": 3 * calls,
+    }
+
+
+def _patch_tree(root: Path) -> str:
+    """A 10-file patch: 4 files added, 4 updated, 2 deleted. The workspace
+    directory itself is kept (emptied), as an agent's workspace is: a new
+    directory would be a new policy (a new helper) for execserver."""
+    root.mkdir(parents=True, exist_ok=True)
+    for child in root.glob("*.py"):  # not the sandbox's (empty) .codex/.agents/... mount points
+        child.unlink()
+    lines = "".join(f"line {n}\n" for n in range(40))
+    for i in range(6):
+        (root / f"src{i}.py").write_text(lines)
+    parts = ["*** Begin Patch\n"]
+    parts += [
+        f"*** Add File: new{i}.py\n" + "".join(f"+new {n}\n" for n in range(20)) for i in range(4)
+    ]
+    parts += [
+        f"*** Update File: src{i}.py\n@@\n line 19\n-line 20\n+line twenty\n" for i in range(4)
+    ]
+    parts += [f"*** Delete File: src{i}.py\n" for i in (4, 5)]
+    parts.append("*** End Patch\n")
+    return "".join(parts)
+
+
+async def patch_composite(url: str, repeats: int) -> dict[str, float]:
+    """Wall time of ``execserver patch URL --cwd WS --sandbox workspace-write`` for
+    a 10-file patch (the whole command, interpreter start included), and of the
+    same patch applied in-process by the client library (what an agent host
+    that is already running pays)."""
+    from execserver.core.apply_patch.cli import patch_remote, sandbox_option
+
+    root = WORK / "execserver-bench-patch"
+    cli_times: list[float] = []
+    apply_times: list[float] = []
+    for _ in range(repeats):
+        patch = _patch_tree(root)
+        start = time.perf_counter()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "execserver",
+            "patch",
+            url,
+            "--cwd",
+            str(root),
+            "--sandbox",
+            "workspace-write",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate(patch.encode())
+        cli_times.append(time.perf_counter() - start)
+        if proc.returncode != 0 or (root / "src4.py").exists():
+            raise RuntimeError(f"patch failed: {out.decode()} {err.decode()}")
+        patch = _patch_tree(root)
+        box = sandbox_option("workspace-write", str(root))
+        start = time.perf_counter()
+        outcome = await patch_remote(url, patch, str(root), sandbox=box)
+        apply_times.append(time.perf_counter() - start)
+        if outcome.exit_code != 0:
+            raise RuntimeError(f"patch failed: {outcome.stderr}")
+    return {
+        "cli_wall_ms": statistics.median(cli_times) * 1e3,
+        # The first command of a fresh server also starts execserver's helper.
+        "cli_wall_first_ms": cli_times[0] * 1e3,
+        "library_apply_ms": statistics.median(apply_times) * 1e3,
+        "ops": 2 * repeats,
+    }

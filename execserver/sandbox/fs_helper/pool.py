@@ -1,0 +1,221 @@
+"""Which persistent helper serves a call, and how long helpers live.
+
+A helper is keyed by the **resolved** policy (host paths after ``realpath``,
+globs expanded, missing paths dropped) plus the identity (device, inode) of
+every path a rule names. So a helper serves exactly one mount view: a policy
+that resolves differently — another writable root, a new file matching a
+deny glob, a workspace deleted and re-created under the same name, a denied
+file replaced on the host (which detaches the mask in a long-lived mount
+namespace) — gets a helper of its own; one helper never serves two policies.
+
+Before each call the pool also compares the identity of the protected names
+(``.git``, ``.codex``, ...) in every writable root with what they were once
+the helper's sandbox was up: if one was removed or replaced on the host, the
+helper's read-only mount over it may be gone, so the helper is retired and a
+new one set up.
+
+Lifetime: at most ``max_helpers`` live helpers (the least recently used one is
+retired beyond that) and each exits after ``idle_seconds`` without calls.
+Retiring closes the request pipe; calls already sent still complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import weakref
+from collections import OrderedDict
+from typing import Any, Final
+
+from execserver.sandbox.backend import SandboxBackend
+from execserver.sandbox.fs_helper.helper import FsHelper, HelperDied, spawn_helper
+from execserver.sandbox.fs_helper.runtime import PRIVATE_DIR, helper_runtime
+from execserver.sandbox.policy import PROTECTED_NAMES, ResolvedPolicy
+
+DEFAULT_MAX_HELPERS: Final = 8
+DEFAULT_IDLE_SECONDS: Final = 30.0
+
+Identity = tuple[tuple[str, int, int] | tuple[str], ...]
+
+
+def _identity(paths: list[str]) -> Identity:
+    result: list[tuple[str, int, int] | tuple[str]] = []
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            result.append((path,))
+        else:
+            result.append((path, st.st_dev, st.st_ino))
+    return tuple(result)
+
+
+def policy_key(policy: ResolvedPolicy) -> tuple[ResolvedPolicy, Identity]:
+    return policy, _identity([r.path for r in policy.rules])
+
+
+def protected_identity(policy: ResolvedPolicy) -> Identity:
+    return _identity(
+        [
+            os.path.join(r.path, name)
+            for r in policy.rules
+            if r.access == "write" and r.is_dir
+            for name in PROTECTED_NAMES
+        ]
+    )
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + "/")
+
+
+def eligible(policy: ResolvedPolicy, backend: SandboxBackend) -> bool:
+    """Whether a persistent helper can serve ``policy`` here. When not, the
+    one-shot helper does (it enforces the same policy, only slower)."""
+    if backend.bwrap is None or not backend.seccomp_ok or helper_runtime() is None:
+        return False
+    if policy.enforces_nothing or policy.full_write or policy.legacy_landlock:
+        return False
+    # A rule on /dev itself would cover (or, writable, put on the host) the
+    # private runtime directory.
+    return not any(r.path == "/dev" or _inside(r.path, PRIVATE_DIR) for r in policy.rules)
+
+
+class HelperPool:
+    def __init__(
+        self,
+        *,
+        max_helpers: int = DEFAULT_MAX_HELPERS,
+        idle_seconds: float = DEFAULT_IDLE_SECONDS,
+    ) -> None:
+        self.max_helpers = max_helpers
+        self.idle_seconds = idle_seconds
+        self._helpers: OrderedDict[object, FsHelper] = OrderedDict()
+        self._starting: dict[object, asyncio.Future[FsHelper | None]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self._reaper: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    def live(self) -> list[FsHelper]:
+        return list(self._helpers.values())
+
+    async def call(
+        self, policy: ResolvedPolicy, backend: SandboxBackend, op: str, args: dict[str, Any]
+    ) -> tuple[bool, Any]:
+        """(True, result) when a persistent helper ran the call; (False, None)
+        when none can serve this policy (the caller uses the one-shot helper).
+        Errors of the operation, and the death of the helper, raise RpcError."""
+        key = policy_key(policy)
+        guard = protected_identity(policy)
+        for _attempt in range(2):
+            helper = await self._helper_for(key, policy, backend, guard)
+            if helper is None:
+                return False, None
+            try:
+                result = await helper.call(op, args)
+            except HelperDied:
+                self._retire(key, helper)
+                continue  # died before this call was sent: nothing ran, start a new one
+            if helper.guard is None:
+                # The sandbox is up now (it answered): its synthetic mount points exist.
+                helper.guard = protected_identity(policy)
+            return True, result
+        raise AssertionError("unreachable: a fresh helper never raises HelperDied")
+
+    async def _helper_for(
+        self, key: object, policy: ResolvedPolicy, backend: SandboxBackend, guard: Identity
+    ) -> FsHelper | None:
+        if self._closed:
+            raise RuntimeError("fs helper pool is closed")
+        helper = self._helpers.get(key)
+        if helper is not None and (
+            not helper.accepting or (helper.guard is not None and helper.guard != guard)
+        ):
+            self._retire(key, helper)
+            helper = None
+        if helper is not None:
+            self._helpers.move_to_end(key)
+            return helper
+        starting = self._starting.get(key)
+        if starting is not None:
+            return await asyncio.shield(starting)
+        future: asyncio.Future[FsHelper | None] = asyncio.get_running_loop().create_future()
+        self._starting[key] = future
+        try:
+            runtime = helper_runtime()
+            assert runtime is not None  # eligible() checked it
+            helper = await spawn_helper(policy, backend, runtime)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it, nobody else must
+            raise
+        finally:
+            self._starting.pop(key, None)
+        future.set_result(helper)
+        if helper is not None:
+            self._helpers[key] = helper
+            self._evict_beyond_cap()
+            self._arm_reaper()
+        return helper
+
+    # ---- retiring -------------------------------------------------------------
+
+    def _retire(self, key: object, helper: FsHelper) -> None:
+        if self._helpers.get(key) is helper:
+            del self._helpers[key]
+        task = asyncio.get_running_loop().create_task(helper.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _evict_beyond_cap(self) -> None:
+        while len(self._helpers) > self.max_helpers:
+            key, helper = next(iter(self._helpers.items()))
+            self._retire(key, helper)
+
+    def _arm_reaper(self) -> None:
+        if self._reaper is None and self._helpers:
+            loop = asyncio.get_running_loop()
+            self._reaper = loop.call_later(max(self.idle_seconds / 2, 0.05), self._reap)
+
+    def _reap(self) -> None:
+        self._reaper = None
+        now = time.monotonic()
+        for key, helper in list(self._helpers.items()):
+            idle = helper.in_flight == 0 and now - helper.last_used >= self.idle_seconds
+            if idle or not helper.alive:
+                self._retire(key, helper)
+        self._arm_reaper()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
+        for key, helper in list(self._helpers.items()):
+            self._retire(key, helper)
+        while self._closing:
+            await asyncio.gather(*list(self._closing), return_exceptions=True)
+
+
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HelperPool] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def loop_pool() -> HelperPool:
+    """The pool of the running event loop (helpers' pipes belong to one loop)."""
+    loop = asyncio.get_running_loop()
+    pool = _pools.get(loop)
+    if pool is None or pool._closed:
+        pool = _pools[loop] = HelperPool()
+    return pool
+
+
+async def close_loop_pool() -> None:
+    """Stop every helper of the running loop's pool (server shutdown)."""
+    with contextlib.suppress(RuntimeError):
+        pool = _pools.pop(asyncio.get_running_loop(), None)
+        if pool is not None:
+            await pool.aclose()

@@ -1,0 +1,53 @@
+"""Frames between the daemon and the persistent fs helper.
+
+A frame is a 4-byte big-endian length and a msgpack body. msgpack carries
+bytes as bytes, so file contents cross the pipe raw: the daemon base64-encodes
+a read once, for the JSON-RPC response, and decodes a write once, from the
+request — never a second time for the helper.
+
+Requests may be pipelined; responses carry the request id and can come back
+in any order (the helper runs requests on a few threads, so one slow or stuck
+operation does not hold up the others).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Final
+
+import msgspec
+
+HEADER: Final = struct.Struct(">I")
+MAX_FRAME: Final = (1 << 32) - 1
+
+# Response kinds.
+OK: Final = 0
+OS_ERROR: Final = 1  # code = errno, message = strerror
+RPC_ERROR: Final = 2  # code/message of an RpcError the operation raised
+FAILED: Final = 3  # anything else; message says what
+
+
+class Request(msgspec.Struct, array_like=True):
+    id: int
+    op: str
+    args: dict[str, Any]
+
+
+class Response(msgspec.Struct, array_like=True):
+    id: int
+    kind: int
+    value: Any = None
+    code: int = 0
+    message: str = ""
+
+
+_encoder = msgspec.msgpack.Encoder()
+request_decoder: Final = msgspec.msgpack.Decoder(Request)
+response_decoder: Final = msgspec.msgpack.Decoder(Response)
+
+
+def frame(message: Request | Response) -> bytes:
+    body = _encoder.encode(message)
+    if len(body) > MAX_FRAME:
+        raise ValueError(f"fs helper frame too large ({len(body)} bytes)")
+    return HEADER.pack(len(body)) + body

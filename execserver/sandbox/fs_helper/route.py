@@ -1,0 +1,73 @@
+"""The switch in the sandboxed fs path: which calls a persistent helper serves.
+
+``run_sandboxed_fs_call`` asks ``call_persistent`` first; it answers
+``(False, None)`` for anything it does not serve — a function outside the fs
+service's operations (tests run their own functions through the one-shot
+helper), a policy only the one-shot helper can enforce (see
+``pool.eligible``), or ``EXECSERVER_FS_HELPER=oneshot`` in the daemon's
+environment — and the one-shot helper runs the call instead.
+"""
+
+from __future__ import annotations
+
+import binascii
+import os
+from collections.abc import Callable
+from typing import Any, Final
+
+from execserver.sandbox.backend import SandboxBackend
+from execserver.sandbox.fs_helper.pool import eligible, loop_pool
+from execserver.sandbox.policy import ResolvedPolicy
+
+MODE_VARIABLE: Final = "EXECSERVER_FS_HELPER"
+
+
+def _b64(data: Any) -> str:
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+def _decoded_write(args: dict[str, Any]) -> dict[str, Any]:
+    data = binascii.a2b_base64(args["data_base64"].encode("ascii"))
+    rest = {k: v for k, v in args.items() if k != "data_base64"}
+    return {**rest, "data": data}
+
+
+def _same(args: dict[str, Any]) -> dict[str, Any]:
+    return args
+
+
+def _keep(result: Any) -> Any:
+    return result
+
+
+# func spec -> (helper operation, args transform, result transform)
+_ROUTES: Final[
+    dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]], Callable[[Any], Any]]]
+] = {
+    "execserver.fs.ops_read:read_file": ("read_file", _same, _b64),
+    "execserver.fs.ops_read:get_metadata": ("get_metadata", _same, _keep),
+    "execserver.fs.ops_read:canonicalize": ("canonicalize", _same, _keep),
+    "execserver.fs.ops_read:read_directory": ("read_directory", _same, _keep),
+    "execserver.fs.walk:walk": ("walk", _same, _keep),
+    "execserver.fs.ops_write:write_file_bytes": ("write_file", _same, _keep),
+    "execserver.fs.ops_write:write_file": ("write_file", _decoded_write, _keep),
+    "execserver.fs.ops_write:create_directory": ("create_directory", _same, _keep),
+    "execserver.fs.ops_write:remove": ("remove", _same, _keep),
+    "execserver.fs.ops_write:copy": ("copy", _same, _keep),
+    "execserver.fs.handle_io:open_for_handle": ("open_for_handle", _same, _keep),
+}
+
+
+def persistent_enabled() -> bool:
+    return os.environ.get(MODE_VARIABLE, "persistent") != "oneshot"
+
+
+async def call_persistent(
+    policy: ResolvedPolicy, backend: SandboxBackend, func: str, args: dict[str, Any]
+) -> tuple[bool, Any]:
+    route = _ROUTES.get(func)
+    if route is None or not persistent_enabled() or not eligible(policy, backend):
+        return False, None
+    op, prepare, finish = route
+    served, result = await loop_pool().call(policy, backend, op, prepare(args))
+    return (True, finish(result)) if served else (False, None)

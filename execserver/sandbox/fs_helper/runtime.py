@@ -1,0 +1,137 @@
+"""How the helper's interpreter is reached inside a view that does not contain it.
+
+The policy's view may hold nothing but the workspace (``read ws``): then
+neither ``/usr``, ``/etc`` nor the daemon's virtualenv exist in it, and
+adding them (as the one-shot helper's ``:minimal`` read does) would let a
+request read ``/etc/shadow`` or the daemon's own files. Instead the pieces the
+interpreter needs are bound read-only under one private directory,
+``/dev/.execserver-fs-helper`` (``/dev`` is always a fresh tmpfs of bwrap's,
+so nothing is created on the host), and the dynamic loader is run explicitly
+from there:
+
+    <private>/ld/ld-linux-x86-64.so.2 --library-path <private>/ld:<private>/home/lib
+        <private>/home/bin/python3.11 -S -s -B -m execserver.sandbox.fs_helper.serve <private>
+
+with ``PYTHONHOME`` and ``PYTHONPATH`` pointing under it. The helper locks
+the directory (mode 000) before it serves anything (see ``serve``).
+
+``None`` from ``helper_runtime()`` means this interpreter cannot be moved that
+way (not a 64-bit little-endian ELF with a loader, say); callers then use the
+one-shot helper.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import struct
+import sys
+import sysconfig
+from dataclasses import dataclass
+from typing import Final
+
+import msgspec
+
+import execserver
+
+PRIVATE_DIR: Final = "/dev/.execserver-fs-helper"
+_PT_INTERP: Final = 3
+
+
+@dataclass(frozen=True)
+class HelperRuntime:
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    binds: tuple[tuple[str, str], ...]  # (host path, path inside the sandbox)
+
+
+def elf_interpreter(path: str) -> str | None:
+    """The PT_INTERP of a 64-bit little-endian ELF executable, else None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return None
+            (phoff,) = struct.unpack_from("<Q", head, 0x20)
+            phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+            for i in range(phnum):
+                base = i * phentsize
+                (p_type,) = struct.unpack_from("<I", table, base)
+                if p_type != _PT_INTERP:
+                    continue
+                offset, size = (
+                    struct.unpack_from("<Q", table, base + 8)[0],
+                    struct.unpack_from("<Q", table, base + 32)[0],
+                )
+                f.seek(offset)
+                return f.read(size).rstrip(b"\0").decode()
+    except (OSError, struct.error, UnicodeDecodeError):
+        return None
+    return None
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+class _Binds:
+    """Host directories mapped to short names under PRIVATE_DIR."""
+
+    def __init__(self, home: str) -> None:
+        self.home = home
+        self.binds: list[tuple[str, str]] = [(home, f"{PRIVATE_DIR}/home")]
+
+    def place(self, host_dir: str, name: str) -> str:
+        """The in-sandbox path of ``host_dir`` (bound under ``name`` unless it
+        is already inside the interpreter's home)."""
+        if _inside(host_dir, self.home):
+            return f"{PRIVATE_DIR}/home{host_dir[len(self.home) :]}"
+        for source, target in self.binds:
+            if source == host_dir:
+                return target
+        target = f"{PRIVATE_DIR}/{name}"
+        self.binds.append((host_dir, target))
+        return target
+
+
+@functools.cache
+def helper_runtime() -> HelperRuntime | None:
+    executable = os.path.realpath(sys.executable)
+    interpreter = elf_interpreter(executable)
+    home = os.path.realpath(sys.base_prefix)
+    if interpreter is None or not _inside(executable, home):
+        return None
+    loader = os.path.realpath(interpreter)
+    binds = _Binds(home)
+    loader_dir = binds.place(os.path.dirname(loader), "ld")
+    library_path = [loader_dir]
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if isinstance(libdir, str) and os.path.isdir(libdir):
+        library_path.append(binds.place(os.path.realpath(libdir), "libpython"))
+    # Only what the helper imports: this package and msgspec (not the whole venv).
+    package_root = os.path.dirname(os.path.dirname(os.path.realpath(execserver.__file__)))
+    msgspec_root = os.path.dirname(os.path.dirname(os.path.realpath(msgspec.__file__)))
+    import_path = [binds.place(package_root, "pkg"), binds.place(msgspec_root, "deps")]
+    python = binds.place(os.path.dirname(executable), "bin") + "/" + os.path.basename(executable)
+    argv = (
+        f"{loader_dir}/{os.path.basename(loader)}",
+        "--library-path",
+        ":".join(dict.fromkeys(library_path)),
+        python,
+        "-S",
+        "-s",
+        "-B",
+        "-m",
+        "execserver.sandbox.fs_helper.serve",
+        PRIVATE_DIR,
+    )
+    env = {
+        "PYTHONHOME": f"{PRIVATE_DIR}/home",
+        "PYTHONPATH": ":".join(dict.fromkeys(import_path)),
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    return HelperRuntime(argv=argv, env=env, binds=tuple(binds.binds))

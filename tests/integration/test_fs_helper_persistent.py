@@ -1,0 +1,302 @@
+"""The persistent sandboxed fs helper: the policy's view and nothing more, one
+helper per resolved policy, restart after a crash, LRU cap and idle timeout.
+
+The view tests attack through the protocol (a real daemon, real websocket);
+the lifetime tests drive the daemon's pool directly so they can see and kill
+the helper processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from execserver.fs import ops_read
+from execserver.sandbox.backend import detect_backend
+from execserver.sandbox.fs import run_sandboxed_fs_call
+from execserver.sandbox.fs_helper.pool import HelperPool, close_loop_pool, loop_pool
+from execserver.sandbox.fs_helper.runtime import PRIVATE_DIR
+from execserver.sandbox.policy import resolve_policy
+from execserver.wire.errors import INTERNAL_ERROR, RpcError
+from tests.fs_client import b64, connect, unb64, uri
+from tests.integration.test_sandbox_support import ROOT_READ, context, entry, managed
+from tests.reliability.helpers import wait_until
+from tests.servers import RunningServer
+
+NOT_FOUND = [-32004, "No such file or directory (os error 2)"]
+EACCES = [-32600, "Permission denied (os error 13)"]
+EROFS = [-32603, "Read-only file system (os error 30)"]
+READ_FILE = "execserver.fs.ops_read:read_file"
+WRITE_FILE = "execserver.fs.ops_write:write_file_bytes"
+
+
+INTERPRETER = os.path.realpath(sys.executable)
+PACKAGE_FILE = os.path.realpath(ops_read.__file__)
+VENV_FILES = (os.path.join(sys.prefix, "pyvenv.cfg"), os.path.realpath(msgspec.__file__))
+
+
+def sandbox(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "permissions": {
+            "type": "managed",
+            "file_system": {"type": "restricted", "entries": entries},
+            "network": "restricted",
+        },
+        "windowsSandboxLevel": "disabled",
+    }
+
+
+@pytest.fixture
+async def fresh_pool() -> AsyncIterator[None]:
+    yield
+    await close_loop_pool()
+
+
+async def _read(client: Any, path: str | Path, box: dict[str, Any]) -> Any:
+    reply = await client.call("fs/readFile", {"path": uri(path), "sandbox": box})
+    return unb64(reply.result["dataBase64"]) if reply.ok else list(reply.error)
+
+
+async def test_read_ws_policy_shows_the_workspace_and_nothing_else(
+    execserver: RunningServer, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("mine")
+    os.symlink("/etc/shadow", ws / "shadow_link")
+    os.symlink(PRIVATE_DIR + "/home", ws / "runtime_link")
+    box = sandbox([entry(ws, "read")])
+    async with connect(execserver.url) as client:
+        assert await _read(client, ws / "a.txt", box) == b"mine"
+        # Outside the policy: not there at all (no :minimal, no interpreter, no venv).
+        for path in (
+            "/etc/shadow",
+            "/etc/passwd",
+            INTERPRETER,
+            PACKAGE_FILE,
+            *VENV_FILES,
+            ws / "shadow_link",
+        ):
+            assert await _read(client, path, box) == NOT_FOUND, path
+        # The helper's own runtime is locked before it serves anything.
+        for path in (
+            f"{PRIVATE_DIR}/home/bin/{os.path.basename(INTERPRETER)}",
+            ws / "runtime_link",
+        ):
+            assert await _read(client, path, box) == EACCES, path
+        listing = await client.call("fs/readDirectory", {"path": uri(PRIVATE_DIR), "sandbox": box})
+        assert list(listing.error) == EACCES
+        # Still serving after the attempts, from the same view.
+        assert await _read(client, ws / "a.txt", box) == b"mine"
+
+
+async def test_request_pipes_cannot_be_reopened_through_proc(
+    execserver: RunningServer, tmp_path: Path
+) -> None:
+    """/proc/self/fd/0 and /1 of the helper are its channel to the daemon: a write
+    there must not inject or corrupt frames (they are sockets: ENXIO)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    box = sandbox([ROOT_READ, entry(ws, "write")])
+    async with connect(execserver.url) as client:
+        await client.ok(
+            "fs/writeFile", {"path": uri(ws / "f"), "dataBase64": b64("1"), "sandbox": box}
+        )
+        for fd in (0, 1):
+            reply = await client.call(
+                "fs/writeFile",
+                {
+                    "path": f"file:///proc/self/fd/{fd}",
+                    "dataBase64": b64("garbage"),
+                    "sandbox": box,
+                },
+            )
+            assert list(reply.error) == [-32603, "No such device or address (os error 6)"]
+        data = os.urandom(300_000)
+        await client.ok(
+            "fs/writeFile", {"path": uri(ws / "big"), "dataBase64": b64(data), "sandbox": box}
+        )
+        assert (ws / "big").read_bytes() == data
+
+
+async def test_contents_round_trip_and_errors_keep_the_reference_codes(
+    execserver: RunningServer, tmp_path: Path
+) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    (outside / "secret").write_text("s")
+    box = sandbox([ROOT_READ, entry(ws, "write"), entry(outside / "secret", "deny")])
+    data = bytes(range(256)) * 4096  # 1 MiB, every byte value
+    async with connect(execserver.url) as client:
+        await client.ok(
+            "fs/writeFile", {"path": uri(ws / "bin"), "dataBase64": b64(data), "sandbox": box}
+        )
+        assert await _read(client, ws / "bin", box) == data
+        reply = await client.call(
+            "fs/writeFile", {"path": uri(outside / "x"), "dataBase64": b64("x"), "sandbox": box}
+        )
+        assert list(reply.error) == EROFS
+        reply = await client.call(
+            "fs/writeFile", {"path": uri(ws / ".git" / "x"), "dataBase64": b64("x"), "sandbox": box}
+        )
+        assert list(reply.error) == EROFS
+        assert await _read(client, outside / "secret", box) == EACCES
+        listing = await client.ok("fs/readDirectory", {"path": uri(ws), "sandbox": box})
+        assert "bin" in {e["fileName"] for e in listing["entries"]}
+    assert not (outside / "x").exists()
+
+
+async def test_one_helper_per_resolved_policy(tmp_path: Path, fresh_pool: None) -> None:
+    ws, other = tmp_path / "ws", tmp_path / "other"
+    ws.mkdir()
+    other.mkdir()
+    (ws / "f").write_text("ws")
+    (other / "f").write_text("other")
+    ctx_ws = context(managed([entry(ws, "read")]))
+    ctx_other = context(managed([entry(other, "read")]))
+    args_ws = {"path": str(ws / "f"), "follow_symlinks": True}
+    assert await run_sandboxed_fs_call(ctx_ws, func=READ_FILE, args=args_ws, write=False) == b64(
+        "ws"
+    )
+    first = {h.process.pid for h in loop_pool().live()}
+    assert await run_sandboxed_fs_call(ctx_ws, func=READ_FILE, args=args_ws, write=False) == b64(
+        "ws"
+    )
+    assert {h.process.pid for h in loop_pool().live()} == first  # reused
+    # The other policy cannot see ws through its own helper, nor the reverse.
+    with pytest.raises(RpcError) as info:
+        await run_sandboxed_fs_call(ctx_other, func=READ_FILE, args=args_ws, write=False)
+    assert info.value.message == NOT_FOUND[1]
+    assert len(loop_pool().live()) == 2
+    # ws deleted and re-created under the same name: a different policy (new inode).
+    shutil.rmtree(ws)
+    ws.mkdir()
+    (ws / "f").write_text("new")
+    assert await run_sandboxed_fs_call(ctx_ws, func=READ_FILE, args=args_ws, write=False) == b64(
+        "new"
+    )
+
+
+async def test_host_removing_a_protected_mount_point_retires_the_helper(
+    tmp_path: Path, fresh_pool: None
+) -> None:
+    """Removing ws/.codex on the host detaches the helper's read-only mount over it
+    in its namespace; the next call must run in a fresh, fully protected sandbox."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    ctx = context(managed([ROOT_READ, entry(ws, "write")]))
+    write = {"path": str(ws / "a"), "data": b"a", "follow_symlinks": True}
+    await run_sandboxed_fs_call(ctx, func=WRITE_FILE, args=write, write=True)
+    (helper,) = loop_pool().live()
+    assert (ws / ".codex").is_dir()  # the synthetic mount point, while the helper lives
+    os.rmdir(ws / ".codex")
+    inside = {"path": str(ws / ".codex" / "config.toml"), "data": b"x", "follow_symlinks": True}
+    with pytest.raises(RpcError) as info:
+        await run_sandboxed_fs_call(ctx, func=WRITE_FILE, args=inside, write=True)
+    assert [info.value.code, info.value.message] == EROFS
+    assert helper not in loop_pool().live()
+    assert not (ws / ".codex" / "config.toml").exists()
+
+
+def _helper_children(pid: int) -> list[int]:
+    """Processes below ``pid`` (bwrap and the helper inside it)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            with open(f"/proc/{current}/task/{current}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except OSError:
+            kids = []
+        found += kids
+        todo += kids
+    return found
+
+
+async def test_crashed_helper_fails_the_call_in_flight_and_is_restarted(
+    tmp_path: Path, fresh_pool: None
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    os.mkfifo(ws / "fifo")
+    ctx = context(managed([ROOT_READ, entry(ws, "write")]))
+    await run_sandboxed_fs_call(
+        ctx, func=WRITE_FILE, args={"path": str(ws / "a"), "data": b"a"}, write=True
+    )
+    (helper,) = loop_pool().live()
+    # Opening a fifo for writing without a reader blocks: a call stays in flight.
+    stuck = asyncio.create_task(
+        run_sandboxed_fs_call(
+            ctx, func=WRITE_FILE, args={"path": str(ws / "fifo"), "data": b"x"}, write=True
+        )
+    )
+    assert await wait_until(lambda: helper.in_flight > 0, 30)
+    inner = [p for p in _helper_children(helper.process.pid) if _is_python(p)]
+    assert inner, "the helper's interpreter runs below bwrap"
+    for pid in inner:
+        os.kill(pid, signal.SIGKILL)
+    with pytest.raises(RpcError) as info:
+        await asyncio.wait_for(stuck, 60)
+    assert info.value.code == INTERNAL_ERROR
+    assert info.value.message.startswith("fs sandbox helper failed with status ")
+    # The next call gets a new helper, still sandboxed.
+    await run_sandboxed_fs_call(
+        ctx, func=WRITE_FILE, args={"path": str(ws / "b"), "data": b"b"}, write=True
+    )
+    (replacement,) = loop_pool().live()
+    assert replacement is not helper and replacement.process.pid != helper.process.pid
+    with pytest.raises(RpcError) as info:
+        await run_sandboxed_fs_call(
+            ctx,
+            func=WRITE_FILE,
+            args={"path": str(tmp_path / "outside"), "data": b"x"},
+            write=True,
+        )
+    assert [info.value.code, info.value.message] == EROFS
+
+
+def _is_python(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"execserver.sandbox.fs_helper.serve" in f.read()
+    except OSError:
+        return False
+
+
+async def test_lru_cap_and_idle_timeout_end_helpers(tmp_path: Path) -> None:
+    backend = detect_backend()
+    pool = HelperPool(max_helpers=1, idle_seconds=0.5)
+    try:
+        roots = []
+        for name in ("a", "b"):
+            root = tmp_path / name
+            root.mkdir()
+            (root / "f").write_text(name)
+            roots.append(root)
+        policies = [
+            resolve_policy(context(managed([entry(r, "read")])), fallback_cwd=None) for r in roots
+        ]
+        served, data = await pool.call(
+            policies[0], backend, "read_file", {"path": str(roots[0] / "f")}
+        )
+        assert (served, data) == (True, b"a")
+        (first,) = pool.live()
+        await pool.call(policies[1], backend, "read_file", {"path": str(roots[1] / "f")})
+        (second,) = pool.live()
+        assert second is not first
+        await asyncio.wait_for(first.process.wait(), 30)  # evicted: over the cap
+        await asyncio.wait_for(second.process.wait(), 30)  # idle for 0.5 s
+        assert pool.live() == []
+    finally:
+        await pool.aclose()
