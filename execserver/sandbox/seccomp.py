@@ -91,6 +91,21 @@ def _arg_lo(index: int) -> int:
     return _OFF_ARGS + 8 * index
 
 
+# Syscalls added since Linux 5.1 share one number on every architecture.
+_UNIFIED_NUMBERS: Final[dict[str, int]] = {
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "fspick": 433,
+    "openat2": 437,
+    "fchmodat2": 452,
+}
+
 # Syscalls that appear on one architecture only are simply absent from the other.
 _ARCHES: Final[dict[str, tuple[int, dict[str, int]]]] = {
     "x86_64": (
@@ -153,17 +168,7 @@ _ARCHES: Final[dict[str, tuple[int, dict[str, int]]]] = {
             "kexec_file_load": 320,
             "bpf": 321,
             "userfaultfd": 323,
-            "io_uring_setup": 425,
-            "io_uring_enter": 426,
-            "io_uring_register": 427,
-            "open_tree": 428,
-            "move_mount": 429,
-            "fsopen": 430,
-            "fsconfig": 431,
-            "fsmount": 432,
-            "fspick": 433,
-            "openat2": 437,
-            "fchmodat2": 452,
+            **_UNIFIED_NUMBERS,
         },
     ),
     "aarch64": (
@@ -220,17 +225,7 @@ _ARCHES: Final[dict[str, tuple[int, dict[str, int]]]] = {
             "bpf": 280,
             "userfaultfd": 282,
             "kexec_file_load": 294,
-            "io_uring_setup": 425,
-            "io_uring_enter": 426,
-            "io_uring_register": 427,
-            "open_tree": 428,
-            "move_mount": 429,
-            "fsopen": 430,
-            "fsconfig": 431,
-            "fsmount": 432,
-            "fspick": 433,
-            "openat2": 437,
-            "fchmodat2": 452,
+            **_UNIFIED_NUMBERS,
         },
     ),
 }
