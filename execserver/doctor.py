@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from execserver import REFERENCE_VERSION, __version__
+from execserver.config import DEFAULT_CGROUP_ROOT
 
 if TYPE_CHECKING:
     from execserver.sandbox.backend import SandboxBackend
@@ -71,20 +72,15 @@ def check_userns() -> Check:
     return Check("userns", True, f"max_user_namespaces = {max_ns or 'unknown'}")
 
 
-def check_cgroup() -> Check:
-    """cgroup v2 with a delegated subtree lets the daemon cap children's memory and pids."""
-    if _read("/sys/fs/cgroup/cgroup.controllers") is None:
-        return Check("cgroup", False, "cgroup v2 is not mounted at /sys/fs/cgroup (v1 or none)")
-    own = ""
-    for line in (_read("/proc/self/cgroup") or "").splitlines():
-        if line.startswith("0::"):
-            own = line[3:]
-    directory = os.path.join("/sys/fs/cgroup", own.lstrip("/"))
-    if os.access(os.path.join(directory, "cgroup.subtree_control"), os.W_OK) and os.access(
-        directory, os.W_OK
-    ):
-        return Check("cgroup", True, f"delegated: {directory} is writable")
-    return Check("cgroup", False, f"not delegated: {directory} is not writable by this user")
+def check_cgroup(root: str) -> Check:
+    """The per-process limits: the verdict of the same probe that ``serve`` uses for
+    ``--process-*-max`` (cgroup v2 delegated, or writable v1 controllers), so
+    ``--require cgroup`` passes exactly where those flags would work."""
+    from execserver.containment import describe_host
+
+    rows = {name: (ok, detail) for name, ok, detail in describe_host(root)}
+    ok, detail = rows["limits"]
+    return Check("cgroup", ok, detail)
 
 
 def _show_rlimit(value: int) -> str:
@@ -115,7 +111,9 @@ class Report:
         raise KeyError(name)
 
 
-def backend_checks(backend: SandboxBackend, shapes: list[ShapeResult]) -> list[Check]:
+def backend_checks(
+    backend: SandboxBackend, shapes: list[ShapeResult], cgroup_root: str
+) -> list[Check]:
     from execserver.sandbox.backend import find_bwrap
     from execserver.sandbox.shapes import DEFAULT_SHAPE
 
@@ -144,12 +142,14 @@ def backend_checks(backend: SandboxBackend, shapes: list[ShapeResult]) -> list[C
             backend.seccomp_ok,
             "filters available" if backend.seccomp_ok else "unavailable",
         ),
-        check_cgroup(),
+        check_cgroup(cgroup_root),
         sandbox,
     ]
 
 
-def build_report(backend: SandboxBackend | None = None) -> Report:
+def build_report(
+    backend: SandboxBackend | None = None, cgroup_root: str = DEFAULT_CGROUP_ROOT
+) -> Report:
     """Probe now (blocking: spawns sandboxes). ``backend``: the daemon's cached one;
     default a fresh probe of this host."""
     # Imported here: the probe runs bwrap, which `execserver --help` should not pay for.
@@ -175,7 +175,7 @@ def build_report(backend: SandboxBackend | None = None) -> Report:
             ]
         ),
     }
-    return Report(backend_checks(backend, shapes), shapes, info)
+    return Report(backend_checks(backend, shapes, cgroup_root), shapes, info)
 
 
 def shape_lines(
@@ -222,13 +222,17 @@ def render_text(report: Report, required: set[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cgroup_checks() -> list[Check]:
-    """Which cgroup controllers the --process-*-max limits could use here."""
+def cgroup_root() -> str:
+    """The cgroup root ``serve`` would use (the same environment override)."""
     from execserver.cli import CGROUP_ROOT_ENV
-    from execserver.config import DEFAULT_CGROUP_ROOT
+
+    return os.environ.get(CGROUP_ROOT_ENV) or DEFAULT_CGROUP_ROOT
+
+
+def cgroup_checks(root: str) -> list[Check]:
+    """Which cgroup controllers the --process-*-max limits could use here."""
     from execserver.containment import describe_host
 
-    root = os.environ.get(CGROUP_ROOT_ENV) or DEFAULT_CGROUP_ROOT
     return [Check(name, ok, detail) for name, ok, detail in describe_host(root)]
 
 
@@ -240,8 +244,9 @@ def cgroup_lines(checks: list[Check]) -> list[str]:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    report = build_report()
-    cgroups = cgroup_checks()
+    root = cgroup_root()
+    report = build_report(cgroup_root=root)
+    cgroups = cgroup_checks(root)
     report.extra_sections[CGROUP_SECTION] = cgroup_lines(cgroups)
     required = set(args.require or [])
     missing = sorted(name for name in required if not report.status(name))

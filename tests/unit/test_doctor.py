@@ -268,3 +268,17 @@ def test_cgroup_section_reports_usable_controllers_and_what_is_missing(tmp_path:
     assert "Delegate=yes" in rows["limits"]["detail"]
     done = doctor(env={"EXECSERVER_CGROUP_ROOT": str(tmp_path)})
     assert "per-process limits (--process-memory-max" in done.stdout
+
+
+def test_require_cgroup_follows_the_limits_verdict(tmp_path: Any) -> None:
+    """``--require cgroup`` passes exactly where ``serve --process-*-max`` would
+    start: the same probe (v2 delegated or writable v1), not a v2-only check."""
+    for env in ({}, {"EXECSERVER_CGROUP_ROOT": str(tmp_path)}):
+        code, doc = report("--require", "cgroup", env=env)
+        limits = next(c for c in doc["cgroups"] if c["name"] == "limits")
+        check = next(c for c in doc["checks"] if c["name"] == "cgroup")
+        assert check["ok"] is limits["ok"]
+        assert check["detail"] == limits["detail"]
+        assert code == (0 if limits["ok"] else 1)
+    # An empty root offers no controller at all: the requirement must fail there.
+    assert code == 1
