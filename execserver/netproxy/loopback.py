@@ -23,8 +23,8 @@ from execserver.netproxy.guard import (
     is_daemon_endpoint,
 )
 from execserver.netproxy.relay import close, relay
-from execserver.netproxy.sandbox import ProxyRoutes
 from execserver.sandbox.hidden import private_dir
+from execserver.sandbox.proxy_routed import ProxyRoutes
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
