@@ -79,14 +79,18 @@ async def start_server(
     env: dict[str, str] | None = None,
     wrapper: Sequence[str] = (),
     stderr: IO[bytes] | None = None,
+    cwd: str | Path | None = None,
+    serve: Sequence[str] | None = None,
 ) -> AsyncIterator[RunningServer]:
     """Start one server on ws://127.0.0.1:<free port> and stop it afterwards.
     ``wrapper``: argv put in front of the server's command (it must exec the rest),
     e.g. a simulated host without user namespaces. ``stderr``: a file for the
-    server's log (default: the test's own stderr)."""
+    server's log (default: the test's own stderr). ``cwd``: the daemon's working
+    directory (default: the project root). ``serve``: for execserver, the argv that
+    stands for ``python -m execserver serve`` (e.g. tests/netproxy_serve.py)."""
     listen = ["--listen", "ws://127.0.0.1:0"]
     if kind == "execserver":
-        cmd = execserver_command([*listen, *extra])
+        cmd = [*serve, *listen, *extra] if serve else execserver_command([*listen, *extra])
     elif kind == "reference":
         cmd = reference_command([*listen, *extra])
     else:
@@ -104,7 +108,7 @@ async def start_server(
         stdout=asyncio.subprocess.PIPE,
         stderr=stderr,
         env=full_env,
-        cwd=str(PROJECT_ROOT),
+        cwd=str(PROJECT_ROOT if cwd is None else cwd),
     )
     try:
         url = await _read_url(proc)
