@@ -8,10 +8,13 @@ bwrap probe (up to two bwrap runs) on the loop.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 from tests import loop_watch_serve
@@ -69,6 +72,18 @@ async def test_the_first_sandboxed_requests_never_block_the_loop(tmp_path: Path)
     assert started.output() == b"inside"
     assert "sandbox backend: bwrap (" + env["EXECSERVER_BWRAP"] in before, before
     assert "sandbox backend:" not in during
-    # The watch is live (asyncio logs in debug mode), and saw no stall.
+    # `execserver doctor` with the same settings prints the line serve logged.
+    doctor = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "execserver",
+        "doctor",
+        "--json",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await doctor.communicate()
+    assert f"sandbox backend: {json.loads(out)['backendDetail']}\n" in before
+    # The watch saw no stall.
     stalls = [float(s) for s in SLOW.findall(during)]
     assert not stalls, during
