@@ -15,7 +15,7 @@ DEFAULT_LISTEN = "ws://127.0.0.1:0"
 # The reference keeps detached sessions and exited processes for about 80 s.
 DEFAULT_SESSION_TTL_S = 80.0
 DEFAULT_EXITED_RETENTION_S = 80.0
-# Output kept per process for process/read after it was sent as notifications.
+# Output kept per process for process/read: the reference keeps roughly the last 1 MiB.
 DEFAULT_RETAINED_BYTES = 1024 * 1024
 # A daemonised grandchild holding the pipes must not delay process/closed forever.
 DEFAULT_PROCESS_DRAIN_TIMEOUT_S = 5.0

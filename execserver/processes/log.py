@@ -12,8 +12,8 @@ from __future__ import annotations
 import bisect
 from typing import NamedTuple
 
-# The reference keeps roughly the last 1 MiB of output per process (§8.4.3).
-DEFAULT_RETAINED_BYTES = 1024 * 1024
+# ServerConfig.process_retained_bytes: the last 1 MiB of output, as the reference.
+from execserver.config import DEFAULT_RETAINED_BYTES
 
 
 class Chunk(NamedTuple):

@@ -7,6 +7,12 @@ cwd, never the daemon's: measured on the reference 0.169.0, a program found
 only under ``<request cwd>/bin`` runs, with and without a sandbox, pipes and
 tty alike, while one found only under ``<daemon cwd>/bin`` is "No such file or
 directory" (tests/integration/test_process_program_lookup.py).
+
+This is the one place that decides whether and where a program is found. Inside
+a sandbox the exec itself is still bwrap's or ``launcher.py``'s execvp (bwrap
+has no way to set argv[0], and the program must see the name it was started
+by); both run in the request's cwd with the same PATH, so they find what was
+found here.
 """
 
 from __future__ import annotations
