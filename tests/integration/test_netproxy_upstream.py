@@ -13,15 +13,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tests.integration.test_netproxy_support import (
+from tests.support.netproxy import (
     HOSTS_ENV,
     Run,
     proxy_params,
     run_child,
     upstream_server,
 )
-from tests.integration.upstream_proxy_support import UpstreamProxy, upstream_proxy
-from tests.servers import start_server
+from tests.support.servers import start_server
+from tests.support.upstream_proxy import UpstreamProxy, upstream_proxy
 
 
 async def _run(

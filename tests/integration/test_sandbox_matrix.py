@@ -10,7 +10,7 @@ import pytest
 
 from execserver.sandbox import plan_process_launch
 from execserver.wire.sandbox import decode_sandbox_context
-from tests.integration.test_sandbox_support import (
+from tests.support.sandbox import (
     child_env,
     commands,
     context_json,

@@ -1,6 +1,6 @@
-"""Test helpers for the operations tests (auth, limits, metrics, audit): raw HTTP
-upgrades that show a rejection's status and body, a minimal JSON-RPC websocket
-client, and hand-made JWTs (so malformed ones can be built too)."""
+"""HTTP helpers for the operations tests (auth, limits, metrics, audit): raw HTTP
+upgrades that show a rejection's status and body, plain GETs, and hand-made JWTs
+(so malformed ones can be built too). JSON-RPC goes through tests/support/rpc.py."""
 
 from __future__ import annotations
 
@@ -8,11 +8,8 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import itertools
 import json
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -52,63 +49,6 @@ async def raw_request(
     body = await asyncio.wait_for(reader.readexactly(length), 10) if length else b""
     writer.close()
     return status, body.decode()
-
-
-class RpcSocket:
-    """A websocket speaking JSON-RPC: ``call`` returns the whole response object."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self.ws = ws
-        self._ids = itertools.count(1)
-        self.notifications: list[dict[str, Any]] = []
-        self._responses: dict[Any, dict[str, Any]] = {}
-
-    async def send(self, message: dict[str, Any]) -> None:
-        await self.ws.send_str(json.dumps(message))
-
-    async def receive(self) -> dict[str, Any]:
-        msg = await asyncio.wait_for(self.ws.receive(), 30)
-        if msg.type != aiohttp.WSMsgType.TEXT:
-            raise ConnectionError(f"websocket closed: {msg.type}")
-        decoded: dict[str, Any] = json.loads(msg.data)
-        return decoded
-
-    async def response(self, request_id: int | str) -> dict[str, Any]:
-        """The response to ``request_id``; other responses are kept for their own turn."""
-        if request_id in self._responses:
-            return self._responses.pop(request_id)
-        while True:
-            message = await self.receive()
-            if "method" in message:
-                self.notifications.append(message)
-            elif message.get("id") == request_id:
-                return message
-            else:
-                self._responses[message.get("id")] = message
-
-    async def call(self, method: str, params: Any = None) -> dict[str, Any]:
-        request_id = next(self._ids)
-        await self.send({"id": request_id, "method": method, "params": params})
-        return await self.response(request_id)
-
-    async def handshake(self, resume: str | None = None) -> str:
-        params: dict[str, Any] = {"clientName": "ops-test"}
-        if resume is not None:
-            params["resumeSessionId"] = resume
-        reply = await self.call("initialize", params)
-        await self.send({"method": "initialized"})
-        session_id: str = reply["result"]["sessionId"]
-        return session_id
-
-
-@asynccontextmanager
-async def rpc_socket(url: str, token: str | None = None) -> AsyncIterator[RpcSocket]:
-    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    async with (
-        aiohttp.ClientSession() as session,
-        session.ws_connect(url, headers=headers, max_msg_size=0) as ws,
-    ):
-        yield RpcSocket(ws)
 
 
 def _b64(data: bytes) -> str:

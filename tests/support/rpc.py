@@ -1,9 +1,19 @@
-"""A tiny JSON-RPC websocket client for the process tests (ours and the reference).
+"""The raw JSON-RPC websocket client the tests drive servers with (ours and the reference).
 
-It speaks just enough of the protocol to drive process/* methods: the
-handshake, requests matched by id, and every notification kept per processId
-so tests can assert on seq numbering and ordering. It deliberately does not use
-execserver.client (built concurrently; the tests must judge the server alone).
+It deliberately does not use ``execserver.client``: the tests must judge each
+server by exactly the frames it sends. One background reader keeps every frame:
+
+- ``call`` sends a request and waits for the response with its id, leaving every
+  other frame where it was; the response is a :class:`Reply` (a ``dict``: compare
+  it whole, or use ``.ok`` / ``.result`` / ``.error``). ``ok`` returns the result
+  or raises :class:`RpcFailure`; ``err`` returns ``(code, message)``.
+- ``recv`` takes the next frame no ``call``/``response`` has taken (responses to
+  hand-sent requests, notifications, server-to-client requests), in arrival order;
+  ``response(id)`` takes the response to one hand-sent request; and
+  ``next_notification(method)`` skips other notifications up to one of ``method``.
+- every notification is also kept, in order, in ``notifications`` and per
+  ``processId`` in ``processes`` (for seq and ordering assertions), and
+  ``arrivals`` records the order of responses and process notifications.
 """
 
 from __future__ import annotations
@@ -13,7 +23,8 @@ import base64
 import contextlib
 import itertools
 import json
-from collections.abc import AsyncIterator, Callable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +32,8 @@ import aiohttp
 
 TMP_URI = "file:///tmp"
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
+
+_NO_PARAMS: Any = object()
 
 
 def b64(data: bytes | str) -> str:
@@ -33,11 +46,34 @@ def unb64(text: str) -> bytes:
     return base64.b64decode(text)
 
 
+def uri(path: object) -> str:
+    return "file://" + str(path)
+
+
 class RpcFailure(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+class Reply(dict[str, Any]):
+    """One response object exactly as received, plus readable accessors."""
+
+    @property
+    def ok(self) -> bool:
+        return "result" in self
+
+    @property
+    def result(self) -> Any:
+        assert "result" in self, f"expected a result, got {dict(self)}"
+        return self["result"]
+
+    @property
+    def error(self) -> tuple[int, str]:
+        assert "error" in self, f"expected an error, got {dict(self)}"
+        err = self["error"]
+        return err["code"], err["message"]
 
 
 @dataclass
@@ -67,81 +103,180 @@ class ProcessEvents:
         return None
 
 
-class Client:
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+def _is_response(obj: Any) -> bool:
+    return isinstance(obj, dict) and "id" in obj and ("result" in obj or "error" in obj)
+
+
+def _is_notification(obj: Any) -> bool:
+    return isinstance(obj, dict) and "method" in obj and "id" not in obj
+
+
+def _id_key(request_id: Any) -> str:
+    # Ids are any JSON value (a fuzz test may even get a list back): index them by text.
+    return json.dumps(request_id, sort_keys=True)
+
+
+class RpcClient:
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, *, name: str = "tests") -> None:
         self.ws = ws
+        self.name = name
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self.last_id = 0
+        self.session_id: str | None = None
+        # Frames nobody has taken yet, by arrival number; responses also by id.
+        self._unread: OrderedDict[int, Any] = OrderedDict()
+        self._responses: dict[str, list[int]] = {}
+        self._arrival = itertools.count()
+        self.notifications: list[dict[str, Any]] = []
         self.processes: dict[str, ProcessEvents] = {}
         # Every frame in arrival order: ("response", id) or ("notification", processId).
         self.arrivals: list[tuple[str, Any]] = []
+        self.close_message: aiohttp.WSMessage | None = None
         self._changed = asyncio.Condition()
         self._reader = asyncio.get_running_loop().create_task(self._read())
-        self.session_id: str | None = None
+
+    # ---- reading --------------------------------------------------------------------
 
     async def _read(self) -> None:
-        async for msg in self.ws:
-            if msg.type != aiohttp.WSMsgType.TEXT:
-                break
-            obj = json.loads(msg.data)
-            if "id" in obj and ("result" in obj or "error" in obj):
-                self.arrivals.append(("response", obj["id"]))
-                fut = self._pending.pop(obj["id"], None)
-                if fut is not None and not fut.done():
-                    fut.set_result(obj)
-            elif "method" in obj:
-                params = obj.get("params") or {}
-                pid = params.get("processId")
-                if pid is not None:
-                    self.arrivals.append(("notification", pid))
-                    self.processes.setdefault(pid, ProcessEvents()).events.append(
-                        (obj["method"], params)
-                    )
+        try:
+            while True:
+                msg = await self.ws.receive()
+                if msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+                    self.close_message = msg
+                    return
+                self._keep(json.loads(msg.data))
+                async with self._changed:
+                    self._changed.notify_all()
+        finally:
+            if self.close_message is None:
+                self.close_message = aiohttp.WSMessage(aiohttp.WSMsgType.CLOSED, None, None)
             async with self._changed:
                 self._changed.notify_all()
-        for fut in self._pending.values():
-            if not fut.done():
-                fut.set_exception(ConnectionError("websocket closed"))
-        async with self._changed:
-            self._changed.notify_all()
 
-    async def send_request(self, method: str, params: Any) -> asyncio.Future[Any]:
-        """Send a request; the returned future resolves to the whole response object."""
-        request_id = next(self._ids)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = fut
-        await self.ws.send_str(json.dumps({"id": request_id, "method": method, "params": params}))
-        return fut
+    def _keep(self, obj: Any) -> None:
+        key = next(self._arrival)
+        self._unread[key] = obj
+        if _is_response(obj):
+            self.arrivals.append(("response", obj["id"]))
+            self._responses.setdefault(_id_key(obj["id"]), []).append(key)
+        elif _is_notification(obj):
+            self.notifications.append(obj)
+            params = obj.get("params") or {}
+            pid = params.get("processId") if isinstance(params, dict) else None
+            if pid is not None:
+                self.arrivals.append(("notification", pid))
+                self.processes.setdefault(pid, ProcessEvents()).events.append(
+                    (obj["method"], params)
+                )
 
-    async def call_raw(self, method: str, params: Any, timeout: float = 60) -> dict[str, Any]:
-        fut = await self.send_request(method, params)
-        return dict(await asyncio.wait_for(fut, timeout))
+    def _take(self, key: int) -> Any:
+        obj = self._unread.pop(key)
+        if _is_response(obj):
+            keys = self._responses[_id_key(obj["id"])]
+            keys.remove(key)
+        return obj
 
-    async def call(self, method: str, params: Any, timeout: float = 60) -> Any:
-        response = await self.call_raw(method, params, timeout)
-        if "error" in response:
-            raise RpcFailure(response["error"]["code"], response["error"]["message"])
-        return response["result"]
+    def _closed_error(self) -> ConnectionError:
+        msg = self.close_message
+        assert msg is not None
+        return ConnectionError(f"connection closed: {msg.type!r} {msg.data!r}")
 
-    async def handshake(self, resume: str | None = None) -> dict[str, Any]:
-        params: dict[str, Any] = {"clientName": "process-tests"}
+    async def _wait(self, ready: Callable[[], bool], timeout: float | None) -> None:
+        """Wait until ``ready()``; ConnectionError if the connection ends first."""
+        async with asyncio.timeout(timeout), self._changed:
+            while not ready():
+                if self.close_message is not None:
+                    raise self._closed_error()
+                await self._changed.wait()
+
+    async def recv(self, timeout: float = 10.0) -> Any:
+        """The next frame nothing else has taken, in arrival order."""
+        await self._wait(lambda: bool(self._unread), timeout)
+        return self._take(next(iter(self._unread)))
+
+    async def response(self, request_id: Any, timeout: float = 30.0) -> Reply:
+        """The response to ``request_id`` (sent by hand); other frames stay unread."""
+        slot = _id_key(request_id)
+        await self._wait(lambda: bool(self._responses.get(slot)), timeout)
+        return Reply(self._take(self._responses[slot][0]))
+
+    async def next_notification(self, method: str, timeout: float = 10) -> dict[str, Any]:
+        """The params of the next unread notification named ``method`` (earlier
+        unread notifications of other methods are dropped)."""
+
+        def found() -> bool:
+            for key, obj in list(self._unread.items()):
+                if _is_notification(obj):
+                    if obj["method"] == method:
+                        return True
+                    del self._unread[key]
+            return False
+
+        await self._wait(found, timeout)
+        key = next(k for k, obj in self._unread.items() if _is_notification(obj))
+        params: dict[str, Any] = self._take(key)["params"]
+        return params
+
+    def unread_notifications(self) -> list[dict[str, Any]]:
+        return [obj for obj in self._unread.values() if _is_notification(obj)]
+
+    async def closed(self, timeout: float = 10.0) -> aiohttp.WSMessage:
+        """The frame that ended the connection (CLOSE with the server's code, or CLOSED)."""
+        async with asyncio.timeout(timeout), self._changed:
+            await self._changed.wait_for(lambda: self.close_message is not None)
+        assert self.close_message is not None
+        return self.close_message
+
+    # ---- requests -------------------------------------------------------------------
+
+    async def send(self, message: Any) -> None:
+        """Send one frame: a JSON value, or a string sent as it is."""
+        await self.ws.send_str(message if isinstance(message, str) else json.dumps(message))
+
+    async def send_request(self, method: str, params: Any = _NO_PARAMS) -> Awaitable[Reply]:
+        """Send a request now; the returned awaitable gives its response."""
+        self.last_id = request_id = next(self._ids)
+        message: dict[str, Any] = {"id": request_id, "method": method}
+        if params is not _NO_PARAMS:
+            message["params"] = params
+        await self.send(message)
+        return asyncio.ensure_future(self.response(request_id, timeout=None))
+
+    async def call(self, method: str, params: Any = _NO_PARAMS, timeout: float = 60) -> Reply:
+        """The whole response to one request (``params`` left out unless given)."""
+        pending = await self.send_request(method, params)
+        return await asyncio.wait_for(pending, timeout)
+
+    async def ok(self, method: str, params: Any = _NO_PARAMS, timeout: float = 60) -> Any:
+        """The result of one request; :class:`RpcFailure` if it was answered with an error."""
+        reply = await self.call(method, params, timeout)
+        if "error" in reply:
+            raise RpcFailure(reply["error"]["code"], reply["error"]["message"])
+        return reply["result"]
+
+    async def err(
+        self, method: str, params: Any = _NO_PARAMS, timeout: float = 60
+    ) -> tuple[int, str]:
+        return (await self.call(method, params, timeout)).error
+
+    async def handshake(self, name: str | None = None, *, resume: str | None = None) -> Reply:
+        """``initialize`` (resuming ``resume`` if given) and, if it succeeded, ``initialized``."""
+        params: dict[str, Any] = {"clientName": name or self.name}
         if resume is not None:
             params["resumeSessionId"] = resume
         for _ in range(50):
-            response = await self.call_raw("initialize", params)
+            reply = await self.call("initialize", params)
             # Right after the previous connection closed the server may not have
             # noticed yet: the session is still attached (-32010) for a moment.
-            if resume is None or response.get("error", {}).get("code") != -32010:
+            if resume is None or reply.get("error", {}).get("code") != -32010:
                 break
             await asyncio.sleep(0.1)
-        if "error" in response:
-            raise RpcFailure(response["error"]["code"], response["error"]["message"])
-        result = response["result"]
-        await self.ws.send_str(json.dumps({"method": "initialized", "params": {}}))
-        self.session_id = result["sessionId"]
-        return dict(result)
+        if reply.ok:
+            self.session_id = reply.result["sessionId"]
+            await self.send({"method": "initialized", "params": {}})
+        return reply
 
-    # ---- process helpers ----------------------------------------------------------
+    # ---- process helpers ------------------------------------------------------------
 
     async def start(
         self, process_id: str, argv: list[str], *, env: dict[str, str] | None = None, **extra: Any
@@ -155,7 +290,7 @@ class Client:
         }
         params.update(extra)
         self.processes.setdefault(process_id, ProcessEvents())
-        return await self.call("process/start", params)
+        return await self.ok("process/start", params)
 
     def events(self, process_id: str) -> ProcessEvents:
         return self.processes.setdefault(process_id, ProcessEvents())
@@ -178,15 +313,15 @@ class Client:
         return await self.wait_closed(process_id, timeout)
 
     async def read(self, process_id: str, **kw: Any) -> Any:
-        return await self.call("process/read", {"processId": process_id, **kw})
+        return await self.ok("process/read", {"processId": process_id, **kw})
 
     async def write(self, process_id: str, data: bytes | str, write_id: str) -> str:
-        result = await self.call(
+        result = await self.ok(
             "process/write", {"processId": process_id, "chunk": b64(data), "writeId": write_id}
         )
         return str(result["status"])
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         await self.ws.close()
         self._reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, ConnectionError):
@@ -194,30 +329,37 @@ class Client:
 
 
 @contextlib.asynccontextmanager
-async def connect(url: str, *, resume: str | None = None) -> AsyncIterator[Client]:
-    async with aiohttp.ClientSession() as http:
-        ws = await http.ws_connect(url, max_msg_size=0, autoping=True)
-        client = Client(ws)
+async def connect(
+    url: str,
+    *,
+    handshake: bool = True,
+    resume: str | None = None,
+    token: str | None = None,
+    name: str = "tests",
+    **ws_options: Any,
+) -> AsyncIterator[RpcClient]:
+    """A connection to ``url``; with ``handshake`` (the default) already initialized
+    (resuming ``resume``), failing with :class:`RpcFailure` if the server refuses.
+    ``token`` is sent as a bearer token; ``ws_options`` go to ``ws_connect``."""
+    if token is not None:
+        headers = {**ws_options.get("headers", {}), "Authorization": f"Bearer {token}"}
+        ws_options["headers"] = headers
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(url, max_msg_size=0, **ws_options) as ws,
+    ):
+        client = RpcClient(ws, name=name)
         try:
-            await client.handshake(resume)
+            if handshake:
+                reply = await client.handshake(resume=resume)
+                if not reply.ok:
+                    raise RpcFailure(*reply.error)
             yield client
         finally:
-            await client.close()
+            await client.aclose()
 
 
-@contextlib.asynccontextmanager
-async def open_ws(url: str) -> AsyncIterator[Client]:
-    """A connection without the handshake (for resume error tests)."""
-    async with aiohttp.ClientSession() as http:
-        ws = await http.ws_connect(url, max_msg_size=0)
-        client = Client(ws)
-        try:
-            yield client
-        finally:
-            await client.close()
-
-
-async def read_all(client: Client, process_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
+async def read_all(client: RpcClient, process_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
     """Every retained chunk after ``after_seq``, following nextSeq like a real client."""
     chunks: list[dict[str, Any]] = []
     while True:
@@ -241,3 +383,38 @@ async def poll_until(predicate: Callable[[], bool], timeout: float = 10) -> bool
         await asyncio.sleep(0.01)
         done = predicate()
     return done
+
+
+def normalize(value: Any, root: str) -> Any:
+    """Replace the scratch directory with ``<D>`` and epoch milliseconds with ``<MS>``."""
+    if isinstance(value, str):
+        return value.replace(root, "<D>")
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int) and value > 10**12:
+        return "<MS>"
+    if isinstance(value, list):
+        return [normalize(v, root) for v in value]
+    if isinstance(value, dict):
+        return {k: normalize(v, root) for k, v in value.items()}
+    return value
+
+
+def outcome(reply: Reply, root: str) -> Any:
+    """``{"result": ...}`` or ``{"error": [code, message]}``, normalised."""
+    if reply.ok:
+        return {"result": normalize(reply.result, root)}
+    code, message = reply.error
+    return {"error": [code, normalize(message, root)]}
+
+
+async def check_cases(
+    client: RpcClient, root: str, cases: list[tuple[str, str, dict[str, Any], Any]]
+) -> None:
+    """Run ``(label, method, params, expected outcome)`` in order; report every mismatch."""
+    mismatches = []
+    for label, method, params, expected in cases:
+        got = outcome(await client.call(method, params), root)
+        if got != expected:
+            mismatches.append(f"{label}:\n   expected {expected}\n   got      {got}")
+    assert not mismatches, "\n".join(mismatches)
