@@ -1,4 +1,4 @@
-"""The client's exception hierarchy (core-client.md §1.6).
+"""The client's exception hierarchy.
 
 One base class, ``ExecServerError``. Error responses from the server become
 ``ExecServerRpcError`` subclasses chosen by code, so callers can write

@@ -1,4 +1,4 @@
-"""How fs/* reports OS errors (protocol §6.2), plus the fs-specific texts."""
+"""How fs/* reports OS errors, plus the fs-specific texts."""
 
 from __future__ import annotations
 

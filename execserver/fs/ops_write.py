@@ -115,7 +115,7 @@ def remove(
     recursive = True if recursive is None else recursive
     force = True if force is None else force
     if recursive and not follow_symlinks:
-        # Checked before anything else, even existence (protocol §8.17).
+        # Checked before anything else, even existence.
         raise RpcError.internal("recursive no-follow removal is unsupported")
     try:
         if follow_symlinks:

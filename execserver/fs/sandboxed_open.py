@@ -1,4 +1,4 @@
-"""fs/open under a sandbox: the policy is applied at open time (protocol §8.19).
+"""fs/open under a sandbox: the policy is applied at open time.
 
 A file descriptor cannot come back from the one-shot sandbox helper, so the
 helper performs the open itself — with the request's policy enforced by the

@@ -1,4 +1,4 @@
-"""fs/walk: a bounded breadth-first listing (protocol §8.16).
+"""fs/walk: a bounded breadth-first listing.
 
 Reverse-engineered from the 0.169.0 binary:
 * directories are read breadth-first, each one's entries sorted by name;

@@ -1,4 +1,4 @@
-"""fs/watchMissing: one one-shot watch per connection (protocol §8.20, [V p24-p27]).
+"""fs/watchMissing: one one-shot watch per connection.
 
 A call whose ``watchId`` is above every id seen on the connection replaces the
 current watch (even when the new one ends up inactive); any other call answers

@@ -1,4 +1,4 @@
-"""http/request params checks with the reference's -32602 texts (protocol §6.3).
+"""http/request params checks with the reference's -32602 texts.
 
 URL errors are those of the Rust ``url`` crate, method and header checks those
 of the ``http`` crate; the executor environment variable rules are the

@@ -1,4 +1,4 @@
-"""Executor-side managed network: a per-process egress proxy (protocol §8.4.5).
+"""Executor-side managed network: a per-process egress proxy.
 
 ``process/start`` with ``networkProxy`` starts a :class:`ProcessNetworkProxy`
 (``launch.py``) that listens on loopback for HTTP (CONNECT and absolute-form)

@@ -1,6 +1,6 @@
 """What the proxy decided about one request, and how that is reported.
 
-Every final decision goes out as ``network/policyDecision`` (protocol §9.7); a
+Every final decision goes out as ``network/policyDecision``; a
 blocked HTTP request is answered ``403`` with the reference's JSON body and
 ``x-proxy-error`` header. Texts and codes below were observed on 0.169.0
 (``mitm_required``'s message and the unix-socket texts are ours: [I]).
@@ -58,7 +58,7 @@ NOT_ALLOWED = Decision(
     header="blocked-by-allowlist",
     message="Domain not in allowlist.",
 )
-# No answer in time, an error answer, or no client attached: deny (§9.6).
+# No answer in time, an error answer, or no client attached: deny.
 DECIDER_UNANSWERED = Decision(
     "deny",
     "decider",

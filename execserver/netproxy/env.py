@@ -1,4 +1,4 @@
-"""The proxy variables injected into the child's environment (protocol §8.4.5).
+"""The proxy variables injected into the child's environment.
 
 The list is the one the reference 0.169.0 sets (dumped with ``env`` from a
 child): every common spelling, so curl, pip, npm, yarn, bundler, docker, node

@@ -1,6 +1,6 @@
 """Launch plan for a sandboxed child whose network must go through its proxy
 (``enforceManagedNetwork`` + ``networkProxy``), the reference's "host proxy
-routing bridge" (sandbox.md §1; observed: the child reaches the proxy through
+routing bridge" (observed: the child reaches the proxy through
 the port in HTTP_PROXY, a direct connect to any host port is refused).
 
 Shape::

@@ -1,4 +1,4 @@
-"""SOCKS5 wire constants and the server's reply (RFC 1928 §6), shared by the
+"""SOCKS5 wire constants and the server's reply (RFC 1928 section 6), shared by the
 TCP front end (``socks``) and UDP ASSOCIATE (``socks_udp``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The child environment: ``env`` plus the executor-side ``envPolicy`` (protocol §8.4.2).
+"""The child environment: ``env`` plus the executor-side ``envPolicy``.
 
 Built from the daemon's own environment, in the reference's order: inherit ->
 default excludes -> exclude -> set -> includeOnly -> overlay ``env``.

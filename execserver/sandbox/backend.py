@@ -1,6 +1,6 @@
 """Which kernel mechanisms can enforce a sandbox on this host: probed once, cached.
 
-Order of preference (sandbox.md §3.1):
+Order of preference:
 
 1. bubblewrap (mount/user/pid/ipc/net namespaces + our seccomp program). The
    binary is ``$EXECSERVER_BWRAP`` if set, else ``bwrap`` on PATH, else the one

@@ -1,4 +1,4 @@
-"""The bwrap command line for a resolved policy (the reference's layout, sandbox.md §1.3).
+"""The bwrap command line for a resolved policy (the reference's layout).
 
 Order matters to bwrap: later mounts cover earlier ones. So: the read view
 (``/`` read-only, or an empty tmpfs with only the readable paths), a fresh

@@ -1,5 +1,5 @@
 """fs/* under a sandbox: the operation runs in a helper inside the same kernel
-sandbox as a process would (sandbox.md §1.7, §3.6).
+sandbox as a process would.
 
 The fs service's own operations go to a persistent helper per resolved policy
 (``execserver.sandbox.fs_helper``), which never sees more than the policy's
@@ -50,7 +50,7 @@ _PACKAGE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(execserve
 
 
 def needs_sandboxed_fs(context: FileSystemSandboxContext, *, write: bool) -> bool:
-    """False when the relevant access is unrestricted (protocol §10.4): the caller
+    """False when the relevant access is unrestricted: the caller
     then runs the operation in-process, as the reference does."""
     return restricts_access(context, write=write)
 

@@ -1,4 +1,4 @@
-"""initialize, environment/info and environment/status (protocol §4.2, §8.1, §8.2)."""
+"""initialize, environment/info and environment/status."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Parsing of ``--listen`` values exactly as the reference accepts them (§1.1)."""
+"""Parsing of ``--listen`` values exactly as the reference accepts them."""
 
 from __future__ import annotations
 

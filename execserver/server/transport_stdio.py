@@ -1,4 +1,4 @@
-"""The stdio transport: newline-delimited JSON on the daemon's own stdin/stdout (§1.3)."""
+"""The stdio transport: newline-delimited JSON on the daemon's own stdin/stdout."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Capability discovery and executor config reading (protocol §8.3, §8.22, §8.23)."""
+"""Capability discovery and executor config reading."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The JSON-RPC envelope as the reference speaks it (protocol §3): no ``jsonrpc``
+"""The JSON-RPC envelope as the reference speaks it: no ``jsonrpc``
 member, ids that are integers or strings, and one message per frame.
 
 Incoming frames are classified in one msgspec pass (params stay raw bytes and

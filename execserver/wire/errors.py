@@ -92,7 +92,7 @@ def os_error_text(err: int) -> str:
 
 
 def rpc_error_from_os_error(exc: OSError) -> RpcError:
-    """Map an OSError of an fs operation to the reference's code + message (protocol §6.2)."""
+    """Map an OSError of an fs operation to the reference's code + message."""
     err = exc.errno if exc.errno is not None else errno.EIO
     message = os_error_text(err)
     if err == errno.ENOENT:

@@ -1,4 +1,4 @@
-"""http/request and its streamed body notifications (protocol §8.21, §9.4)."""
+"""http/request and its streamed body notifications."""
 
 from __future__ import annotations
 

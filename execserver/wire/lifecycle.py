@@ -1,4 +1,4 @@
-"""Handshake and environment messages (protocol §4, §8.1, §8.2)."""
+"""Handshake and environment messages."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ class InitializeParams(WireStruct):
 
 class ShellInfo(WireStruct):
     name: str
-    path: str  # a native path, not a URI (protocol §8.1)
+    path: str  # a native path, not a URI
 
 
 class EnvironmentCapabilities(WireStruct):

@@ -1,4 +1,4 @@
-"""Method and notification names of the exec-server protocol (0.169.0, protocol §14.1)."""
+"""Method and notification names of the exec-server protocol (0.169.0)."""
 
 from typing import Final
 

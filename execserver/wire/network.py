@@ -1,4 +1,4 @@
-"""Managed-network traffic from server to client (protocol §9.6, §9.7)."""
+"""Managed-network traffic from server to client."""
 
 from __future__ import annotations
 

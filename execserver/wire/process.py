@@ -1,4 +1,4 @@
-"""process/* requests, results and notifications (protocol §8.4-8.8, §9.1-9.3)."""
+"""process/* requests, results and notifications."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ WriteStatus = Literal["accepted", "unknownProcess", "stdinClosed", "starting"]
 
 
 class ExecEnvPolicy(WireStruct):
-    """Executor-side environment construction (protocol §8.4.2); every member is required."""
+    """Executor-side environment construction; every member is required."""
 
     inherit: Literal["all", "core", "none"]
     ignore_default_excludes: bool
