@@ -23,6 +23,8 @@ from execserver.config import (
     WsAuthConfig,
 )
 
+__all__ = ["CGROUP_ROOT_ENV", "build_parser", "main"]
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 EXIT_USAGE = 2
 

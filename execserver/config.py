@@ -4,6 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+__all__ = [
+    "DEFAULT_CGROUP_ROOT",
+    "DEFAULT_EXITED_RETENTION_S",
+    "DEFAULT_LISTEN",
+    "DEFAULT_SESSION_TTL_S",
+    "DEFAULT_WS_MAX_CLOCK_SKEW_S",
+    "PING_INTERVAL_S",
+    "LimitsConfig",
+    "ProcessLimitsConfig",
+    "ServerConfig",
+    "WsAuthConfig",
+]
+
 DEFAULT_LISTEN = "ws://127.0.0.1:0"
 # The reference keeps detached sessions and exited processes for about 80 s.
 DEFAULT_SESSION_TTL_S = 80.0

@@ -64,6 +64,8 @@ from execserver.wire.process import (
 )
 from execserver.wire.sandbox import FileSystemSandboxContext
 
+__all__ = ["CONNECT_TIMEOUT", "DEFAULT_CLIENT_NAME", "ClientState", "ExecServerClient", "check_url"]
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")

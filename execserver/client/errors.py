@@ -14,6 +14,31 @@ from typing import Literal
 
 from execserver.wire import errors as codes
 
+__all__ = [
+    "CommandError",
+    "CommandFailed",
+    "CommandNotExecutable",
+    "CommandNotFound",
+    "CommandTimeout",
+    "ExecServerConnectError",
+    "ExecServerError",
+    "ExecServerRpcError",
+    "ExecServerSessionMismatch",
+    "ExecServerTimeout",
+    "ExecServerTransportClosed",
+    "ExecServerUnavailable",
+    "InternalError",
+    "InvalidParams",
+    "InvalidRequest",
+    "MethodNotFound",
+    "NotFound",
+    "ProcessFailed",
+    "SessionAttached",
+    "WorkingDirectoryNotADirectory",
+    "WorkingDirectoryNotFound",
+    "rpc_error",
+]
+
 TimeoutPhase = Literal["connect", "initialize", "request"]
 
 

@@ -61,6 +61,8 @@ from execserver.wire.uri import uri_to_path
 if TYPE_CHECKING:
     from execserver.client.connection import ExecServerClient
 
+__all__ = ["RemoteFileHandle", "RemoteFileSystem", "RemotePath", "fs_error"]
+
 T = TypeVar("T")
 
 _OS_ERROR = re.compile(r"\(os error (\d+)\)\s*$")

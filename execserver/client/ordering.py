@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from execserver.client.events import Closed, Exited, Output, SeqEvent
 from execserver.wire.process import ReadResponse
 
+__all__ = ["SeqOrderer"]
+
 
 @dataclass
 class Reconciled:

@@ -41,6 +41,8 @@ from execserver.wire.process import (
 if TYPE_CHECKING:
     from execserver.client.connection import ExecServerClient
 
+__all__ = ["RemoteProcess"]
+
 log = logging.getLogger(__name__)
 
 # How long a hole may stay open before we ask the server, and how often we ask

@@ -26,6 +26,8 @@ from execserver.client.errors import (
 from execserver.client.transport import Transport
 from execserver.wire import errors as codes
 
+__all__ = ["NOT_HANDLED", "RpcConnection"]
+
 log = logging.getLogger(__name__)
 
 NotificationHandler = Callable[[str, msgspec.Raw], None]

@@ -20,3 +20,5 @@ Policy half:
 Runtimes: ``unified_exec`` (exec_command / write_stdin) and ``apply_patch``.
 Nothing here imports ``execserver.server``.
 """
+
+__all__: list[str] = []

@@ -1,1 +1,3 @@
 """Capability discovery (skills) and executor config reading."""
+
+__all__: list[str] = []

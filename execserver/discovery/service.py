@@ -21,6 +21,8 @@ from execserver.wire.discovery import (
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import decode_sandbox_param
 
+__all__ = ["register"]
+
 
 def _validate_config(params: EnvironmentConfigReadParams) -> None:
     validate_path_uri(params.cwd)

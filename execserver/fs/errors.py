@@ -6,6 +6,8 @@ import errno
 
 from execserver.wire.errors import RpcError, os_error_text, rpc_error_from_os_error
 
+__all__ = ["contains_symlink", "fs_error", "not_a_file", "not_a_regular_file"]
+
 
 def fs_error(exc: OSError) -> RpcError:
     """The reference's code and message for an OSError of an fs operation.

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from execserver.wire.errors import RpcError
 
+__all__ = ["FileHandles"]
+
 MAX_HANDLES = 128
 MAX_HANDLE_ID_BYTES = 32
 

@@ -17,6 +17,8 @@ from execserver.fs.errors import contains_symlink
 from execserver.fs.nofollow import components, open_dir_nofollow, parent_fd
 from execserver.wire.errors import RpcError
 
+__all__ = ["copy", "create_directory", "remove", "write_file_bytes"]
+
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 
 

@@ -21,6 +21,8 @@ from execserver.fs.mode import OpenMode
 from execserver.sandbox.fs import run_sandboxed_fs_call
 from execserver.wire.sandbox import FileSystemSandboxContext
 
+__all__ = ["open_handle_fd", "reopen_same_inode"]
+
 
 def reopen_same_inode(path: str, mode: str, dev: int, ino: int) -> int:
     fd = open_fd(path, mode, truncate=False)

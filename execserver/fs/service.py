@@ -54,6 +54,8 @@ from execserver.wire.fs import (
 )
 from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_param
 
+__all__ = ["register"]
+
 FAMILY = "filesystem"
 _U64_MAX = (1 << 64) - 1
 WALK_MAX_DEPTH, WALK_MAX_DIRECTORIES, WALK_MAX_ENTRIES = 64, 10_000, 50_000

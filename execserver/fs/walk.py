@@ -25,6 +25,8 @@ from execserver.fs.ops_read import lossy_name
 from execserver.wire.errors import os_error_text
 from execserver.wire.uri import path_to_uri
 
+__all__ = ["walk"]
+
 _DIR, _FILE, _LINK_DIR, _OTHER = range(4)
 
 

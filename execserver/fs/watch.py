@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from execserver.fs import inotify
 
+__all__ = ["MissingWatch"]
+
 log = logging.getLogger(__name__)
 
 _APPEAR = inotify.IN_CREATE | inotify.IN_MOVED_TO

@@ -25,6 +25,8 @@ from execserver.wire.http import (
     ResponseHeader,
 )
 
+__all__ = ["register"]
+
 FAMILY = "http"
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from execserver.wire.errors import RpcError
 from execserver.wire.http import HttpHeader
 
+__all__ = ["TargetUrl", "check_method", "grouped", "parse_url", "resolve_headers"]
+
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
 _TOKEN_RE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _DEFAULT_PORTS = {"http": 80, "https": 443}

@@ -9,3 +9,5 @@ and answers blocked requests with 403. A sandboxed child reaches it only
 through a bridge inside its network namespace (``sandbox.py``, ``bridge.py``).
 See docs/managed-network.md.
 """
+
+__all__: list[str] = []

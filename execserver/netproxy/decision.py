@@ -15,6 +15,25 @@ from typing import Literal
 
 from execserver.wire.network import NetworkPolicyDecisionNotification
 
+__all__ = [
+    "BASELINE_ALLOW",
+    "DECIDER_ALLOW",
+    "DECIDER_UNANSWERED",
+    "DENYLIST",
+    "METHOD_NOT_ALLOWED",
+    "MITM_REQUIRED",
+    "NOT_ALLOWED",
+    "NOT_ALLOWED_LOCAL",
+    "UNIX_SOCKET_DENIED",
+    "Decision",
+    "Target",
+    "blocked_response",
+    "decider_answer",
+    "notification",
+    "simple_response",
+    "timestamp",
+]
+
 # Protocol labels, the same in policyRequest and policyDecision (observed).
 Protocol = Literal["http", "https_connect", "socks5_tcp", "socks5_udp"]
 

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from execserver.netproxy.credentials import CredentialVault
     from execserver.netproxy.upstream import UpstreamProxies
 
+__all__ = ["Asker", "Notifier", "Outcome", "PolicyEngine"]
+
 log = logging.getLogger(__name__)
 
 # Asks the client about (request protocol, host, port); returns the JSON result.

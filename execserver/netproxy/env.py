@@ -7,6 +7,8 @@ and electron all pick the proxy up. They override the request's own values.
 
 from __future__ import annotations
 
+__all__ = ["LOCAL_NO_PROXY", "proxy_environment"]
+
 HTTP_NAMES = (
     "HTTP_PROXY",
     "HTTPS_PROXY",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from execserver.server.rpc import MethodTable
 
+__all__ = ["register"]
+
 
 def register(table: MethodTable) -> None:
     table.capabilities.add("network_proxy_launch")

@@ -7,6 +7,19 @@ import ipaddress
 import struct
 from typing import Final
 
+__all__ = [
+    "ATYP_DOMAIN",
+    "ATYP_IPV4",
+    "ATYP_IPV6",
+    "REPLY_ADDRESS_NOT_SUPPORTED",
+    "REPLY_COMMAND_NOT_SUPPORTED",
+    "REPLY_HOST_UNREACHABLE",
+    "REPLY_NOT_ALLOWED",
+    "REPLY_OK",
+    "VERSION",
+    "reply",
+]
+
 VERSION: Final = 5
 ATYP_IPV4, ATYP_DOMAIN, ATYP_IPV6 = 1, 3, 4
 REPLY_OK: Final = 0

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 
 from execserver.wire.process import ExecEnvPolicy
 
+__all__ = ["build_environment"]
+
 # What inherit=core keeps on Linux in 0.169.0 (USERNAME is not among them).
 CORE_VARS = frozenset(
     (

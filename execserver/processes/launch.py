@@ -23,6 +23,8 @@ from execserver.processes.envpolicy import build_environment
 from execserver.wire.errors import RpcError, os_error_text
 from execserver.wire.process import ExecParams, SandboxType
 
+__all__ = ["LaunchPlan", "Spawned", "plan_launch", "spawn"]
+
 # The reference's pseudo-terminal is 24 rows x 80 columns and cannot be resized.
 PTY_ROWS = 24
 PTY_COLS = 80

@@ -12,6 +12,8 @@ from __future__ import annotations
 import bisect
 from typing import NamedTuple
 
+__all__ = ["DEFAULT_RETAINED_BYTES", "Chunk", "OutputLog"]
+
 # The reference keeps roughly the last 1 MiB of output per process.
 DEFAULT_RETAINED_BYTES = 1024 * 1024
 

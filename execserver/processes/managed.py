@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from execserver.processes.tree import ProcessTree
     from execserver.server.sessions import Session
 
+__all__ = ["CHUNKS_PER_READ", "PAUSE_BACKLOG", "DenialClassifier", "ManagedProcess"]
+
 log = logging.getLogger(__name__)
 
 # Read sizes of the reference: pipes deliver <= 8192 bytes per chunk, a pty <= 4095.

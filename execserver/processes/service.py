@@ -42,6 +42,8 @@ from execserver.wire.process import (
 from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_param
 from execserver.wire.uri import uri_to_path
 
+__all__ = ["register"]
+
 # A daemonised grandchild holding the pipes must not delay process/closed forever.
 DEFAULT_DRAIN_TIMEOUT_S = 5.0
 MAX_SNAPSHOT_SCOPE_BYTES = 256

@@ -25,6 +25,8 @@ from execserver.wire.errors import RpcError
 if TYPE_CHECKING:
     from execserver.server.sessions import Session
 
+__all__ = ["ProcessTable"]
+
 log = logging.getLogger(__name__)
 
 

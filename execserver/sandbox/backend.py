@@ -32,6 +32,15 @@ from typing import Final
 from execserver.sandbox import seccomp
 from execserver.sandbox.mounts import SyntheticMounts
 
+__all__ = [
+    "BWRAP_ENV",
+    "NO_LANDLOCK_ENV",
+    "SandboxBackend",
+    "detect_backend",
+    "find_bwrap",
+    "probe_backend",
+]
+
 _LOG = logging.getLogger(__name__)
 BWRAP_ENV: Final = "EXECSERVER_BWRAP"
 NO_LANDLOCK_ENV: Final = "EXECSERVER_SANDBOX_NO_LANDLOCK"

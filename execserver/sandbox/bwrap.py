@@ -28,6 +28,8 @@ from execserver.sandbox.policy import (
 )
 from execserver.wire.errors import RpcError
 
+__all__ = ["BwrapLayout", "build_layout", "release_layout"]
+
 
 @dataclass
 class BwrapLayout:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Final
 
+__all__ = ["is_sandbox_denied"]
+
 DENIAL_KEYWORDS: Final = (
     "operation not permitted",
     "permission denied",

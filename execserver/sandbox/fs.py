@@ -43,6 +43,8 @@ from execserver.sandbox.policy import (
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 from execserver.wire.sandbox import FileSystemSandboxContext
 
+__all__ = ["needs_sandboxed_fs", "run_sandboxed_fs_call"]
+
 _RUNNER_MODULE: Final = "execserver.sandbox.fs_runner"
 _WRITE_BYTES: Final = "execserver.fs.ops_write:write_file_bytes"
 _WRITE_BASE64: Final = "execserver.fs.ops_write:write_file"

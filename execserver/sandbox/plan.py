@@ -45,6 +45,16 @@ from execserver.wire.sandbox import FileSystemSandboxContext
 if TYPE_CHECKING:
     from execserver.netproxy.sandbox import ProxyRoutes
 
+__all__ = [
+    "LAUNCHER",
+    "SANDBOX_TYPE",
+    "LaunchPlan",
+    "interpreter_paths",
+    "off_loop",
+    "plan_for_policy",
+    "plan_process_launch",
+]
+
 SANDBOX_TYPE: Final = "linuxSeccomp"
 LAUNCHER: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
 _PROXY_ENV: Final = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")

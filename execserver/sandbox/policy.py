@@ -47,6 +47,18 @@ from execserver.wire.sandbox import (
 )
 from execserver.wire.uri import uri_to_path
 
+__all__ = [
+    "DYNAMIC_CWD_MESSAGE",
+    "MINIMAL_READ_PATHS",
+    "PROTECTED_NAMES",
+    "PathRule",
+    "ResolvedPolicy",
+    "has_dynamic_entries",
+    "resolve_policy",
+    "restricts_access",
+    "unenforceable",
+]
+
 RuleAccess = Literal["read", "write", "deny"]
 
 # Names kept read-only (and not creatable) inside every writable root.

@@ -29,6 +29,28 @@ from execserver.server.listen import ListenAddress, parse_listen
 from execserver.server.transport_ws import UpgradeCheck
 from execserver.wire.errors import os_error_text
 
+__all__ = [
+    "AUTH_MODES",
+    "CAPABILITY_TOKEN",
+    "EXPIRED_JWT",
+    "INVALID_HEADER",
+    "INVALID_JWT",
+    "INVALID_TOKEN",
+    "JWT_NOT_YET_VALID",
+    "MISSING_TOKEN",
+    "SIGNED_BEARER_TOKEN",
+    "AuthConfigError",
+    "CapabilityTokenVerifier",
+    "SignedBearerVerifier",
+    "TokenVerifier",
+    "bearer_token",
+    "check_exposure",
+    "load_verifier",
+    "make_upgrade_check",
+    "startup_checks",
+    "validate_flags",
+]
+
 log = logging.getLogger(__name__)
 
 CAPABILITY_TOKEN: Final = "capability-token"

@@ -44,6 +44,8 @@ from execserver.wire.envelope import (
 )
 from execserver.wire.errors import INTERNAL_ERROR, METHOD_NOT_FOUND, RpcError
 
+__all__ = ["Connection", "ProtocolViolation"]
+
 log = logging.getLogger(__name__)
 
 SendFrame = Callable[[bytes], Awaitable[None]]

@@ -23,6 +23,8 @@ from execserver.wire.lifecycle import (
 )
 from execserver.wire.uri import path_to_uri
 
+__all__ = ["register"]
+
 # Clients gate features on executorVersion; we speak the 0.169.0 protocol.
 EXECUTOR_VERSION = REFERENCE_VERSION
 PROVIDER_ID = "sha256:" + hashlib.sha256(f"execserver {__version__}".encode()).hexdigest()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+__all__ = ["ListenAddress", "parse_listen"]
+
 
 class ListenError(ValueError):
     pass

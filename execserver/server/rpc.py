@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from execserver.server.runtime import ServerRuntime
     from execserver.server.sessions import Session
 
+__all__ = ["MethodTable", "RequestContext"]
+
 P = TypeVar("P")
 
 

@@ -24,6 +24,8 @@ from execserver.server.sessions import SessionRegistry
 from execserver.server.transport_stdio import serve_stdio
 from execserver.server.transport_ws import UpgradeCheck, build_app
 
+__all__ = ["Server", "build_runtime"]
+
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 10.0

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
+__all__ = ["ScopedState"]
+
 log = logging.getLogger(__name__)
 
 

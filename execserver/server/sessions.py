@@ -20,6 +20,8 @@ from execserver.wire.errors import SESSION_ALREADY_ATTACHED, RpcError
 if TYPE_CHECKING:
     from execserver.server.connection import Connection
 
+__all__ = ["Session", "SessionRegistry"]
+
 log = logging.getLogger(__name__)
 
 

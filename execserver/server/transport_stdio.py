@@ -10,6 +10,8 @@ import sys
 from execserver.server.connection import Connection, ProtocolViolation
 from execserver.server.runtime import ServerRuntime
 
+__all__ = ["serve_stdio"]
+
 log = logging.getLogger(__name__)
 
 PARSE_ERROR_PREFIX = "failed to parse JSON-RPC message from exec-server stdio: "

@@ -18,6 +18,8 @@ from execserver.server.connection import Connection, ProtocolViolation
 from execserver.server.metrics import CONTENT_TYPE
 from execserver.server.runtime import ServerRuntime
 
+__all__ = ["UpgradeCheck", "build_app"]
+
 log = logging.getLogger(__name__)
 
 RUNTIME_KEY = web.AppKey("runtime", ServerRuntime)

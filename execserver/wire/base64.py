@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import binascii
 
+__all__ = ["Base64Error", "decode_base64"]
+
 _ALPHABET = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
 _PAD = ord("=")
 

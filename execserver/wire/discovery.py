@@ -8,6 +8,15 @@ import msgspec
 
 from execserver.wire.base import WireStruct, absent_raw
 
+__all__ = [
+    "CapabilitiesDiscoverV2Params",
+    "CapabilitiesDiscoverV2Response",
+    "CapabilityRootsDiscoverV1Params",
+    "CapabilityRootsDiscoverV1Response",
+    "EnvironmentConfigReadParams",
+    "EnvironmentConfigReadResponse",
+]
+
 
 class CapabilitiesDiscoverV2Params(WireStruct):
     cwd: str

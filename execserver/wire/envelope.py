@@ -14,6 +14,23 @@ from typing import Any
 
 import msgspec
 
+__all__ = [
+    "PARSE_ERROR_ID",
+    "ErrorMessage",
+    "ErrorObject",
+    "IncomingNotification",
+    "IncomingRequest",
+    "IncomingResponse",
+    "MalformedMessage",
+    "NotificationMessage",
+    "RequestMessage",
+    "ResponseMessage",
+    "decode_incoming",
+    "describe_value",
+    "encode_error",
+    "encode_message",
+]
+
 RequestId = int | str
 
 # The id the reference uses for errors about messages it could not parse.

@@ -10,6 +10,20 @@ from __future__ import annotations
 import errno
 from typing import Final
 
+__all__ = [
+    "DRAINING_MESSAGE",
+    "EXECUTOR_DRAINING",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "METHOD_NOT_FOUND",
+    "NOT_FOUND",
+    "PARSE_OR_INVALID_REQUEST",
+    "SESSION_ALREADY_ATTACHED",
+    "RpcError",
+    "os_error_text",
+    "rpc_error_from_os_error",
+]
+
 PARSE_OR_INVALID_REQUEST: Final = -32600
 METHOD_NOT_FOUND: Final = -32601
 INVALID_PARAMS: Final = -32602

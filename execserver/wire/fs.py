@@ -12,6 +12,34 @@ import msgspec
 
 from execserver.wire.base import U64, WireStruct, absent_raw
 
+__all__ = [
+    "CanonicalizeParams",
+    "CanonicalizeResponse",
+    "CloseParams",
+    "CopyParams",
+    "CreateDirectoryParams",
+    "DirectoryEntry",
+    "FileMetadata",
+    "GetMetadataParams",
+    "MissingChangedNotification",
+    "OpenParams",
+    "OpenResponse",
+    "ReadBlockParams",
+    "ReadBlockResponse",
+    "ReadDirectoryParams",
+    "ReadDirectoryResponse",
+    "ReadFileParams",
+    "ReadFileResponse",
+    "RemoveParams",
+    "WalkOptions",
+    "WalkOutcome",
+    "WalkParams",
+    "WatchMissingParams",
+    "WatchMissingResponse",
+    "WriteBlockParams",
+    "WriteFileParams",
+]
+
 _NO_SANDBOX: msgspec.Raw = msgspec.field(default_factory=absent_raw)
 
 

@@ -6,6 +6,14 @@ from typing import Literal
 
 from execserver.wire.base import U64, WireStruct
 
+__all__ = [
+    "HttpHeader",
+    "HttpRequestBodyDeltaNotification",
+    "HttpRequestParams",
+    "HttpRequestResponse",
+    "ResponseHeader",
+]
+
 
 class HttpHeader(WireStruct):
     name: str

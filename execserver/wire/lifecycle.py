@@ -6,6 +6,16 @@ from typing import Literal
 
 from execserver.wire.base import WireStruct
 
+__all__ = [
+    "EnvironmentCapabilities",
+    "EnvironmentInfo",
+    "EnvironmentStatusResponse",
+    "InitializeParams",
+    "InitializeResponse",
+    "InitializedNotification",
+    "ShellInfo",
+]
+
 
 class InitializeParams(WireStruct):
     client_name: str

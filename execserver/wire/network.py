@@ -6,6 +6,13 @@ from typing import Literal
 
 from execserver.wire.base import OptionalFieldsStruct, WireStruct
 
+__all__ = [
+    "NetworkPolicyDecisionNotification",
+    "NetworkPolicyRequestParams",
+    "NetworkPolicyRequestResult",
+    "NetworkRequestTarget",
+]
+
 
 class NetworkRequestTarget(WireStruct):
     protocol: str

@@ -9,6 +9,29 @@ import msgspec
 
 from execserver.wire.base import U64, OptionalFieldsStruct, WireStruct, absent_raw
 
+__all__ = [
+    "CredentialProviderConfig",
+    "ExecEnvPolicy",
+    "ExecParams",
+    "ExecResponse",
+    "ManagedNetworkSandboxContext",
+    "ProcessClosedNotification",
+    "ProcessExitedNotification",
+    "ProcessOutputChunk",
+    "ProcessOutputNotification",
+    "ReadParams",
+    "ReadResponse",
+    "RemoteNetworkProxyConfig",
+    "RemoteNetworkProxyLaunchConfig",
+    "SandboxType",
+    "SignalParams",
+    "TerminateParams",
+    "TerminateResponse",
+    "WriteParams",
+    "WriteResponse",
+    "WriteStatus",
+]
+
 ProcessStream = Literal["stdout", "stderr", "pty"]
 SandboxType = Literal["none", "linuxSeccomp", "macosSeatbelt", "windowsRestrictedToken"]
 WriteStatus = Literal["accepted", "unknownProcess", "stdinClosed", "starting"]

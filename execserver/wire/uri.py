@@ -13,6 +13,8 @@ from urllib.parse import quote, unquote
 
 from execserver.wire.errors import RpcError
 
+__all__ = ["path_to_uri", "uri_to_path"]
+
 _SAFE = "/-._~!$&'()*+,;=:@"
 
 
