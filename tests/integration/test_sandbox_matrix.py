@@ -1,4 +1,4 @@
-"""The policy x command matrix of sandbox.md against our launch plans, with the
+"""The policy x command matrix (tests/support/sandbox.py) against our launch plans, with the
 outcomes recorded from the codex 0.169.0 exec-server (test_sandbox_parity
 re-checks them live against the reference binary)."""
 

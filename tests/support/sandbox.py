@@ -160,7 +160,7 @@ def markers(text: str) -> set[str]:
 
 
 # --------------------------------------------------------------------------- the matrix
-# The policy x command matrix of sandbox.md (probe_compare.py), used against the
+# The policy x command matrix measured on the reference, used against the
 # reference (test_sandbox_parity) and with recorded outcomes (test_sandbox_matrix).
 def policies(tree: Tree) -> dict[str, dict[str, Any]]:
     return {
