@@ -1,4 +1,4 @@
-"""envPolicy applied on the executor side, judged against the reference (probes p17/p18)."""
+"""envPolicy applied on the executor side, judged against the reference."""
 
 from __future__ import annotations
 
