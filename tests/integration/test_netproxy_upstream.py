@@ -1,7 +1,7 @@
 """allowUpstreamProxy: allowed connections leave through the executor's proxy.
 
 The daemon runs with ``HTTP_PROXY``/``HTTPS_PROXY`` naming a recording
-CONNECT/HTTP proxy on 127.0.0.1 (``upstream_proxy_support``), and made-up
+CONNECT/HTTP proxy on 127.0.0.1 (tests/support/upstream_proxy.py), and made-up
 domains mapped to 127.0.0.1 by the resolver hook. execserver only: the
 reference 0.169.0 connected straight to loopback destinations in our probes
 even with ``allowUpstreamProxy`` (and blocks unresolvable names as local), so
