@@ -24,6 +24,17 @@ from execserver.config import (
     WsAuthConfig,
 )
 
+__all__ = [
+    "CGROUP_ROOT_ENV",
+    "build_parser",
+    "cgroup_root_from",
+    "config_from_args",
+    "main",
+    "run_server",
+    "sandbox_config_from",
+    "serve",
+]
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 EXIT_USAGE = 2
 
@@ -126,7 +137,7 @@ def _add_process_limit_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_auth_flags(p: argparse.ArgumentParser) -> None:
-    """The reference's websocket auth flags (protocol §2, §11)."""
+    """The reference's websocket auth flags."""
     from execserver.server.auth import AUTH_MODES
 
     p.add_argument("--ws-auth", choices=AUTH_MODES, metavar="MODE", help="websocket auth mode")

@@ -11,6 +11,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+__all__ = [
+    "DEFAULT_CGROUP_ROOT",
+    "DEFAULT_EXITED_RETENTION_S",
+    "DEFAULT_GLOB_SCAN_LIMIT",
+    "DEFAULT_LISTEN",
+    "DEFAULT_PROCESS_DRAIN_TIMEOUT_S",
+    "DEFAULT_RETAINED_BYTES",
+    "DEFAULT_SESSION_TTL_S",
+    "DEFAULT_WS_MAX_CLOCK_SKEW_S",
+    "ENVIRONMENT_SETTINGS",
+    "PING_INTERVAL_S",
+    "LimitsConfig",
+    "ProcessLimitsConfig",
+    "SandboxConfig",
+    "ServerConfig",
+    "WsAuthConfig",
+]
+
 DEFAULT_LISTEN = "ws://127.0.0.1:0"
 # The reference keeps detached sessions and exited processes for about 80 s.
 DEFAULT_SESSION_TTL_S = 80.0

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from execserver.netproxy.policy import LOCAL_NAMES, is_ip_literal, normalize_host
 
+__all__ = ["Resolution", "ResolveError", "Resolver", "parse_hosts"]
+
 
 @dataclass(frozen=True)
 class Resolution:

@@ -1,4 +1,4 @@
-"""The retained output of one process, addressed by sequence number (protocol §8.4.3, §8.5).
+"""The retained output of one process, addressed by sequence number.
 
 One counter per process numbers every event: output chunks, the exit and the
 close each take the next value. Only output chunks are kept here; the log
@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 # ServerConfig.process_retained_bytes: the last 1 MiB of output, as the reference.
 from execserver.config import DEFAULT_RETAINED_BYTES
+
+__all__ = ["DEFAULT_RETAINED_BYTES", "Chunk", "OutputLog"]
 
 
 class Chunk(NamedTuple):

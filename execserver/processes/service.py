@@ -41,6 +41,8 @@ from execserver.wire.process import (
 from execserver.wire.sandbox import decode_sandbox_param
 from execserver.wire.uri import uri_to_path
 
+__all__ = ["register"]
+
 MAX_SNAPSHOT_SCOPE_BYTES = 256
 
 

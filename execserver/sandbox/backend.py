@@ -32,6 +32,14 @@ from typing import Final
 from execserver.sandbox import seccomp
 from execserver.sandbox.mounts import SyntheticMounts
 
+__all__ = [
+    "PRIVATE_PROC_REMEDY",
+    "SandboxBackend",
+    "find_bwrap",
+    "log_backend",
+    "probe_backend",
+]
+
 _LOG = logging.getLogger(__name__)
 _PROBE_TIMEOUT_S: Final = 20.0
 _SYS_LANDLOCK_CREATE_RULESET: Final = 444  # the same number on every architecture

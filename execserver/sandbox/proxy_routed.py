@@ -49,6 +49,8 @@ from execserver.sandbox.program import child_search_path
 
 __all__ = ["BRIDGE", "ProxyRoutes", "plan_proxy_routed"]
 
+__all__ = ["ProxyRoutes", "plan_proxy_routed"]
+
 _UNIX_ALLOW_LIST_REFUSAL = (
     "execserver-sandbox: managed network with allowUnixSockets cannot be enforced by this "
     "executor: direct unix socket connections are refused under a managed proxy (reach "

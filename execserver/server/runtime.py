@@ -15,6 +15,8 @@ from execserver.server.rpc import MethodTable
 from execserver.server.scoped import ScopedState
 from execserver.server.sessions import SessionRegistry
 
+__all__ = ["ServerRuntime"]
+
 if TYPE_CHECKING:
     from execserver.sandbox.backend import SandboxBackend
 

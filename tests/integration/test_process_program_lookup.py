@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_sandbox_support import ROOT_READ, context_json, managed, uri
-from tests.process_client import RpcFailure, connect
-from tests.servers import start_server
+from tests.support.rpc import RpcFailure, connect
+from tests.support.sandbox import ROOT_READ, context_json, managed, uri
+from tests.support.servers import start_server
 
 ENV = {"PATH": "rel:/usr/bin:/bin"}
 

@@ -2,7 +2,7 @@
 sandboxed requests after start-up do no probing and never stall the event loop.
 
 Measured on the running daemon's own loop (debug mode, slow-callback logging at
-50 ms, tests/loop_watch_serve.py): before, the first sandboxed fs call ran the
+50 ms, tests/support/loop_watch_serve.py): before, the first sandboxed fs call ran the
 bwrap probe (up to two bwrap runs) on the loop.
 """
 
@@ -17,10 +17,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from tests import loop_watch_serve
-from tests.integration.test_sandbox_support import ROOT_READ, context_json, entry, managed, uri
-from tests.process_client import connect
-from tests.servers import start_server
+from tests.support import loop_watch_serve
+from tests.support.rpc import connect
+from tests.support.sandbox import ROOT_READ, context_json, entry, managed, uri
+from tests.support.servers import start_server
 
 SLOW_CALLBACK_S = 0.05
 SLOW = re.compile(r"Executing .* took (\d+\.\d+) seconds")
@@ -56,7 +56,7 @@ async def test_the_first_sandboxed_requests_never_block_the_loop(tmp_path: Path)
             warm = await client.run("warm", ["true"], cwd=uri(ws))
             assert warm.exited() is not None
             mark = log.stat().st_size
-            read = await client.call("fs/readFile", {"path": uri(ws / "f"), "sandbox": sandbox})
+            read = await client.ok("fs/readFile", {"path": uri(ws / "f"), "sandbox": sandbox})
             started = await client.run(
                 "sandboxed", ["cat", str(ws / "f")], cwd=uri(ws), sandbox=sandbox
             )

@@ -19,6 +19,8 @@ from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.pool import eligible, loop_pool
 from execserver.sandbox.policy import ResolvedPolicy
 
+__all__ = ["call_persistent"]
+
 
 def _b64(data: Any) -> str:
     return binascii.b2a_base64(data, newline=False).decode("ascii")

@@ -1,4 +1,4 @@
-"""``python -m tests.netproxy_serve NAME=ADDR,... [serve flags]``: ``execserver serve``
+"""``python -m tests.support.netproxy_serve NAME=ADDR,... [serve flags]``: ``execserver serve``
 with the managed-network proxy's resolver overrides injected.
 
 The overrides make names resolve without DNS and exempt their addresses from
@@ -17,9 +17,9 @@ from execserver.netproxy.resolver import parse_hosts
 
 
 def command(hosts: Mapping[str, str]) -> list[str]:
-    """The ``serve`` argv for tests.servers.start_server."""
+    """The ``serve`` argv for tests.support.servers.start_server."""
     text = ",".join(f"{name}={address}" for name, address in hosts.items())
-    return [sys.executable, "-m", "tests.netproxy_serve", text]
+    return [sys.executable, "-m", "tests.support.netproxy_serve", text]
 
 
 def main(argv: Sequence[str]) -> int:

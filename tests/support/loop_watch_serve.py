@@ -1,4 +1,4 @@
-"""``python -m tests.loop_watch_serve SECONDS [serve flags]``: ``execserver serve``
+"""``python -m tests.support.loop_watch_serve SECONDS [serve flags]``: ``execserver serve``
 on an event loop in debug mode whose ``slow_callback_duration`` is SECONDS.
 
 Every callback or task step that holds the loop longer is logged by asyncio
@@ -24,8 +24,8 @@ SLOW_CALLBACK_MARK = "Executing"
 
 
 def command(slow_callback_s: float) -> list[str]:
-    """The ``serve`` argv for tests.servers.start_server."""
-    return [sys.executable, "-m", "tests.loop_watch_serve", str(slow_callback_s)]
+    """The ``serve`` argv for tests.support.servers.start_server."""
+    return [sys.executable, "-m", "tests.support.loop_watch_serve", str(slow_callback_s)]
 
 
 def main(argv: Sequence[str]) -> int:

@@ -2,7 +2,7 @@
 
 Everything stays on 127.0.0.1: an aiohttp "upstream" stands for the internet,
 and the policy names it by made-up domains that execserver's proxy resolves
-through the resolver overrides tests/netproxy_serve.py injects (no DNS). Tests
+through the resolver overrides tests/support/netproxy_serve.py injects (no DNS). Tests
 that also run against the reference use ``localhost`` (resolved from /etc/hosts)
 instead.
 """
@@ -20,9 +20,9 @@ from typing import Any
 
 from aiohttp import web
 
-from tests import netproxy_serve
-from tests.servers import RunningServer, start_server
-from tests.wsclient import RawPeer, connect
+from tests.support import netproxy_serve
+from tests.support.rpc import RpcClient, connect
+from tests.support.servers import RunningServer, start_server
 
 MADE_UP = ("upstream.test", "other.test", "review.test", "slow.test")
 # execserver with the made-up names resolving to 127.0.0.1 (start_server's ``serve``).
@@ -217,7 +217,7 @@ async def run_child(
     process_id: str = "np",
 ) -> Run:
     """Start the CHILD with ``ops`` and collect everything until process/closed."""
-    async with connect(url) as peer:
+    async with connect(url, handshake=False) as peer:
         await peer.handshake()
         return await run_on(
             peer,
@@ -230,7 +230,7 @@ async def run_child(
 
 
 async def run_on(
-    peer: RawPeer,
+    peer: RpcClient,
     ops: list[list[Any]],
     *,
     network_proxy: dict[str, Any] | None,
