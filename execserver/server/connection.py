@@ -175,7 +175,10 @@ class Connection:
 
     def _start_request(self, request: IncomingRequest) -> None:
         serving = self._serve_request(request)
-        if request.method in _EAGER_METHODS:
+        # Only when no earlier request is in flight: one that has not run its first
+        # step yet must not be overtaken (a process/read right behind the
+        # process/start of the same process must find it).
+        if request.method in _EAGER_METHODS and not self._tasks:
             task = _start_eagerly(self._loop, serving)
             if task is None:
                 return  # answered already
