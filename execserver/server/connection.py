@@ -179,7 +179,7 @@ class Connection:
         # step yet must not be overtaken (a process/read right behind the
         # process/start of the same process must find it).
         if request.method in _EAGER_METHODS and not self._tasks:
-            task = _start_eagerly(self._loop, serving)
+            task = start_eagerly(self._loop, serving)
             if task is None:
                 return  # answered already
         else:
@@ -340,7 +340,7 @@ class Connection:
 _EAGER_METHODS = frozenset({m.PROCESS_READ, m.FS_GET_METADATA})
 
 
-def _start_eagerly(
+def start_eagerly(
     loop: asyncio.AbstractEventLoop, serving: Coroutine[Any, Any, None]
 ) -> asyncio.Task[None] | None:
     """Run ``serving`` up to its first wait; None when it finished, else the task that
@@ -353,36 +353,47 @@ def _start_eagerly(
         awaiting = context.run(serving.send, None)
     except StopIteration:
         return None
-    return loop.create_task(_resume(serving, awaiting), context=context)
+    return loop.create_task(_Resumed(serving, awaiting), context=context)
 
 
-async def _resume(serving: Coroutine[Any, Any, None], awaiting: Any) -> None:
-    await _Resumed(serving, awaiting)
-
-
-class _Resumed:
-    """Awaitable that hands a coroutine, already suspended on ``awaiting``, to the task
-    awaiting this: what ``yield from`` would do, starting after the first step."""
+class _Resumed(Coroutine[Any, Any, None]):
+    """``serving``, already suspended on ``awaiting``, as a coroutine a task can run: its
+    first step yields ``awaiting`` again (which the task then waits on), the rest is
+    ``serving``'s own. A cancellation that comes before that first step still reaches
+    ``serving``, so its clean-up runs."""
 
     def __init__(self, serving: Coroutine[Any, Any, None], awaiting: Any) -> None:
         self._serving = serving
         self._awaiting = awaiting
+        self._started = False
+
+    def send(self, value: Any) -> Any:
+        if not self._started:
+            self._started = True
+            return self._awaiting
+        return self._serving.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        self._started = True
+        if val is None and tb is None:
+            return self._serving.throw(typ)
+        return self._serving.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._serving.close()
 
     def __await__(self) -> Generator[Any, None, None]:
-        serving, awaiting = self._serving, self._awaiting
-        while True:
-            try:
-                yield awaiting
-            except BaseException as exc:  # cancellation: deliver it where the coroutine waits
+        try:
+            awaiting = self.send(None)
+            while True:
                 try:
-                    awaiting = serving.throw(exc)
-                except StopIteration:
-                    return
-            else:
-                try:
-                    awaiting = serving.send(None)
-                except StopIteration:
-                    return
+                    value = yield awaiting
+                except BaseException as exc:  # e.g. cancellation of the awaiting task
+                    awaiting = self.throw(exc)
+                else:
+                    awaiting = self.send(value)
+        except StopIteration:
+            return
 
 
 class _FrameId(msgspec.Struct, forbid_unknown_fields=False):
