@@ -23,6 +23,8 @@ from execserver.config import (
     WsAuthConfig,
 )
 
+__all__ = ["CGROUP_ROOT_ENV", "build_parser", "main"]
+
 if TYPE_CHECKING:
     _Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -104,7 +106,7 @@ def _add_process_limit_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_auth_flags(p: argparse.ArgumentParser) -> None:
-    """The reference's websocket auth flags (protocol §2, §11)."""
+    """The reference's websocket auth flags."""
     from execserver.server.auth import AUTH_MODES
 
     p.add_argument("--ws-auth", choices=AUTH_MODES, metavar="MODE", help="websocket auth mode")

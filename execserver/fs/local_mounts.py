@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import psutil
 
+__all__ = ["LOCAL_MOUNTS", "LocalMounts", "all_local", "mount_types"]
+
 RECHECK_S = 5.0
 # File system types (or prefixes) whose calls may block on a network or a user-space server.
 _SLOW_TYPES = (

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.servers import RunningServer
-from tests.wsclient import connect
+from tests.support.rpc import connect
+from tests.support.servers import RunningServer
 
 
 async def test_a_burst_of_metadata_calls_is_answered_completely_and_in_order(
