@@ -81,10 +81,22 @@ class Accounting:
 
 
 def _daemon_peak_rss_kib() -> int:
-    # The daemon's VmHWM (KiB). getrusage is one syscall: 3 us against 120 us for
-    # parsing /proc/self/status (measured; this runs once per process exit), and
-    # psutil has no peak-RSS figure.
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    # VmHWM, read by hand: psutil has no peak-RSS figure, and getrusage's
+    # ru_maxrss is no substitute: it also counts the image that exec'ed the
+    # daemon (e.g. a large test runner that spawned it), which hid every
+    # command's own peak in a long test session.
+    for line in (_read_text("/proc/self/status") or "").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
 
 
 def _measure(wall_s: float, rusage: resource.struct_rusage | None, tree: ProcessTree) -> Accounting:
