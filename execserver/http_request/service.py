@@ -14,7 +14,7 @@ from execserver.http_request.client import (
 )
 from execserver.http_request.streams import BODY_ERROR, HttpStreams
 from execserver.http_request.validate import check_method, grouped, parse_url, resolve_headers
-from execserver.server.rpc import MethodTable, RequestContext
+from execserver.kernel.methods import MethodTable, RequestContext
 from execserver.wire import methods as m
 from execserver.wire.base64 import Base64Error, decode_base64
 from execserver.wire.errors import RpcError

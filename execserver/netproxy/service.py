@@ -7,7 +7,7 @@ cannot launch it must advertise ``networkProxyLaunch: false``).
 
 from __future__ import annotations
 
-from execserver.server.rpc import MethodTable
+from execserver.kernel.methods import MethodTable
 
 
 def register(table: MethodTable) -> None:

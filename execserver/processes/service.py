@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from execserver.kernel.methods import MethodTable, RequestContext
 from execserver.netproxy.launch import prepare_network
 from execserver.netproxy.sandbox import ProxyRoutes
 from execserver.processes.envpolicy import build_environment
@@ -22,7 +23,6 @@ from execserver.processes.uuidcheck import check_uuid
 from execserver.sandbox import is_sandbox_denied, plan_process_launch
 from execserver.sandbox.plan import off_loop
 from execserver.server import audit
-from execserver.server.rpc import MethodTable, RequestContext
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
 from execserver.wire.base64 import Base64Error, decode_base64

@@ -9,7 +9,7 @@ import sys
 import tempfile
 
 from execserver import REFERENCE_VERSION, __version__
-from execserver.server.rpc import MethodTable, RequestContext
+from execserver.kernel.methods import MethodTable, RequestContext
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
 from execserver.wire.errors import DRAINING_MESSAGE, EXECUTOR_DRAINING, RpcError

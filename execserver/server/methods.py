@@ -5,10 +5,10 @@ from __future__ import annotations
 from execserver.discovery import service as discovery
 from execserver.fs import service as fs
 from execserver.http_request import service as http_request
+from execserver.kernel.methods import MethodTable
 from execserver.netproxy import service as netproxy
 from execserver.processes import service as processes
 from execserver.server import environment
-from execserver.server.rpc import MethodTable
 
 
 def build_method_table() -> MethodTable:

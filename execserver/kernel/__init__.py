@@ -1,0 +1,1 @@
+"""The service-facing kernel: what a service may use of the server."""
