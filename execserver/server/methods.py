@@ -8,12 +8,12 @@ from execserver.http_request import service as http_request
 from execserver.kernel.methods import MethodTable
 from execserver.netproxy import service as netproxy
 from execserver.processes import service as processes
-from execserver.server import environment
+from execserver.server import lifecycle
 
 
 def build_method_table() -> MethodTable:
     table = MethodTable()
-    environment.register(table)
+    lifecycle.register(table)
     processes.register(table)
     fs.register(table)
     http_request.register(table)
