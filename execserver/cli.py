@@ -126,7 +126,7 @@ def _add_auth_flags(p: argparse.ArgumentParser) -> None:
 def _add_ops_flags(p: argparse.ArgumentParser) -> None:
     """Limits (0 = unlimited), audit log, log format, metrics."""
     defaults = LimitsConfig()
-    from execserver.server.limits import LIMIT_FLAGS
+    from execserver.kernel.limits import LIMIT_FLAGS
 
     for name, flag in LIMIT_FLAGS.items():
         default = getattr(defaults, name)
@@ -155,7 +155,7 @@ def _add_ops_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _config_from_args(args: argparse.Namespace) -> ServerConfig:
-    from execserver.server.limits import LIMIT_FLAGS
+    from execserver.kernel.limits import LIMIT_FLAGS
 
     limits = {name: getattr(args, name) or None for name in LIMIT_FLAGS}
     return ServerConfig(

@@ -31,9 +31,9 @@ from execserver.fs.paths import native_path, validate_path_uri
 from execserver.fs.sandboxed_open import open_handle_fd
 from execserver.fs.walk import walk
 from execserver.fs.watch import MissingWatch
+from execserver.kernel.limits import check_below
 from execserver.kernel.methods import MethodTable, RequestContext
 from execserver.server import audit
-from execserver.server.limits import check_below
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
 from execserver.wire.base64 import Base64Error

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 from execserver.config import LimitsConfig
 from execserver.containment import ProcessCgroups
+from execserver.kernel.limits import check_below
 from execserver.processes.launch import LaunchPlan, spawn
 from execserver.processes.managed import DenialClassifier, ManagedProcess
 from execserver.processes.supervisor import Supervisor
 from execserver.processes.tree import ProcessTree
-from execserver.server.limits import check_below
 from execserver.server.metrics import Metrics
 from execserver.wire.errors import RpcError
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import msgspec
 
+from execserver.kernel.limits import LimitExceeded
 from execserver.kernel.methods import RequestContext
 from execserver.kernel.scoped import ScopedState
 from execserver.server import audit
-from execserver.server.limits import LimitExceeded
 from execserver.server.metrics import UNKNOWN_METHOD
 from execserver.server.runtime import ServerRuntime
 from execserver.server.sessions import Session

@@ -13,9 +13,10 @@ from aiohttp import web
 from execserver import REFERENCE_VERSION, __version__
 from execserver.config import ServerConfig
 from execserver.containment import open_process_cgroups
+from execserver.kernel import limits
 from execserver.netproxy.guard import protect_listener, release_listener
 from execserver.sandbox.keyring import isolate_session_keyring
-from execserver.server import auth, limits
+from execserver.server import auth
 from execserver.server.audit import AuditLog
 from execserver.server.listen import ListenAddress, parse_listen
 from execserver.server.methods import build_method_table

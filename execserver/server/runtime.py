@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from execserver.config import ServerConfig
 from execserver.containment import ProcessCgroups
+from execserver.kernel.limits import ServerLimits
 from execserver.kernel.methods import MethodTable
 from execserver.kernel.scoped import ScopedState
 from execserver.server.audit import AuditLog
-from execserver.server.limits import ServerLimits
 from execserver.server.metrics import Metrics
 from execserver.server.sessions import SessionRegistry
 

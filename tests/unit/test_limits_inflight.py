@@ -11,9 +11,9 @@ import msgspec
 import pytest
 
 from execserver.config import LimitsConfig, ServerConfig
+from execserver.kernel.limits import LIMIT_EXCEEDED, LimitExceeded, Slots, check_below
 from execserver.kernel.methods import RequestContext
 from execserver.server.connection import Connection
-from execserver.server.limits import LIMIT_EXCEEDED, LimitExceeded, Slots, check_below
 from execserver.server.methods import build_method_table
 from execserver.server.runtime import ServerRuntime
 from execserver.server.sessions import SessionRegistry
