@@ -33,7 +33,7 @@ from execserver.wire.network import (
 from execserver.wire.process import ExecParams, RemoteNetworkProxyLaunchConfig
 
 if TYPE_CHECKING:
-    from execserver.server.sessions import Session
+    from execserver.kernel.peer import SessionHandle
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +86,12 @@ class SessionProxies:
         await asyncio.gather(*(r.aclose() for r in live), return_exceptions=True)
 
 
-def session_proxies(session: Session) -> SessionProxies:
+def session_proxies(session: SessionHandle) -> SessionProxies:
     return session.state.get(SessionProxies, SessionProxies)
 
 
 async def start_process_proxy(
-    session: Session, process_id: str, config: RemoteNetworkProxyLaunchConfig
+    session: SessionHandle, process_id: str, config: RemoteNetworkProxyLaunchConfig
 ) -> ProcessNetworkProxy:
     """Start the proxy for ``process_id``; registered with the session at once so a
     cancelled request never leaks its listeners."""
@@ -126,7 +126,7 @@ class NetworkSetup:
     """What process/start launches with: params (proxy variables injected), the
     sandbox bridge's routes, and what to stop when the process is gone."""
 
-    session: Session
+    session: SessionHandle
     params: ExecParams
     routes: ProxyRoutes | None = None
     owned: list[Resource] = field(default_factory=list)
@@ -141,7 +141,7 @@ class NetworkSetup:
 
 
 async def prepare_network(
-    session: Session, params: ExecParams, *, sandboxed: bool, daemon_env: Mapping[str, str]
+    session: SessionHandle, params: ExecParams, *, sandboxed: bool, daemon_env: Mapping[str, str]
 ) -> NetworkSetup:
     setup = NetworkSetup(session, params)
     try:

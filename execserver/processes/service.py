@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from execserver.kernel.methods import MethodTable, RequestContext
+from execserver.containment import ProcessCgroups
+from execserver.kernel.context import RequestContext
+from execserver.kernel.methods import MethodTable
+from execserver.kernel.resources import ResourceKey
 from execserver.netproxy.launch import prepare_network
 from execserver.netproxy.sandbox import ProxyRoutes
 from execserver.processes.envpolicy import build_environment
@@ -22,7 +25,6 @@ from execserver.processes.table import ProcessTable
 from execserver.processes.uuidcheck import check_uuid
 from execserver.sandbox import is_sandbox_denied, plan_process_launch
 from execserver.sandbox.plan import off_loop
-from execserver.server import audit
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
 from execserver.wire.base64 import Base64Error, decode_base64
@@ -46,9 +48,13 @@ from execserver.wire.uri import uri_to_path
 DEFAULT_DRAIN_TIMEOUT_S = 5.0
 MAX_SNAPSHOT_SCOPE_BYTES = 256
 
+# The per-process resource-limit cgroups the runner opens at start-up (absent or None:
+# no --process-*-max limits).
+PROCESS_CGROUPS: ResourceKey[ProcessCgroups | None] = ResourceKey("process cgroups")
+
 
 def _config_value(ctx: RequestContext, name: str, default: Any) -> Any:
-    config = ctx.runtime.config
+    config = ctx.server.config
     if hasattr(config, name):
         return getattr(config, name)
     return config.extra.get(name, default)
@@ -56,7 +62,7 @@ def _config_value(ctx: RequestContext, name: str, default: Any) -> Any:
 
 def _table(ctx: RequestContext) -> ProcessTable:
     session = ctx.session
-    supervisor = ctx.runtime.state.get(Supervisor, Supervisor)
+    supervisor = ctx.server.state.get(Supervisor, Supervisor)
     return session.state.get(
         ProcessTable,
         lambda: ProcessTable(
@@ -69,9 +75,9 @@ def _table(ctx: RequestContext) -> ProcessTable:
             drain_timeout_s=float(
                 _config_value(ctx, "process_drain_timeout_s", DEFAULT_DRAIN_TIMEOUT_S)
             ),
-            limits=getattr(ctx.runtime.config, "limits", None),
-            metrics=getattr(ctx.runtime, "metrics", None),
-            containment=getattr(ctx.runtime, "containment", None),
+            limits=ctx.server.config.limits,
+            telemetry=ctx.server.telemetry,
+            containment=ctx.server.resources.get(PROCESS_CGROUPS, None),
         ),
     )
 
@@ -173,8 +179,8 @@ async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse
         raise
     net.close_with(proc)
     # ops (issue 9): audit log (argv0 + argv hash, never env), exit audited at close.
-    audit.process_started(
-        ctx.runtime,
+    telemetry = ctx.server.telemetry
+    telemetry.process_started(
         ctx.session.id,
         proc.process_id,
         params.argv,
@@ -182,7 +188,8 @@ async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse
         tty=params.tty,
         sandbox=sandbox,
     )
-    proc.close_hooks.append(audit.process_close_hook(ctx.runtime, ctx.session.id))
+    session_id = ctx.session.id
+    proc.close_hooks.append(lambda closed: telemetry.process_closed(session_id, closed))
     return ExecResponse(params.process_id, plan.sandbox_type)
 
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 
+from execserver.kernel.context import RequestContext
 from execserver.kernel.limits import LimitExceeded
-from execserver.kernel.methods import RequestContext
 from execserver.kernel.scoped import ScopedState
 from execserver.server import audit
 from execserver.server.metrics import UNKNOWN_METHOD

@@ -1,5 +1,6 @@
 """Server-wide state shared by all connections: config, sessions, methods, and the
-operational hooks services use (``audit``, ``metrics``, ``limits``)."""
+facilities services use (``state``, ``telemetry``, ``limits``, ``resources``; see
+:class:`execserver.kernel.ServiceHost`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from execserver.config import ServerConfig
 from execserver.containment import ProcessCgroups
 from execserver.kernel.limits import ServerLimits
 from execserver.kernel.methods import MethodTable
+from execserver.kernel.resources import Resources
 from execserver.kernel.scoped import ScopedState
 from execserver.server.audit import AuditLog
 from execserver.server.metrics import Metrics
 from execserver.server.sessions import SessionRegistry
+from execserver.server.telemetry import ServerTelemetry
+
+__all__ = ["ServerRuntime"]
 
 
 @dataclass
@@ -23,11 +28,16 @@ class ServerRuntime:
     # Server-wide service state (e.g. the sandbox backend), closed at shutdown.
     state: ScopedState = field(default_factory=lambda: ScopedState("server"))
     connections: set[object] = field(default_factory=set)
-    # `runtime.audit.emit("process.start", ...)`: a no-op unless --audit-log is set.
+    # `runtime.audit.emit(...)`: a no-op unless --audit-log is set.
     audit: AuditLog = field(default_factory=AuditLog)
     metrics: Metrics = field(default_factory=Metrics)
     limits: ServerLimits = field(init=False)
-    # Per-process resource-limit cgroups (None without --process-*-max limits).
+    # What services report to: writes `audit` and `metrics`.
+    telemetry: ServerTelemetry = field(init=False)
+    # Start-up objects for one service each, stored by the runner under the service's key.
+    resources: Resources = field(default_factory=Resources)
+    # Per-process resource-limit cgroups (None without --process-*-max limits); the
+    # runner also hands them to the processes service through `resources`.
     containment: ProcessCgroups | None = None
     # Set once shutdown begins: /readyz turns 503, session closes are audited as shutdown.
     shutting_down: bool = False
@@ -36,6 +46,7 @@ class ServerRuntime:
 
     def __post_init__(self) -> None:
         self.limits = ServerLimits(self.config.limits)
+        self.telemetry = ServerTelemetry(self.audit, self.metrics, self.config.process_limits)
         self.metrics.track_sessions(lambda: len(self.sessions))
 
     async def aclose(self) -> None:
