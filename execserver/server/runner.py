@@ -239,12 +239,11 @@ class Server:
         await runner.setup()
         site = web.TCPSite(runner, self.address.host, self.address.port, reuse_address=True)
         await site.start()
-        server = site._server
-        assert server is not None
-        sockets = getattr(server, "sockets", None) or []
-        port = sockets[0].getsockname()[1] if sockets else self.address.port
+        # Every listening socket's (host, port): one per address family the host resolves to.
+        listening = [address[:2] for address in runner.addresses]
+        port = listening[0][1] if listening else self.address.port
         # No sandbox may reach this listener through a managed proxy or bridge.
-        bound = [s.getsockname()[:2] for s in sockets] or [(self.address.host, port)]
+        bound = listening or [(self.address.host, port)]
         for host, bound_port in bound:
             protect_listener(host, bound_port)
         self.url = self.address.url(port)
