@@ -269,7 +269,7 @@ async def test_crashed_helper_fails_the_call_in_flight_and_is_restarted(
 def _is_python(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"execserver.sandbox.fs_helper.serve" in f.read()
+            return b"execserver.fs.sandbox_helper" in f.read()
     except OSError:
         return False
 

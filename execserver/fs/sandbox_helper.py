@@ -1,5 +1,5 @@
 """The persistent fs helper program (runs inside the sandbox; ``python -m
-execserver.sandbox.fs_helper.serve <private dir>``).
+execserver.fs.sandbox_helper <private dir>``).
 
 Start-up order is the security argument:
 
