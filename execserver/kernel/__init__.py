@@ -19,7 +19,7 @@ from execserver.kernel.limits import (
 )
 from execserver.kernel.methods import Handler, MethodSpec, MethodTable
 from execserver.kernel.peer import Notifier, Peer, SessionHandle
-from execserver.kernel.resources import ResourceKey, Resources
+from execserver.kernel.resources import Resources
 from execserver.kernel.scoped import Closeable, ScopedState
 from execserver.kernel.telemetry import ClosedProcess, ExitedProcess, ProcessAccounting, Telemetry
 
@@ -37,7 +37,6 @@ __all__ = [
     "Peer",
     "ProcessAccounting",
     "RequestContext",
-    "ResourceKey",
     "Resources",
     "ScopedState",
     "ServerLimits",

@@ -1,39 +1,32 @@
-"""Typed slots for objects the composition root creates at start-up for one service.
+"""Objects the composition root creates at start-up for the services, found by type.
 
-Like aiohttp's ``app[AppKey]``: the service that needs an object declares its
-key, the runner stores the object under it once, and handlers read it back
-typed. The kernel itself never learns those objects' types.
+Like aiohttp's ``app[AppKey]``, but keyed by the object's class (as
+:class:`~execserver.kernel.scoped.ScopedState` is): the runner stores e.g. the
+per-process cgroups once, and a handler asks for ``resources.get(ProcessCgroups)``.
+The kernel never learns those types, and a server built without an object
+(no limits configured, a test runtime) answers None.
 """
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-__all__ = ["ResourceKey", "Resources"]
+__all__ = ["Resources"]
 
 T = TypeVar("T")
 
 
-class ResourceKey(Generic[T]):
-    """The name and (through its type parameter) the type of one start-up object."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"ResourceKey({self.name!r})"
-
-
 class Resources:
     def __init__(self) -> None:
-        self._items: dict[ResourceKey[Any], Any] = {}
+        self._items: dict[type[Any], Any] = {}
 
-    def set(self, key: ResourceKey[T], value: T) -> None:
-        self._items[key] = value
+    def provide(self, cls: type[T], value: T) -> None:
+        """Store ``value`` as the one ``cls`` of this server."""
+        if cls in self._items:
+            raise ValueError(f"a {cls.__name__} is already provided")
+        self._items[cls] = value
 
-    def get(self, key: ResourceKey[T], default: T) -> T:
-        """The stored object, or ``default`` when the server was built without it."""
-        value: T = self._items.get(key, default)
+    def get(self, cls: type[T]) -> T | None:
+        """The object stored under ``cls``, or None when the server was built without one."""
+        value: T | None = self._items.get(cls)
         return value

@@ -13,7 +13,6 @@ from typing import Any
 from execserver.containment import ProcessCgroups
 from execserver.kernel.context import RequestContext
 from execserver.kernel.methods import MethodTable
-from execserver.kernel.resources import ResourceKey
 from execserver.netproxy.launch import prepare_network
 from execserver.netproxy.sandbox import ProxyRoutes
 from execserver.processes.envpolicy import build_environment
@@ -48,10 +47,6 @@ from execserver.wire.uri import uri_to_path
 DEFAULT_DRAIN_TIMEOUT_S = 5.0
 MAX_SNAPSHOT_SCOPE_BYTES = 256
 
-# The per-process resource-limit cgroups the runner opens at start-up (absent or None:
-# no --process-*-max limits).
-PROCESS_CGROUPS: ResourceKey[ProcessCgroups | None] = ResourceKey("process cgroups")
-
 
 def _config_value(ctx: RequestContext, name: str, default: Any) -> Any:
     config = ctx.server.config
@@ -77,7 +72,8 @@ def _table(ctx: RequestContext) -> ProcessTable:
             ),
             limits=ctx.server.config.limits,
             telemetry=ctx.server.telemetry,
-            containment=ctx.server.resources.get(PROCESS_CGROUPS, None),
+            # Opened by the runner at start-up; absent without --process-*-max limits.
+            containment=ctx.server.resources.get(ProcessCgroups),
         ),
     )
 

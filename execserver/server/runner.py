@@ -17,7 +17,7 @@ from aiohttp import web
 
 from execserver import REFERENCE_VERSION, __version__
 from execserver.config import LimitsConfig, ServerConfig
-from execserver.containment import open_process_cgroups
+from execserver.containment import ProcessCgroups, open_process_cgroups
 from execserver.discovery import service as discovery
 from execserver.fs import service as fs
 from execserver.http_request import service as http_request
@@ -74,7 +74,8 @@ def build_runtime(config: ServerConfig) -> ServerRuntime:
         # Raises ContainmentError when limits are set and cannot be applied.
         containment=open_process_cgroups(config.process_limits),
     )
-    runtime.resources.set(processes.PROCESS_CGROUPS, runtime.containment)
+    if runtime.containment is not None:
+        runtime.resources.provide(ProcessCgroups, runtime.containment)
     return runtime
 
 

@@ -34,10 +34,10 @@ class ServerRuntime:
     limits: ServerLimits = field(init=False)
     # What services report to: writes `audit` and `metrics`.
     telemetry: ServerTelemetry = field(init=False)
-    # Start-up objects for one service each, stored by the runner under the service's key.
+    # Start-up objects for the services, stored by the runner under their class.
     resources: Resources = field(default_factory=Resources)
     # Per-process resource-limit cgroups (None without --process-*-max limits); the
-    # runner also hands them to the processes service through `resources`.
+    # runner also provides them to the processes service through `resources`.
     containment: ProcessCgroups | None = None
     # Set once shutdown begins: /readyz turns 503, session closes are audited as shutdown.
     shutting_down: bool = False
