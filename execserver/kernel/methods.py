@@ -16,6 +16,8 @@ from execserver.wire.decode import ParamsDecoder
 
 __all__ = ["Handler", "MethodSpec", "MethodTable"]
 
+__all__ = ["MethodTable", "RequestContext"]
+
 P = TypeVar("P")
 
 

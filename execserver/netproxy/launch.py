@@ -35,6 +35,8 @@ from execserver.wire.process import ExecParams, RemoteNetworkProxyLaunchConfig
 if TYPE_CHECKING:
     from execserver.kernel.peer import SessionHandle
 
+__all__ = ["prepare_network"]
+
 log = logging.getLogger(__name__)
 
 # How long one closed-wait sleeps between checks (it wakes on every change).

@@ -29,6 +29,8 @@ from execserver.wire.lifecycle import (
 )
 from execserver.wire.uri import path_to_uri
 
+__all__ = ["register"]
+
 # Clients gate features on executorVersion; we speak the 0.169.0 protocol.
 EXECUTOR_VERSION = REFERENCE_VERSION
 __all__ = ["EXECUTOR_VERSION", "PROVIDER_ID", "build_environment_info", "detect_shell", "register"]

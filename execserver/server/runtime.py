@@ -19,6 +19,8 @@ from execserver.server.telemetry import ServerTelemetry
 
 __all__ = ["ServerRuntime"]
 
+__all__ = ["ServerRuntime"]
+
 
 @dataclass
 class ServerRuntime:
