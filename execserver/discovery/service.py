@@ -22,8 +22,9 @@ from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import decode_sandbox_param
 
 
-def _validate_config(params: EnvironmentConfigReadParams) -> None:
+def _validate_config(params: EnvironmentConfigReadParams) -> EnvironmentConfigReadParams:
     validate_path_uri(params.cwd)
+    return params
 
 
 def _decode_v2_sandbox(raw: msgspec.Raw) -> None:
@@ -38,15 +39,17 @@ def _decode_v2_sandbox(raw: msgspec.Raw) -> None:
     decode_sandbox_param(raw)
 
 
-def _validate_v2(params: CapabilitiesDiscoverV2Params) -> None:
+def _validate_v2(params: CapabilitiesDiscoverV2Params) -> CapabilitiesDiscoverV2Params:
     validate_path_uri(params.cwd)
     _decode_v2_sandbox(params.sandbox)
+    return params
 
 
-def _validate_v1(params: CapabilityRootsDiscoverV1Params) -> None:
+def _validate_v1(params: CapabilityRootsDiscoverV1Params) -> CapabilityRootsDiscoverV1Params:
     for root in params.roots:
         validate_path_uri(root.path)
         decode_sandbox_param(root.sandbox)
+    return params
 
 
 async def environment_config_read(
@@ -94,24 +97,21 @@ async def discover_roots_v1(
 def register(table: MethodTable) -> None:
     table.add(
         m.ENVIRONMENT_CONFIG_READ,
-        EnvironmentConfigReadParams,
         environment_config_read,
         family="environment config",
-        validate=_validate_config,
+        prepare=_validate_config,
     )
     table.add(
         m.CAPABILITIES_DISCOVER_V2,
-        CapabilitiesDiscoverV2Params,
         discover_v2,
         family="capability discovery",
-        validate=_validate_v2,
+        prepare=_validate_v2,
     )
     table.add(
         m.CAPABILITY_ROOTS_DISCOVER_V1,
-        CapabilityRootsDiscoverV1Params,
         discover_roots_v1,
         family="capability discovery",
-        validate=_validate_v1,
+        prepare=_validate_v1,
     )
     table.capabilities.update(
         {"environment_config_read", "capability_discovery_v2", "capability_discovery_sandbox"}
