@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -12,11 +12,14 @@ from execserver.fs.dispatch import in_thread, run_fs_op
 from execserver.fs.paths import native_path, validate_path_uri
 from execserver.server.rpc import MethodTable, RequestContext
 from execserver.wire import methods as m
+from execserver.wire.contract import EncodesAs
 from execserver.wire.discovery import (
     CapabilitiesDiscoverV2Params,
     CapabilitiesDiscoverV2Response,
     CapabilityRootsDiscoverV1Params,
+    CapabilityRootsDiscoverV1Response,
     EnvironmentConfigReadParams,
+    EnvironmentConfigReadResponse,
 )
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import decode_sandbox_param
@@ -54,7 +57,7 @@ def _validate_v1(params: CapabilityRootsDiscoverV1Params) -> CapabilityRootsDisc
 
 async def environment_config_read(
     ctx: RequestContext, params: EnvironmentConfigReadParams
-) -> dict[str, Any]:
+) -> Annotated[dict[str, Any], EncodesAs(EnvironmentConfigReadResponse)]:
     check_paths(params.config_paths, params.requirements_paths)
     native_path(params.cwd)
     result: dict[str, Any] = await in_thread(
@@ -74,7 +77,7 @@ async def discover_v2(
 
 async def discover_roots_v1(
     ctx: RequestContext, params: CapabilityRootsDiscoverV1Params
-) -> dict[str, Any]:
+) -> Annotated[dict[str, Any], EncodesAs(CapabilityRootsDiscoverV1Response)]:
     roots = []
     for root in params.roots:
         path = native_path(root.path)
