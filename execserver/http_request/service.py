@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 import aiohttp
+import msgspec
 
 from execserver.http_request.client import (
     HttpClient,
@@ -29,8 +29,7 @@ from execserver.wire.rust.base64 import Base64Error, decode_base64
 FAMILY = "http"
 
 
-@dataclass(frozen=True, slots=True)
-class HttpCall:
+class HttpCall(msgspec.Struct, frozen=True, gc=False):
     """http/request params with the body already decoded."""
 
     params: HttpRequestParams

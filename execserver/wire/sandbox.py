@@ -28,6 +28,7 @@ from typing import Final, Literal, TypeVar, cast, get_args
 
 import msgspec
 
+from execserver.wire.base import absent_raw
 from execserver.wire.errors import RpcError
 from execserver.wire.process import ManagedNetworkSandboxContext
 from execserver.wire.rust import serde
@@ -467,10 +468,13 @@ def decode_sandbox_context(value: object) -> FileSystemSandboxContext:
     return ctx
 
 
+_ABSENT = absent_raw()  # the params structs' default: one shared object, no parsing needed
+
+
 def decode_sandbox_param(raw: msgspec.Raw | bytes | None) -> FileSystemSandboxContext | None:
     """The optional ``sandbox`` member as kept raw by the params structs: absent or
     ``null`` means no sandbox (``sandboxType: "none"``)."""
-    if raw is None or len(raw) == 0:
+    if raw is None or len(raw) == 0 or raw is _ABSENT:
         return None
     value = msgspec.json.decode(bytes(raw))
     if value is None:
