@@ -22,6 +22,7 @@ from execserver.wire.discovery import (
     EnvironmentConfigReadResponse,
 )
 from execserver.wire.errors import RpcError
+from execserver.wire.rust import serde
 from execserver.wire.sandbox import decode_sandbox_param
 
 
@@ -36,9 +37,11 @@ def _decode_v2_sandbox(raw: msgspec.Raw) -> None:
     value = msgspec.json.decode(bytes(raw)) if len(raw) else None
     if isinstance(value, dict) and "permissions" in value:
         if "cwd" not in value:
-            raise RpcError.invalid_params("missing field `cwd`")
+            raise RpcError.invalid_params(serde.missing_field("cwd"))
         if value["cwd"] is None:
-            raise RpcError.invalid_params("invalid type: null, expected a string")
+            raise RpcError.invalid_params(
+                serde.invalid_type(None, "a string", arbitrary_precision=True)
+            )
     decode_sandbox_param(raw)
 
 

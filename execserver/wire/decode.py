@@ -51,9 +51,8 @@ def rust_struct_name(type_: type) -> str:
     return str(getattr(type_, "__name__", "params"))
 
 
-def _describe(value: Any) -> str:
-    # Params are a serde_json::Value with arbitrary precision: numbers read "number".
-    return serde.unexpected(value, arbitrary_precision=True)
+# Params are a serde_json::Value with arbitrary precision (arbitrary_precision=True
+# below): a number reads "number" in every text.
 
 
 # A concrete location in the decoded params: ("attr", python name) | ("item", key/index).
@@ -147,7 +146,7 @@ class ParamsDecoder(Generic[T]):
         value = msgspec.json.decode(data)
         if value is None or value == {}:
             return self._decoder.decode(b"{}")
-        raise RpcError.invalid_params(f"invalid type: {_describe(value)}, expected unit")
+        raise RpcError.invalid_params(serde.invalid_type(value, "unit", arbitrary_precision=True))
 
     def _translate(self, message: str, value: Any) -> str:
         path = _parse_path(message)
@@ -176,7 +175,7 @@ class ParamsDecoder(Generic[T]):
                 len(offending), f"struct {name} with {len(info.fields)} elements"
             )
         expected = _expected(info, self.rust_name if not path else None)
-        return f"invalid type: {_describe(offending)}, expected {expected}"
+        return serde.invalid_type(offending, expected, arbitrary_precision=True)
 
 
 def _variants(info: mi.LiteralType | mi.EnumType) -> tuple[str, ...]:

@@ -88,13 +88,13 @@ def decode_incoming(frame: bytes | str) -> Incoming:
         return IncomingRequest(msg.id, msg.method, msg.params)
     if isinstance(msg.id, msgspec.UnsetType):
         if _present(msg.result):
-            return MalformedMessage("missing field `id`")
-        return MalformedMessage("missing field `error`")
+            return MalformedMessage(serde.missing_field("id"))
+        return MalformedMessage(serde.missing_field("error"))
     if _present(msg.error):
         return IncomingResponse(msg.id, msgspec.Raw(), msg.error)
     if _present(msg.result):
         return IncomingResponse(msg.id, msg.result, msgspec.Raw())
-    return MalformedMessage("missing field `error`")
+    return MalformedMessage(serde.missing_field("error"))
 
 
 def _present(raw: msgspec.Raw) -> bool:
