@@ -59,6 +59,17 @@ from execserver.wire.uri import uri_to_path
 if TYPE_CHECKING:
     from execserver.client.connection import ExecServerClient
 
+__all__ = [
+    "INHERIT_ENV_POLICY",
+    "STDIN_STAGING_LIMIT",
+    "CompletedRemoteProcess",
+    "Launched",
+    "launch",
+    "remote_temp_path",
+    "run_command",
+    "terminate",
+]
+
 log = logging.getLogger(__name__)
 
 # The executor's own environment, minus the names codex filters by default.

@@ -1,6 +1,6 @@
 """ExecServerClient: handshake, typed calls, notification routing, reconnect/resume.
 
-Lifecycle (core-client.md §1.9)::
+Lifecycle::
 
     connected --transport lost--> recovering --resume ok + catch-up--> connected
                                        |
@@ -63,6 +63,8 @@ from execserver.wire.process import (
     WriteStatus,
 )
 from execserver.wire.sandbox import FileSystemSandboxContext
+
+__all__ = ["CONNECT_TIMEOUT", "DEFAULT_CLIENT_NAME", "ClientState", "ExecServerClient", "check_url"]
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +149,7 @@ class ExecServerClient:
         self._failure: str | None = None
         self._recovery: asyncio.Task[None] | None = None
         self._processes: dict[str, RemoteProcess] = {}
-        # netproxy (issue 13): server->client requests and extra notifications.
+        # Managed network: server->client requests and extra notifications.
         self._request_handlers: dict[str, Callable[[msgspec.Raw], Awaitable[object]]] = {}
         self._listeners: dict[str, list[Callable[[msgspec.Raw], None]]] = {}
         self.session_id: str = ""
@@ -486,8 +488,8 @@ class ExecServerClient:
     ) -> RemoteProcess:
         """``process/start``. The route for its events exists before the request is sent.
 
-        ``env`` without ``env_policy`` is the child's *whole* environment (protocol
-        §8.4.2); ``cwd`` defaults to the server's cwd; ``sandbox`` is a
+        ``env`` without ``env_policy`` is the child's *whole* environment; ``cwd``
+        defaults to the server's cwd; ``sandbox`` is a
         ``FileSystemSandboxContext`` passed through unchanged.
         """
         if cwd is None:
@@ -520,7 +522,7 @@ class ExecServerClient:
         if not params.sandbox:
             params.sandbox = NULL_SANDBOX
         proc = RemoteProcess(self, params.process_id, tty=params.tty)
-        # Route first: events can arrive before the start response (protocol §8.4).
+        # Route first: events can arrive before the start response.
         self._processes[params.process_id] = proc
         try:
             result = await self.call(methods.PROCESS_START, params, ExecResponse, timeout=timeout)
@@ -682,7 +684,7 @@ class ExecServerClient:
         else:
             log.debug("ignoring notification %s", method)
 
-    # -- server -> client requests (netproxy, issue 13) ----------------------
+    # -- server -> client requests (managed network) --------------------------
 
     def handle_server_request(
         self, method: str, handler: Callable[[msgspec.Raw], Awaitable[object]] | None

@@ -36,6 +36,15 @@ from execserver.client.connection import (
 )
 from execserver.client.errors import ExecServerError
 
+__all__ = [
+    "Environment",
+    "EnvironmentRouter",
+    "TokenSource",
+    "UnknownEnvironment",
+    "signed_bearer_token",
+    "token_file",
+]
+
 T = TypeVar("T")
 
 # Called on every (re)connect; returns the bearer token, or None for no auth.

@@ -2,8 +2,8 @@
 
 Paths are native absolute paths of the executor host (a ``file:`` URI is
 accepted too); conversion to and from ``PathUri`` happens here only. Server
-errors become ``OSError`` subclasses the way a local call would raise them
-(core-client.md §1.12): the OS error number in the message picks the subclass
+errors become ``OSError`` subclasses the way a local call would raise them:
+the OS error number in the message picks the subclass
 (``Directory not empty (os error 39)`` -> ``OSError(ENOTEMPTY)``), -32004 is
 ``FileNotFoundError``, a lost transport is ``BrokenPipeError``. The original
 ``ExecServerError`` is chained as ``__cause__``.
@@ -60,6 +60,8 @@ from execserver.wire.uri import uri_to_path
 
 if TYPE_CHECKING:
     from execserver.client.connection import ExecServerClient
+
+__all__ = ["RemoteFileHandle", "RemoteFileSystem", "RemotePath", "fs_error"]
 
 T = TypeVar("T")
 
@@ -284,7 +286,7 @@ class RemoteFileHandle:
         self.path = path
 
     async def read_block(self, offset: int, length: int) -> tuple[bytes, bool]:
-        """``(data, eof)``; eof only on a short read (protocol §8.19)."""
+        """``(data, eof)``; eof only on a short read."""
         params = ReadBlockParams(handle_id=self.handle_id, offset=offset, len=length)
         result = await self._fs._call(methods.FS_READ_BLOCK, params, ReadBlockResponse, self.path)
         return _bytes(result.chunk), result.eof

@@ -1,6 +1,6 @@
 """JSON-RPC over one transport: request ids, the pending-call table, one reader task.
 
-The dialect is JSON-RPC 2.0 without the ``"jsonrpc"`` member (protocol §3).
+The dialect is JSON-RPC 2.0 without the ``"jsonrpc"`` member.
 Responses are matched by id, never by position (a server may answer out of
 order). Notifications are handed to a synchronous callback straight from the
 reader so that routing never waits on a consumer. When the transport ends,
@@ -26,11 +26,13 @@ from execserver.client.errors import (
 from execserver.client.transport import Transport
 from execserver.wire import errors as codes
 
+__all__ = ["NOT_HANDLED", "RpcConnection"]
+
 log = logging.getLogger(__name__)
 
 NotificationHandler = Callable[[str, msgspec.Raw], None]
 LostHandler = Callable[["RpcConnection", str], None]
-# Server -> client requests (network/policyRequest, protocol §9.6): returns the
+# Server -> client requests (network/policyRequest): returns the
 # result to send, or NOT_HANDLED to refuse the method; raising answers an error.
 RequestHandler = Callable[[str, msgspec.Raw], Awaitable[object]]
 NOT_HANDLED: object = object()
@@ -254,7 +256,7 @@ class RpcConnection:
         self, request_id: int | str, method: str, params: msgspec.Raw
     ) -> None:
         """Answer exactly once: the handler's result, or an error object (the
-        server drops the connection on a reply it did not ask for, §3.5)."""
+        server drops the connection on a reply it did not ask for)."""
         assert self._on_request is not None
         reply: _ResultReply | _ErrorReply
         try:
@@ -280,7 +282,7 @@ class RpcConnection:
     def _refuse_server_request(self, request_id: int | str, method: str) -> None:
         # Nobody handles this method (no handler registered for the server's
         # network/policyRequest, the only request 0.169.0 sends). Answering
-        # with an error denies at once and keeps the connection (protocol §9.6);
+        # with an error denies at once and keeps the connection;
         # leaving it unanswered would make the server wait for its timeout.
         reply = _ErrorReply(
             request_id,

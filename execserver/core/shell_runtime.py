@@ -2,7 +2,7 @@
 report its output (the reference's shell tool shape, IMMEDIATE network mode).
 
 It is the simplest complete :class:`~execserver.core.runtime.ToolRuntime` and
-the one the orchestrator's integration tests drive; unified exec (issue 8)
+the one the orchestrator's integration tests drive; unified exec (core/unified_exec/)
 differs in keeping processes alive across calls.
 """
 
@@ -71,7 +71,7 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
 
     ``prompt_retry_on_request``: ask "retry without sandbox?" after a sandbox
     denial under ON_REQUEST too. The reference's shell does not (only its
-    apply_patch runtime does, §4.4 table); runtimes that change files on the
+    apply_patch runtime does); runtimes that change files on the
     user's behalf set it.
     """
 
@@ -123,7 +123,7 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
         self, req: ShellRequest, turn: TurnContext
     ) -> ExecApprovalRequirement | None:
         """The caller's exec-policy verdict, else the unmatched-command
-        heuristics (§2.6): a plain command under ON_REQUEST runs sandboxed
+        heuristics: a plain command under ON_REQUEST runs sandboxed
         without a prompt."""
         if req.requirement is not None:
             return req.requirement
@@ -217,7 +217,7 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
             process_id=proc.process_id,
             sandbox_type=proc.sandbox_type,
         )
-        # Remote: only the executor's flag counts as a denial (invariant 13).
+        # Remote: only the executor's flag counts as a denial.
         if denied:
             raise SandboxDenied(result.text, exit_code=exit_code)
         return result

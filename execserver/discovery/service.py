@@ -25,6 +25,8 @@ from execserver.wire.errors import RpcError
 from execserver.wire.rust import serde
 from execserver.wire.sandbox import decode_sandbox_param
 
+__all__ = ["register"]
+
 
 def _validate_config(params: EnvironmentConfigReadParams) -> EnvironmentConfigReadParams:
     validate_path_uri(params.cwd)
@@ -73,7 +75,7 @@ async def discover_v2(
     ctx: RequestContext, params: CapabilitiesDiscoverV2Params
 ) -> CapabilitiesDiscoverV2Response:
     # 0.169.0 answered empty lists in every probe (plain dirs, repos with
-    # .agents/.codex skills); its discovery rules are not known (protocol §8.22).
+    # .agents/.codex skills); its discovery rules are not known.
     native_path(params.cwd)
     return CapabilitiesDiscoverV2Response(plugins=[], skills=[], warnings=[])
 

@@ -1,5 +1,5 @@
 """fs/* methods: parameter checks, routing to worker threads or the sandbox,
-and the connection-scoped handle table and watch (protocol §8.9-8.20).
+and the connection-scoped handle table and watch.
 
 Checks the reference makes while decoding params (URI syntax, sandbox shape,
 base64 of fs/writeBlock) run in the ``prepare`` step of the params decoder (see
@@ -59,6 +59,8 @@ from execserver.wire.fs import (
     WriteFileParams,
 )
 from execserver.wire.rust.base64 import Base64Error, decode_base64
+
+__all__ = ["register"]
 
 FAMILY = "filesystem"
 WALK_MAX_DEPTH, WALK_MAX_DIRECTORIES, WALK_MAX_ENTRIES = 64, 10_000, 50_000
@@ -202,7 +204,7 @@ def _handles(ctx: RequestContext) -> FileHandles:
 async def open_handle(ctx: RequestContext, req: PathRequest[OpenParams]) -> OpenResponse:
     params = req.params
     handles = _handles(ctx)
-    # ops (issue 9): --max-open-files, an operator's cap below the protocol's 128.
+    # --max-open-files, an operator's cap below the protocol's 128.
     what = "too many open file handles on this connection"
     check_below(ctx.runtime.config.limits, "max_open_files", len(handles), what)
     handles.reserve(params.handle_id)

@@ -26,6 +26,8 @@ from execserver.wire.http import (
 )
 from execserver.wire.rust.base64 import Base64Error, decode_base64
 
+__all__ = ["register"]
+
 FAMILY = "http"
 
 
@@ -57,7 +59,7 @@ def _prepare(call: HttpCall) -> PreparedRequest:
 
 
 async def http_request(ctx: RequestContext, call: HttpCall) -> HttpRequestResponse:
-    # ops (issue 9): --max-concurrent-http-requests, held until the answer (for a
+    # --max-concurrent-http-requests, held until the answer (for a
     # streamed response: until its headers; the body then streams outside the cap).
     with ctx.runtime.limits.http.hold():
         return await _http_request(ctx, call)

@@ -1,4 +1,4 @@
-"""Strict standard base64 (RFC 4648 §4, padded) with the Rust ``base64`` crate's error texts.
+"""Strict standard base64 (RFC 4648 section 4, padded) with the Rust ``base64`` crate's error texts.
 
 The reference rejects non-canonical input; clients see its messages
 (``Invalid input length: 1``, ``Invalid symbol 33, offset 0.``), so we spell them alike.
