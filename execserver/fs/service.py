@@ -13,7 +13,13 @@ import binascii
 from typing import Annotated, Any
 
 from execserver.fs import handle_io, ops_read, ops_write
-from execserver.fs.dispatch import in_thread, in_thread_to_completion, needs_sandbox, run_fs_op
+from execserver.fs.dispatch import (
+    in_thread,
+    in_thread_to_completion,
+    needs_sandbox,
+    run_fs_op,
+    sandbox_host,
+)
 from execserver.fs.handles import FileHandles
 from execserver.fs.paths import native_path
 from execserver.fs.requests import (
@@ -84,7 +90,9 @@ async def read_file(
 ) -> Annotated[dict[str, str], EncodesAs(ReadFileResponse)]:
     params = req.params
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
-    data: str = await run_fs_op(req.sandbox, ops_read.read_file, args, write=False)
+    data: str = await run_fs_op(
+        req.sandbox, ops_read.read_file, args, write=False, host=sandbox_host(ctx)
+    )
     return {"dataBase64": data}
 
 
@@ -102,7 +110,9 @@ async def write_file(ctx: RequestContext, req: PathRequest[WriteFileParams]) -> 
     if needs_sandbox(sandbox, write=True):
         # Raw bytes: the persistent helper takes them as they are (no second base64).
         args = {"path": path, "data": data, "follow_symlinks": params.follow_symlinks}
-        await run_fs_op(sandbox, ops_write.write_file_bytes, args, write=True)
+        await run_fs_op(
+            sandbox, ops_write.write_file_bytes, args, write=True, host=sandbox_host(ctx)
+        )
     else:
         await in_thread(ops_write.write_file_bytes, path, data, params.follow_symlinks)
     _audit(ctx, "write", path, bytes=len(data))
@@ -113,7 +123,9 @@ async def create_directory(ctx: RequestContext, req: PathRequest[CreateDirectory
     params = req.params
     path = native_path(params.path)
     args = {"path": path, "recursive": params.recursive, "follow_symlinks": params.follow_symlinks}
-    await run_fs_op(req.sandbox, ops_write.create_directory, args, write=True)
+    await run_fs_op(
+        req.sandbox, ops_write.create_directory, args, write=True, host=sandbox_host(ctx)
+    )
     _audit(ctx, "mkdir", path)
     return Empty()
 
@@ -122,7 +134,7 @@ async def get_metadata(ctx: RequestContext, req: PathRequest[GetMetadataParams])
     params = req.params
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
     result: dict[str, Any] = await run_fs_op(
-        req.sandbox, ops_read.get_metadata, args, write=False, cheap=True
+        req.sandbox, ops_read.get_metadata, args, write=False, host=sandbox_host(ctx), cheap=True
     )
     return result
 
@@ -131,7 +143,9 @@ async def canonicalize(
     ctx: RequestContext, req: PathRequest[CanonicalizeParams]
 ) -> CanonicalizeResponse:
     args = {"path": native_path(req.params.path)}
-    uri = await run_fs_op(req.sandbox, ops_read.canonicalize, args, write=False, cheap=True)
+    uri = await run_fs_op(
+        req.sandbox, ops_read.canonicalize, args, write=False, host=sandbox_host(ctx), cheap=True
+    )
     return CanonicalizeResponse(path=uri)
 
 
@@ -139,7 +153,9 @@ async def read_directory(
     ctx: RequestContext, req: PathRequest[ReadDirectoryParams]
 ) -> Annotated[dict[str, Any], EncodesAs(ReadDirectoryResponse)]:
     args = {"path": native_path(req.params.path)}
-    entries = await run_fs_op(req.sandbox, ops_read.read_directory, args, write=False)
+    entries = await run_fs_op(
+        req.sandbox, ops_read.read_directory, args, write=False, host=sandbox_host(ctx)
+    )
     return {"entries": entries}
 
 
@@ -167,7 +183,9 @@ async def walk_tree(
         "follow_directory_symlinks": opts.follow_directory_symlinks,
         "prune_hidden_directories": opts.prune_hidden_directories,
     }
-    result: dict[str, Any] = await run_fs_op(req.sandbox, walk, args, write=False)
+    result: dict[str, Any] = await run_fs_op(
+        req.sandbox, walk, args, write=False, host=sandbox_host(ctx)
+    )
     return result
 
 
@@ -180,7 +198,7 @@ async def remove(ctx: RequestContext, req: PathRequest[RemoveParams]) -> Empty:
         "force": params.force,
         "follow_symlinks": params.follow_symlinks,
     }
-    await run_fs_op(req.sandbox, ops_write.remove, args, write=True)
+    await run_fs_op(req.sandbox, ops_write.remove, args, write=True, host=sandbox_host(ctx))
     _audit(ctx, "remove", path)
     return Empty()
 
@@ -189,7 +207,7 @@ async def copy(ctx: RequestContext, req: PathRequest[CopyParams]) -> Empty:
     params = req.params
     source, destination = native_path(params.source_path), native_path(params.destination_path)
     args = {"source_path": source, "destination_path": destination, "recursive": params.recursive}
-    await run_fs_op(req.sandbox, ops_write.copy, args, write=True)
+    await run_fs_op(req.sandbox, ops_write.copy, args, write=True, host=sandbox_host(ctx))
     _audit(ctx, "copy", destination, source=source)
     return Empty()
 
@@ -210,7 +228,7 @@ async def open_handle(ctx: RequestContext, req: PathRequest[OpenParams]) -> Open
     handles.reserve(params.handle_id)
     try:
         path = native_path(params.path)
-        fd = await open_handle_fd(req.sandbox, path, params.mode)
+        fd = await open_handle_fd(req.sandbox, path, params.mode, sandbox_host(ctx))
     except BaseException:
         handles.unreserve(params.handle_id)
         raise
