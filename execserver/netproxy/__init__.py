@@ -6,7 +6,8 @@ and optionally SOCKS5, decides each destination with the request's policy
 (``policy.py``, ``engine.py``), asks the client with ``network/policyRequest``
 about undecided hosts, reports every decision with ``network/policyDecision``,
 and answers blocked requests with 403. A sandboxed child reaches it only
-through a bridge inside its network namespace (``sandbox.py``, ``bridge.py``).
+through a bridge inside its network namespace (``execserver.sandbox.proxy_routed``,
+``execserver.sandbox.bridge``).
 See docs/managed-network.md.
 """
 
