@@ -59,8 +59,6 @@ class NetworkAccess(enum.Enum):
     ENABLED = "enabled"
 
 
-
-
 @dataclass(frozen=True)
 class SpecialPath:
     """A symbolic location the executor resolves (``root``, ``tmpdir``, ...)."""
