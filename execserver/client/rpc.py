@@ -201,9 +201,7 @@ class RpcConnection:
             if not self._closing and self._on_lost is not None:
                 self._on_lost(self, self._lost or reason)
 
-    def _dispatch(
-        self, message: IncomingRequest | IncomingNotification | IncomingResponse
-    ) -> None:
+    def _dispatch(self, message: IncomingRequest | IncomingNotification | IncomingResponse) -> None:
         if isinstance(message, IncomingNotification):
             try:
                 self._on_notification(message.method, message.params)
