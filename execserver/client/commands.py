@@ -61,6 +61,19 @@ if TYPE_CHECKING:
     from execserver.client.params import Timeout
     from execserver.wire.lifecycle import EnvironmentInfo
 
+__all__ = [
+    "INHERIT_ENV_POLICY",
+    "STDIN_STAGING_LIMIT",
+    "CommandClient",
+    "CompletedRemoteProcess",
+    "Launched",
+    "command_argv",
+    "launch",
+    "remote_temp_path",
+    "run_command",
+    "terminate",
+]
+
 
 class CommandClient(Caller, Protocol):
     """What running a command needs from a client (``ExecServerClient`` is one)."""

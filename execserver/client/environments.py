@@ -36,6 +36,17 @@ from execserver.client.connection import (
 )
 from execserver.client.errors import ExecServerError
 
+__all__ = [
+    "DEFAULT_JWT_TTL_S",
+    "Environment",
+    "EnvironmentRouter",
+    "TokenSource",
+    "UnknownEnvironment",
+    "signed_bearer_token",
+    "static_token",
+    "token_file",
+]
+
 # Called on every (re)connect; returns the bearer token, or None for no auth.
 TokenSource = Callable[[], str | None]
 
