@@ -34,6 +34,7 @@ from execserver.wire.process import ManagedNetworkSandboxContext
 from execserver.wire.uri import uri_to_path
 
 __all__ = [
+    "SPECIAL_PATH_KINDS",
     "DisabledPermissions",
     "ExecFileSystemSandboxEntry",
     "ExecPermissionProfile",
@@ -46,7 +47,6 @@ __all__ = [
     "ManagedPermissions",
     "PathPath",
     "RestrictedFileSystem",
-    "SPECIAL_PATH_KINDS",
     "SpecialFsPath",
     "SpecialPath",
     "UnrestrictedFileSystem",
