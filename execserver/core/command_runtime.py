@@ -74,8 +74,12 @@ def additional_permissions_preapproved(
     """Whether a ``with_additional_permissions`` call asks only for what the turn
     or session already granted (sticky grants). Such a call is judged as if it
     asked for nothing, yet still runs widened. Any other override is never
-    preapproved: an escalation always goes through the approval gate."""
+    preapproved: an escalation always goes through the approval gate. Nothing
+    granted yet means nothing is preapproved, not even an empty request (the
+    reference's ``apply_granted_turn_permissions``)."""
     if sandbox_permissions is not SandboxPermissions.WITH_ADDITIONAL_PERMISSIONS:
+        return False
+    if granted is None:
         return False
     return is_preapproved(additional, granted)
 

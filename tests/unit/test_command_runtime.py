@@ -98,6 +98,13 @@ def test_additional_permissions_not_granted_need_a_prompt(
     assert isinstance(runtime.exec_approval_requirement(req, _turn(granted=other)), NeedsApproval)
 
 
+def test_nothing_is_preapproved_before_anything_was_granted() -> None:
+    assert not additional_permissions_preapproved(WIDEN, None, None)
+    assert not additional_permissions_preapproved(WIDEN, AdditionalPermissions(), None)
+    assert additional_permissions_preapproved(WIDEN, None, EXTRA)
+    assert additional_permissions_preapproved(WIDEN, EXTRA, EXTRA)
+
+
 @pytest.mark.parametrize(("runtime", "request_of"), RUNTIMES, ids=IDS)
 def test_an_escalation_is_never_preapproved_by_earlier_grants(
     runtime: CommandRuntime[Any, Any], request_of: Any
