@@ -85,7 +85,7 @@ schema: $(STAMP)
 # Re-record protocol/vectors from the reference server (scripts/reference.py installs
 # it from npm, pinned and integrity-checked, on first use).
 vectors: $(STAMP)
-	$(BIN)/python -m tests.vectors record
+	$(BIN)/python -m tests.support.vectors record
 
 interop: $(STAMP) system-deps
 	$(BIN)/pytest -m interop $(PYTEST_ARGS)

@@ -19,15 +19,32 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
+from benchmarks.client import BenchClient
 from execserver.processes.tree import read_proc_table
-from tests.process_client import connect
-from tests.servers import start_server
+from scripts.servers import start_server
 
 RESULT_FILE = Path(__file__).resolve().parent / "results" / "containment.json"
+BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 BUSY = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end: pass\n"
+
+
+async def run(client: BenchClient, process_id: str, argv: list[str], timeout: float = 30) -> None:
+    """Start ``argv`` and wait for its process/closed notification."""
+    closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def on_notification(method: str, params: dict[str, Any]) -> None:
+        if method == "process/closed" and params.get("processId") == process_id:
+            if not closed.done():
+                closed.set_result(None)
+
+    client.on_notification = on_notification
+    params = {"processId": process_id, "argv": argv, "cwd": "file:///tmp", "env": BASE_ENV}
+    await client.call("process/start", {**params, "tty": False})
+    await asyncio.wait_for(closed, timeout)
 
 
 async def cpu_share(limit: float | None, loops: int, seconds: float) -> dict[str, float]:
@@ -38,8 +55,12 @@ async def cpu_share(limit: float | None, loops: int, seconds: float) -> dict[str
         if limit is not None:
             flags += ["--process-cpu-max", str(limit)]
         script = " & ".join([f"{sys.executable} -c '{BUSY.format(s=seconds)}'"] * loops)
-        async with start_server("execserver", flags) as server, connect(server.url) as c:
-            await c.run("busy", ["sh", "-c", f"{script}; wait"], timeout=seconds * 10 + 30)
+        async with start_server("execserver", flags) as server:
+            c = await BenchClient.connect(server.url)
+            try:
+                await run(c, "busy", ["sh", "-c", f"{script}; wait"], timeout=seconds * 10 + 30)
+            finally:
+                await c.close()
         record = next(
             json.loads(line)
             for line in audit.read_text().splitlines()
@@ -50,13 +71,17 @@ async def cpu_share(limit: float | None, loops: int, seconds: float) -> dict[str
 
 
 async def spawn_ms(flags: list[str], n: int) -> float:
-    async with start_server("execserver", flags) as server, connect(server.url) as c:
-        await c.run("warm", ["true"])
-        times = []
-        for i in range(n):
-            start = time.perf_counter()
-            await c.run(f"t{i}", ["true"])
-            times.append(time.perf_counter() - start)
+    async with start_server("execserver", flags) as server:
+        c = await BenchClient.connect(server.url)
+        try:
+            await run(c, "warm", ["true"])
+            times = []
+            for i in range(n):
+                start = time.perf_counter()
+                await run(c, f"t{i}", ["true"])
+                times.append(time.perf_counter() - start)
+        finally:
+            await c.close()
     return statistics.median(times) * 1e3
 
 

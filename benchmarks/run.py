@@ -27,7 +27,7 @@ import psutil
 
 from benchmarks import figures, physical, sandboxed_fs
 from benchmarks.server_cpu import tree_cpu_seconds
-from tests.servers import RunningServer, start_server
+from scripts.servers import RunningServer, start_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SERVERS = ("execserver", "reference")

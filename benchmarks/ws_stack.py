@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmarks import figures
 from benchmarks.server_cpu import tree_cpu_seconds
-from tests.servers import RunningServer, start_server, stop_process
+from scripts.servers import RunningServer, start_server, stop_process
 
 
 async def _serve_picows() -> None:

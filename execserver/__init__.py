@@ -2,6 +2,8 @@
 
 from typing import TYPE_CHECKING, Any
 
+__all__ = ["REFERENCE_VERSION", "serve_local"]
+
 __version__ = "0.1.0"
 
 # The protocol version we are wire-compatible with (reported as executorVersion).

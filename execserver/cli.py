@@ -23,6 +23,8 @@ from execserver.config import (
     WsAuthConfig,
 )
 
+__all__ = ["CGROUP_ROOT_ENV", "build_parser", "main"]
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 EXIT_USAGE = 2
 
@@ -101,7 +103,7 @@ def _add_process_limit_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_auth_flags(p: argparse.ArgumentParser) -> None:
-    """The reference's websocket auth flags (protocol §2, §11)."""
+    """The reference's websocket auth flags."""
     from execserver.server.auth import AUTH_MODES
 
     p.add_argument("--ws-auth", choices=AUTH_MODES, metavar="MODE", help="websocket auth mode")

@@ -4,22 +4,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+__all__ = [
+    "DEFAULT_CGROUP_ROOT",
+    "DEFAULT_EXITED_RETENTION_S",
+    "DEFAULT_LISTEN",
+    "DEFAULT_SESSION_TTL_S",
+    "DEFAULT_WS_MAX_CLOCK_SKEW_S",
+    "PING_INTERVAL_S",
+    "LimitsConfig",
+    "ProcessLimitsConfig",
+    "ServerConfig",
+    "WsAuthConfig",
+]
+
 DEFAULT_LISTEN = "ws://127.0.0.1:0"
-# The reference keeps detached sessions and exited processes for about 80 s (protocol §5.2, §8.4.3).
+# The reference keeps detached sessions and exited processes for about 80 s.
 DEFAULT_SESSION_TTL_S = 80.0
 DEFAULT_EXITED_RETENTION_S = 80.0
-# Inbound limits of the reference: < 16 MiB per frame, 64 MiB per reassembled message (§1.2).
+# Inbound limits of the reference: < 16 MiB per frame, 64 MiB per reassembled message.
 MAX_INBOUND_MESSAGE_BYTES = 64 * 1024 * 1024
 PING_INTERVAL_S = 30.0
 
 
-# --ws-max-clock-skew-seconds default of the reference (protocol §2.4).
+# --ws-max-clock-skew-seconds default of the reference.
 DEFAULT_WS_MAX_CLOCK_SKEW_S = 30
 
 
 @dataclass(frozen=True)
 class WsAuthConfig:
-    """WebSocket authentication flags as given (protocol §2); validated and loaded by
+    """WebSocket authentication flags as given; validated and loaded by
     ``execserver.server.auth``. ``max_clock_skew_s`` is None when the flag was not given,
     because the reference rejects it (even at its default value) in capability-token mode."""
 

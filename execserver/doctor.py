@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from execserver.sandbox.backend import SandboxBackend
     from execserver.sandbox.shapes import ShapeResult
 
+__all__ = ["CHECK_NAMES", "SHAPE_NAMES", "add_doctor_parser", "build_report", "shape_lines"]
+
 CHECK_NAMES: Final = ("bwrap", "userns", "landlock", "seccomp", "cgroup", "sandbox")
 # Policy shapes, as probed by execserver.sandbox.shapes (kept literal so that
 # `execserver --help` does not import the sandbox).

@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from tests.servers import ReferenceUnavailable, RunningServer, reference_binary, start_server
+from tests.support.servers import (
+    ReferenceUnavailable,
+    RunningServer,
+    reference_binary,
+    start_server,
+)
 
 # ---- the reference binary: resolved once, its absence is one skip reason ---------
 #

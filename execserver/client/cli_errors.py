@@ -38,6 +38,15 @@ from execserver.client.errors import (
     WorkingDirectoryNotFound,
 )
 
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_CANNOT_START",
+    "EXIT_CONNECTION",
+    "UsageError",
+    "explain",
+    "report",
+]
+
 EXIT_USAGE: Final = 2
 EXIT_CANNOT_START: Final = 125
 EXIT_NOT_EXECUTABLE: Final = 126

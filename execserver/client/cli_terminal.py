@@ -28,6 +28,8 @@ from execserver.client.errors import ExecServerError
 if TYPE_CHECKING:
     from execserver.client.connection import ExecServerClient
 
+__all__ = ["forward_window_size", "raw_terminal", "read_stdin", "read_stdin_to_end", "window_size"]
+
 log = logging.getLogger(__name__)
 
 READ_SIZE = 65536

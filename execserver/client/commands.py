@@ -84,6 +84,17 @@ class CommandClient(Caller, Protocol):
     async def start(self, params: ExecParams, *, timeout: Timeout = ...) -> RemoteProcess: ...
 
 
+__all__ = [
+    "INHERIT_ENV_POLICY",
+    "STDIN_STAGING_LIMIT",
+    "CompletedRemoteProcess",
+    "Launched",
+    "launch",
+    "remote_temp_path",
+    "run_command",
+    "terminate",
+]
+
 log = logging.getLogger(__name__)
 
 # The executor's own environment, minus the names codex filters by default.

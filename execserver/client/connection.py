@@ -1,6 +1,6 @@
 """ExecServerClient: handshake, typed calls, notification routing, reconnect/resume.
 
-Lifecycle (core-client.md §1.9)::
+Lifecycle::
 
     connected --transport lost--> recovering --resume ok + catch-up--> connected
                                        |
@@ -476,8 +476,8 @@ class ExecServerClient(TypedCalls):
     ) -> RemoteProcess:
         """``process/start``. The route for its events exists before the request is sent.
 
-        ``env`` without ``env_policy`` is the child's *whole* environment (protocol
-        §8.4.2); ``cwd`` defaults to the server's cwd; ``sandbox`` is a
+        ``env`` without ``env_policy`` is the child's *whole* environment; ``cwd``
+        defaults to the server's cwd; ``sandbox`` is a
         ``FileSystemSandboxContext`` passed through unchanged.
         """
         if cwd is None:

@@ -1,4 +1,4 @@
-"""The client's exception hierarchy (core-client.md §1.6).
+"""The client's exception hierarchy.
 
 One base class, ``ExecServerError``. Error responses from the server become
 ``ExecServerRpcError`` subclasses chosen by code, so callers can write
@@ -13,6 +13,31 @@ import errno
 from typing import Literal
 
 from execserver.wire import errors as codes
+
+__all__ = [
+    "CommandError",
+    "CommandFailed",
+    "CommandNotExecutable",
+    "CommandNotFound",
+    "CommandTimeout",
+    "ExecServerConnectError",
+    "ExecServerError",
+    "ExecServerRpcError",
+    "ExecServerSessionMismatch",
+    "ExecServerTimeout",
+    "ExecServerTransportClosed",
+    "ExecServerUnavailable",
+    "InternalError",
+    "InvalidParams",
+    "InvalidRequest",
+    "MethodNotFound",
+    "NotFound",
+    "ProcessFailed",
+    "SessionAttached",
+    "WorkingDirectoryNotADirectory",
+    "WorkingDirectoryNotFound",
+    "rpc_error",
+]
 
 TimeoutPhase = Literal["connect", "initialize", "request"]
 

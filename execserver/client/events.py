@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+__all__ = ["Closed", "ExitStatus", "Exited", "Failed", "Output", "ProcessEvent", "SeqEvent"]
+
 Stream = Literal["stdout", "stderr", "pty"]
 
 

@@ -2,8 +2,8 @@
 
 Paths are native absolute paths of the executor host (a ``file:`` URI is
 accepted too); conversion to and from ``PathUri`` happens here only. Server
-errors become ``OSError`` subclasses the way a local call would raise them
-(core-client.md §1.12): the OS error number in the message picks the subclass
+errors become ``OSError`` subclasses the way a local call would raise them:
+the OS error number in the message picks the subclass
 (``Directory not empty (os error 39)`` -> ``OSError(ENOTEMPTY)``), -32004 is
 ``FileNotFoundError``, a lost transport is ``BrokenPipeError``. The original
 ``ExecServerError`` is chained as ``__cause__``.
@@ -53,6 +53,8 @@ from execserver.wire.fs import (
     WriteFileParams,
 )
 from execserver.wire.uri import uri_to_path
+
+__all__ = ["RemoteFileHandle", "RemoteFileSystem", "RemotePath", "fs_error"]
 
 __all__ = ["RemoteFileHandle", "RemoteFileSystem", "RemotePath", "fs_error"]
 
@@ -270,7 +272,7 @@ class RemoteFileHandle:
         self.path = path
 
     async def read_block(self, offset: int, length: int) -> tuple[bytes, bool]:
-        """``(data, eof)``; eof only on a short read (protocol §8.19)."""
+        """``(data, eof)``; eof only on a short read."""
         params = ReadBlockParams(handle_id=self.handle_id, offset=offset, len=length)
         caller = self._fs.caller
         result = await _os_errors(caller.call(methods.FS_READ_BLOCK, params), self.path)

@@ -7,6 +7,11 @@ and local use, with a client already connected to it.
 The daemon is a child process (``python -m execserver serve``) listening on a
 free loopback port; it is stopped, with every process it started, when the
 block ends. The client package never imports the server in-process.
+
+``start_daemon`` is the starter underneath: it runs any exec-server command that
+prints its ws:// URL as the first stdout line (ours, or the reference ``codex
+exec-server``) and stops it afterwards. The tests and benchmarks start their
+servers with it too (scripts/servers.py), so there is one way to start a server.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import IO, Any, Final
 
 from execserver.client.connection import ExecServerClient
 from execserver.client.errors import ExecServerConnectError
@@ -23,6 +29,9 @@ from execserver.client.errors import ExecServerConnectError
 STARTUP_TIMEOUT: Final = 60.0
 STOP_TIMEOUT: Final = 10.0
 LOOPBACK_ANY_PORT: Final = "ws://127.0.0.1:0"
+
+
+__all__ = ["Daemon", "serve_local", "start_daemon", "stop_daemon"]
 
 
 @contextlib.asynccontextmanager
@@ -41,19 +50,54 @@ async def serve_local(
     ``client_options`` go to :meth:`ExecServerClient.connect` (``client.url`` is
     the daemon's URL, for a second client or the CLI).
     """
+    argv = [python, "-m", "execserver", "serve", "--listen", LOOPBACK_ANY_PORT,
+            "--log-level", log_level, *args]  # fmt: skip
+    async with (
+        start_daemon(argv, env=env, startup_timeout=startup_timeout) as daemon,
+        await ExecServerClient.connect(daemon.url, **client_options) as client,
+    ):
+        yield client
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """A running exec-server child process and the ws:// URL it printed."""
+
+    url: str
+    process: asyncio.subprocess.Process
+
+
+@contextlib.asynccontextmanager
+async def start_daemon(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    stdin: int = asyncio.subprocess.DEVNULL,
+    stderr: IO[bytes] | int | None = None,
+    startup_timeout: float = STARTUP_TIMEOUT,
+) -> AsyncIterator[Daemon]:
+    """Run ``argv``, an exec-server that prints its ws:// URL as its first stdout
+    line, and stop it when the block ends (:func:`stop_daemon`).
+
+    ``stdin``: ``DEVNULL`` by default; ``PIPE`` keeps it open for the caller
+    (``--exit-on-stdin-close``). ``stderr``: where the daemon's log goes (default:
+    ours). :class:`ExecServerConnectError` if no URL comes within
+    ``startup_timeout`` seconds.
+    """
     proc = await asyncio.create_subprocess_exec(
-        python, "-m", "execserver", "serve", "--listen", LOOPBACK_ANY_PORT,
-        "--log-level", log_level, *args,
-        stdin=asyncio.subprocess.DEVNULL,
+        *argv,
+        stdin=stdin,
         stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
         env=None if env is None else dict(env),
-    )  # fmt: skip
+        cwd=cwd,
+    )
     try:
         url = await _first_line(proc, startup_timeout)
-        async with await ExecServerClient.connect(url, **client_options) as client:
-            yield client
+        yield Daemon(url, proc)
     finally:
-        await _stop(proc)
+        await stop_daemon(proc)
 
 
 async def _first_line(proc: asyncio.subprocess.Process, timeout: float) -> str:
@@ -75,10 +119,11 @@ async def _first_line(proc: asyncio.subprocess.Process, timeout: float) -> str:
     return line
 
 
-async def _stop(proc: asyncio.subprocess.Process) -> None:
+async def stop_daemon(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM (the daemon kills its processes and exits), SIGKILL after 10 s."""
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
-            proc.terminate()  # SIGTERM: the daemon kills its processes and exits
+            proc.terminate()
         try:
             await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
         except TimeoutError:

@@ -1,4 +1,4 @@
-"""Per-process event ordering: publish strictly by seq, exactly once (core-client.md §1.4).
+"""Per-process event ordering: publish strictly by seq, exactly once.
 
 The server numbers every event of a process (output, exited, closed) from one
 counter, but does not send them in that order: ``exited`` can overtake
@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from execserver.client.events import Closed, Exited, Output, SeqEvent
 from execserver.wire.process import ReadResponse
+
+__all__ = ["SeqOrderer"]
 
 
 @dataclass

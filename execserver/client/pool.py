@@ -44,6 +44,15 @@ from execserver.client.environments import Environment, TokenSource
 from execserver.client.errors import ExecServerError, ExecServerRpcError, SessionAttached
 from execserver.wire.errors import EXECUTOR_DRAINING
 
+__all__ = [
+    "ExecutorPool",
+    "NoReplicaAvailable",
+    "Placement",
+    "ReplicaUnavailable",
+    "UnknownSessionKey",
+    "rendezvous_rank",
+]
+
 _ATTACHED_GRACE_S = 5.0
 _ATTACHED_RETRY_S = 0.05
 

@@ -5,7 +5,7 @@ reader task); the ``SeqOrderer`` turns them into an in-order, exactly-once
 stream. Holes are filled with ``process/read`` from the cursor: first after a
 short grace period (the missing event is usually just behind on the wire),
 and after a reconnect unconditionally, because events sent while no
-connection was attached are never re-sent (protocol §5.2).
+connection was attached are never re-sent.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from execserver.wire.process import (
 )
 
 __all__ = ["CATCH_UP_ATTEMPTS", "GAP_GRACE_SECONDS", "ReadFn", "RemoteProcess"]
+
+__all__ = ["RemoteProcess"]
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +171,7 @@ class RemoteProcess:
         max_bytes: int | None = None,
         wait_ms: int | None = None,
     ) -> ReadResponse:
-        """``process/read``. After a failure it is answered locally (core-client.md §1.9)."""
+        """``process/read``. After a failure it is answered locally."""
         if self._failure is not None:
             return ReadResponse(
                 chunks=[],

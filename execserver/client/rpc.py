@@ -52,6 +52,8 @@ __all__ = [
     "encode_params",
 ]
 
+__all__ = ["NOT_HANDLED", "RpcConnection"]
+
 log = logging.getLogger(__name__)
 
 NotificationHandler = Callable[[str, msgspec.Raw], None]
@@ -242,7 +244,7 @@ class RpcConnection:
         self, request_id: RequestId, method: str, params: msgspec.Raw
     ) -> None:
         """Answer exactly once: the handler's result, or an error object (the
-        server drops the connection on a reply it did not ask for, §3.5)."""
+        server drops the connection on a reply it did not ask for)."""
         assert self._on_request is not None
         reply: ResponseMessage | ErrorMessage
         try:
@@ -268,7 +270,7 @@ class RpcConnection:
     def _refuse_server_request(self, request_id: RequestId, method: str) -> None:
         # Nobody handles this method (no handler registered for the server's
         # network/policyRequest, the only request 0.169.0 sends). Answering
-        # with an error denies at once and keeps the connection (protocol §9.6);
+        # with an error denies at once and keeps the connection;
         # leaving it unanswered would make the server wait for its timeout.
         reply = ErrorMessage(
             ErrorObject(codes.METHOD_NOT_FOUND, f"client does not handle `{method}`"),

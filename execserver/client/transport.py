@@ -20,6 +20,8 @@ import aiohttp
 
 from execserver.client.errors import ExecServerConnectError, ExecServerTimeout
 
+__all__ = ["StdioTransport", "Transport", "WebSocketTransport"]
+
 log = logging.getLogger(__name__)
 
 # A line from a stdio server can be a whole base64 file; never cut it.

@@ -35,6 +35,22 @@ from typing import Final
 
 from execserver.config import ProcessLimitsConfig
 
+__all__ = [
+    "CgroupUsage",
+    "ContainmentError",
+    "OwnCgroups",
+    "ProcessCgroup",
+    "ProcessCgroups",
+    "active",
+    "cgroup_dir_of",
+    "contained_helper",
+    "describe_host",
+    "open_process_cgroups",
+    "own_cgroups",
+    "parse_size",
+    "probe_host",
+]
+
 log = logging.getLogger(__name__)
 
 # The flag each limit is set by, for messages.

@@ -1,6 +1,6 @@
 """The core side: deciding whether and how a tool call runs on an executor.
 
-Policy half (core-client.md §2-4, §6):
+Policy half:
 
 * ``policy`` — AskForApproval, SandboxPermissions, ExecApprovalRequirement and
   the default requirement rules; ``exec_policy`` — the unmatched-command
@@ -21,3 +21,5 @@ Policy half (core-client.md §2-4, §6):
 Runtimes: ``unified_exec`` (exec_command / write_stdin) and ``apply_patch``.
 Nothing here imports ``execserver.server``.
 """
+
+__all__: list[str] = []

@@ -1,4 +1,4 @@
-"""The session's approval cache (core-client.md §2.10, invariant 11).
+"""The session's approval cache.
 
 A key is serialised to canonical JSON and looked up exactly; it carries the
 environment id, so a decision never leaks to another executor, and the

@@ -1,5 +1,4 @@
-"""Who answers an approval request, and what the answer means for a tool call
-(core-client.md §2.9, §2.11).
+"""Who answers an approval request, and what the answer means for a tool call.
 
 The approver is injected: an async callable from :class:`ApprovalRequest` to
 :class:`ReviewDecision`. It is the one seam where tests script a user.
@@ -47,7 +46,7 @@ class ApprovalRequest:
     # True for the "retry without sandbox?" prompt after a sandbox denial.
     retry: bool = False
     # True when the call needs no prompt but strict auto-review wants the
-    # automatic reviewer to see it anyway (§4.3 step 2).
+    # automatic reviewer to see it anyway.
     review_only: bool = False
     network_context: NetworkApprovalContext | None = None
     proposed_execpolicy_amendment: tuple[str, ...] | None = None
@@ -81,7 +80,7 @@ ApprovalHook = Callable[[ApprovalRequest], Awaitable[ReviewDecision | None]]
 
 class ApprovalRouter:
     """Hooks first (a hook may decide), then the automatic reviewer when it is
-    configured or the request is review-only, then the user (§2.11)."""
+    configured or the request is review-only, then the user."""
 
     def __init__(
         self,
@@ -110,7 +109,7 @@ class ApprovalRouter:
 
 
 def check_decision(decision: ReviewDecision, *, rejected_by_user: str) -> None:
-    """Raise unless ``decision`` lets the call proceed (§2.9).
+    """Raise unless ``decision`` lets the call proceed.
 
     ``rejected_by_user`` is the runtime's text for a plain denial
     ("exec command rejected by user", "patch rejected by user").

@@ -1,11 +1,11 @@
-"""SandboxAttempt: how one attempt of a tool call runs (core-client.md §3).
+"""SandboxAttempt: how one attempt of a tool call runs.
 
 Three different things are called "sandbox" and are kept apart here:
 
 * ``sandbox_requested`` — policy wants isolation for this attempt; it decides
   whether a ``FileSystemSandboxContext`` is sent;
 * ``sandbox`` — the host sandbox wrapping argv on the core's machine; always
-  NONE for an executor-managed environment (invariant 9);
+  NONE for an executor-managed environment;
 * ``exec_server_permissions`` — the symbolic profile the executor enforces.
 """
 
@@ -67,7 +67,7 @@ def should_sandbox(
     preference: SandboxablePreference,
     managed_network_active: bool,
 ) -> bool:
-    """Does this profile want isolation at all (§3.3)?"""
+    """Does this profile want isolation at all?"""
     if preference is SandboxablePreference.FORBID:
         return False
     if isinstance(profile, DisabledProfile | ExternalProfile):
@@ -91,7 +91,7 @@ def should_sandbox(
 def unsandboxed_execution_allowed(
     profile: PermissionProfile, managed_network: ManagedNetwork | None
 ) -> bool:
-    """May an attempt of this call run without the sandbox (§2.8, invariant 10)?"""
+    """May an attempt of this call run without the sandbox?"""
     if has_deny_read(profile):
         return False
     return not (managed_network is not None and managed_network.owner_policy)
@@ -128,13 +128,13 @@ class SandboxAttempt:
     def follow_symlinks(self) -> bool:
         """False exactly when the attempt runs unsandboxed although the profile
         would sandbox: an approved unsandboxed write must not be redirected
-        through a symlink (§7.8, invariant 15)."""
+        through a symlink."""
         return self.sandbox_requested or not self.profile_would_sandbox
 
 
 def attempt_process_id(base: str) -> str:
     """A processId no earlier attempt used: the server refuses reuse within a
-    session even after exit (invariant 2)."""
+    session even after exit."""
     return f"{base}-{uuid.uuid4()}"
 
 
@@ -177,7 +177,7 @@ def retry_attempt(
     process_id_base: str,
     sandbox_cwd: str | None = None,
 ) -> SandboxAttempt:
-    """The second attempt (§4.6): host NONE, normally unsandboxed. Only a
+    """The second attempt: host NONE, normally unsandboxed. Only a
     profile that may not run unsandboxed keeps its sandbox (the network-context
     retry under a deny-read profile)."""
     requested = not unsandboxed_execution_allowed(profile, managed_network) and should_sandbox(
@@ -214,7 +214,7 @@ def _attempt(
         permissions=profile,
         exec_server_permissions=profile if environment.executor_managed else None,
         enforce_managed_network=enforce,
-        # An escalated attempt gets no proxy (§2.8).
+        # An escalated attempt gets no proxy.
         network_proxy=managed_network if enforce else None,
         sandbox_cwd=sandbox_cwd or environment.cwd,
         workspace_roots=environment.policy_workspace_roots,
@@ -228,8 +228,7 @@ def _attempt(
 
 def sandbox_context(attempt: SandboxAttempt) -> FileSystemSandboxContext | None:
     """The ``sandbox`` member for process/start and fs/* — present exactly when
-    the attempt requested the sandbox of an executor-managed environment
-    (§3.4, §3.5 step 7, invariant 9)."""
+    the attempt requested the sandbox of an executor-managed environment."""
     profile = attempt.exec_server_permissions
     if not attempt.sandbox_requested or profile is None:
         # A local environment is sandboxed by the host wrapper, not the executor.

@@ -1,5 +1,4 @@
-"""ReviewDecision: the answer to an approval request, with its wire spelling
-(core-client.md §2.9)."""
+"""ReviewDecision: the answer to an approval request, with its wire spelling."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Where a tool call runs, and under which managed-network regime
-(core-client.md §3.1, §3.4, §2.8)."""
+"""Where a tool call runs, and under which managed-network regime."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ class ExecutionEnvironment:
 
     ``executor_managed`` is true for every environment reached through an
     exec-server (always, for this library): the executor enforces the sandbox,
-    so the host sandbox is NONE and argv stays native (§3.4, invariant 9).
+    so the host sandbox is NONE and argv stays native.
     ``cwd`` is the trusted policy cwd of the turn, a native absolute path on
     the executor.
     """
@@ -34,17 +33,17 @@ class ExecutionEnvironment:
     @property
     def policy_workspace_roots(self) -> tuple[str, ...]:
         # current_working_directory resolves to the workspace roots on the
-        # executor (protocol §10.2); without roots the cwd stays read-only.
+        # executor; without roots the cwd stays read-only.
         return self.workspace_roots or (self.cwd,)
 
 
 @dataclass(frozen=True)
 class ManagedNetwork:
     """Managed-network requirements of the turn. Their presence alone makes
-    managed network active (§4.4 step 3).
+    managed network active.
 
     ``owner_policy``: the policy was attached by the environment's owner, not
-    the user; an attempt may then never drop the sandbox (§2.8).
+    the user; an attempt may then never drop the sandbox.
     ``context``: an existing proxy the sandboxed child may reach.
     ``launch``: ask the executor to start its own proxy (needs the
     ``networkProxyLaunch`` capability).

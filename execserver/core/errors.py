@@ -1,8 +1,7 @@
-"""How a tool call fails (core-client.md §4.1).
+"""How a tool call fails.
 
 Only :class:`SandboxDenied` can lead to a second attempt; everything else is
-final (invariant 6). The orchestrator raises these; callers present them
-(§4.7).
+final. The orchestrator raises these; callers present them.
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ class SandboxError(ToolError):
 @dataclass(frozen=True)
 class NetworkPolicyDecisionPayload:
     """What the network policy said about the request that was blocked (the
-    proxy's decision record, protocol §9.7 shape)."""
+    proxy's decision record, shaped like ``network/policyDecision``)."""
 
     decision: str  # "allow" | "deny" | "ask"
     source: str  # "decider" | "baseline_policy" | ...
@@ -66,7 +65,7 @@ class NetworkPolicyDecisionPayload:
 class SandboxDenied(SandboxError):
     """The executor said the sandbox stopped the command (``sandboxDenied``), or a
     runtime classified its failure so. ``output`` is the text the caller shows
-    when no retry happens (§4.7)."""
+    when no retry happens."""
 
     def __init__(
         self,

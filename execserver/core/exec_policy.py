@@ -1,5 +1,5 @@
-"""The approval requirement of a shell command when no exec-policy rule matched
-(core-client.md §2.6 step 4 and the prompt-rejection conversions).
+"""The approval requirement of a shell command when no exec-policy rule matched,
+and the prompt-rejection conversions.
 
 Prefix rules loaded from ``.rules`` files are not modelled here; a caller that
 has a rule verdict passes it to :func:`requirement_from_rule`.
@@ -56,7 +56,7 @@ def unmatched_command_requirement(
     dangerous: bool = False,
     additional_permissions_preapproved: bool = False,
 ) -> ExecApprovalRequirement:
-    """The heuristics table for a command no rule matched (§2.6 step 4)."""
+    """The heuristics table for a command no rule matched."""
     override = sandbox_permissions.requests_sandbox_override() and not (
         sandbox_permissions is SandboxPermissions.WITH_ADDITIONAL_PERMISSIONS
         and additional_permissions_preapproved
@@ -85,7 +85,7 @@ def requirement_from_rule(
     justification: str | None = None,
     every_segment_allowed: bool = False,
 ) -> ExecApprovalRequirement:
-    """Steps 1-3 of §2.6 for a command a rule matched."""
+    """The requirement for a command a rule matched (forbidden, prompt, allow)."""
     if decision is RuleDecision.FORBIDDEN:
         return Forbidden(f"`{command}` rejected: {justification or 'blocked by policy'}")
     if decision is RuleDecision.PROMPT:

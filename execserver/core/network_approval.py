@@ -1,5 +1,4 @@
-"""Network approvals for attempts that run behind a managed-network proxy
-(core-client.md §6).
+"""Network approvals for attempts that run behind a managed-network proxy.
 
 Lifecycle of one attempt's registration::
 
@@ -103,7 +102,7 @@ class ActiveNetworkApproval:
 
 def network_approval_flow_enabled(policy: AskForApproval, profile: PermissionProfile) -> bool:
     """Prompts for hosts only happen under a restricted managed profile and a
-    policy that may ask at all (§6.4)."""
+    policy that may ask at all."""
     return policy.mode is not ApprovalMode.NEVER and is_restricted_fs(profile)
 
 
@@ -315,7 +314,7 @@ Terminate = Callable[[], Awaitable[object]]
 class DeferredNetworkApproval:
     """A successful deferred attempt's registration, travelling with its live
     process. It ends exactly once: :meth:`finish` (idempotent; later callers
-    get the first result) or :meth:`unregister` (invariant 14)."""
+    get the first result) or :meth:`unregister`."""
 
     def __init__(self, service: NetworkApprovalService, active: ActiveNetworkApproval) -> None:
         self._service = service

@@ -1,5 +1,4 @@
-"""From a blocked network request to an approval context and a retry reason
-(core-client.md §4.5 G1, §6.5).
+"""From a blocked network request to an approval context and a retry reason.
 
 Only an ``ask`` decision produced by the policy decider means "a human may
 allow this"; a baseline-policy deny or an allow record carries no context.

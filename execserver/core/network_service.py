@@ -1,12 +1,11 @@
 """The client half of the executor's managed network: answer the exec-server's
-``network/policyRequest`` (protocol §9.6) through the orchestrator's
-:class:`~execserver.core.network_approval.NetworkApprovalService`
-(core-client.md §6.7).
+``network/policyRequest`` through the orchestrator's
+:class:`~execserver.core.network_approval.NetworkApprovalService`.
 
 One responder per exec-server connection (= one environment). A request about
 ``(host, protocol, port)`` for process P is put to the service, attributed to
 the registration of the attempt that runs P, else to every active call of the
-environment (§6.4 "attribution"); the service dedupes, uses its session
+environment; the service dedupes, uses its session
 caches, or asks the approver. The answer is ``{"decision": {"type": "allow"}}``
 or ``{"type": "deny", "reason": ...}``.
 
@@ -18,14 +17,14 @@ explicit :meth:`bind` overrides that lookup for callers whose registrations
 carry no processId.
 
 Deadline: the server forgets its request after ``policyDecisionTimeoutMs``
-and then *drops the connection* on a late answer (§3.5). So the responder
+and then *drops the connection* on a late answer. So the responder
 answers "deny" on its own before that deadline when the approver is slower;
 the approver's eventual decision still lands in the session caches (an
 "allow for session" then lets the child's retry through).
 
 Decisions the proxy reports (``network/policyDecision``) that block a known
 process's request by policy are recorded on its registration, which cancels
-its token so the unified-exec watcher terminates it (§6.2).
+its token so the unified-exec watcher terminates it.
 """
 
 from __future__ import annotations

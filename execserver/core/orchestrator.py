@@ -1,5 +1,4 @@
-"""ToolOrchestrator.run: approval, first attempt, retry gates, second attempt
-(core-client.md §4.2-4.6).
+"""ToolOrchestrator.run: approval, first attempt, retry gates, second attempt.
 
 ::
 
@@ -13,7 +12,7 @@
        |
     ATTEMPT 2 (host sandbox NONE, fresh processId) --> its result, whatever it is
 
-There is never a third attempt (invariant 6).
+There is never a third attempt.
 """
 
 from __future__ import annotations
@@ -118,7 +117,7 @@ class ToolOrchestrator:
             raise Rejected(requirement.reason)
         if isinstance(requirement, NeedsApproval):
             if turn.approval_policy.mode is ApprovalMode.NEVER:
-                # Under NEVER nothing is ever asked (invariant 7).
+                # Under NEVER nothing is ever asked.
                 raise Rejected(NEVER_PROMPT_REJECTION)
             ctx = ApprovalContext(
                 reason=requirement.reason,
@@ -239,7 +238,7 @@ class ToolOrchestrator:
                 finished = service.finish_call(active.registration_id)
                 if finished is not None and isinstance(exc, Exception):
                     # The network denial explains the failure better than the
-                    # attempt's own error (§4.4 step 4e).
+                    # attempt's own error.
                     raise Rejected(finished.message) from exc
             if isinstance(exc, ExecServerError):
                 raise ExecFailed(str(exc)) from exc

@@ -1,5 +1,4 @@
-"""Permission profiles as the core reasons about them, and their wire form
-(core-client.md §2.3, §2.4; protocol §10.3).
+"""Permission profiles as the core reasons about them, and their wire form.
 
 The model keeps native absolute paths and a three-valued access; the wire
 form (``execserver.wire.sandbox``) keeps ``file:`` URIs and accepts the legacy
@@ -142,7 +141,7 @@ def workspace_write_profile(
     *, network: NetworkAccess = NetworkAccess.RESTRICTED, extra: Iterable[FsEntry] = ()
 ) -> ManagedProfile:
     """Read everything, write the workspace roots (what ``current_working_directory``
-    resolves to on the executor, protocol §10.2)."""
+    resolves to on the executor)."""
     entries = (
         FsEntry(SpecialPath("root"), FsAccess.READ),
         FsEntry(SpecialPath("current_working_directory"), FsAccess.WRITE),
@@ -164,7 +163,7 @@ def network_enabled(profile: PermissionProfile) -> bool:
 
 def has_deny_read(profile: PermissionProfile) -> bool:
     """True when some entry (path or glob) denies access: such a profile must
-    never be bypassed (§2.3, invariant 10)."""
+    never be bypassed."""
     if not isinstance(profile, ManagedProfile) or not isinstance(profile.file_system, RestrictedFs):
         return False
     return any(entry.access is FsAccess.DENY for entry in profile.file_system.entries)
@@ -172,7 +171,7 @@ def has_deny_read(profile: PermissionProfile) -> bool:
 
 def uses_policy_cwd(profile: PermissionProfile) -> bool:
     """Whether the executor needs the policy cwd to resolve this profile
-    (cwd-relative specials or a relative glob; protocol §10.2)."""
+    (cwd-relative specials or a relative glob)."""
     if not isinstance(profile, ManagedProfile) or not isinstance(profile.file_system, RestrictedFs):
         return False
     for entry in profile.file_system.entries:
@@ -190,7 +189,7 @@ def uses_policy_cwd(profile: PermissionProfile) -> bool:
 # --------------------------------------------------------------------------- additional permissions
 @dataclass(frozen=True)
 class AdditionalPermissions:
-    """The tool-level ``additional_permissions`` object (§2.4)."""
+    """The tool-level ``additional_permissions`` object."""
 
     network: bool | None = None
     read: tuple[str, ...] = ()
@@ -252,7 +251,7 @@ def is_preapproved(
     requested: AdditionalPermissions | None, granted: AdditionalPermissions | None
 ) -> bool:
     """Whether everything ``requested`` was already granted earlier in the turn or
-    session (sticky grants of the request_permissions tool, §2.4). Such a call
+    session (sticky grants of the request_permissions tool). Such a call
     is judged as if it asked for nothing, yet still runs widened."""
     if requested is None or requested.is_empty:
         return True
@@ -268,7 +267,7 @@ def is_preapproved(
 def effective_profile(
     base: PermissionProfile, additional: AdditionalPermissions | None
 ) -> PermissionProfile:
-    """The base profile widened by ``additional`` (§2.4).
+    """The base profile widened by ``additional``.
 
     Entries are appended, never replaced: an equally specific deny in the base
     still beats an added write, so deny-read restrictions are preserved.
@@ -369,7 +368,7 @@ def profile_from_wire(value: wire.ExecPermissionProfile) -> PermissionProfile:
             tuple(
                 FsEntry(
                     _target_from_wire(e.path),
-                    # "none" is the legacy spelling of "deny" (§2.3).
+                    # "none" is the legacy spelling of "deny".
                     FsAccess.DENY if e.access == "none" else FsAccess(e.access),
                     skip_if_missing=e.missing_path_behavior == "skip",
                 )

@@ -1,6 +1,5 @@
 """Approval policy, the model's sandbox override request, and the approval
-requirement rules that do not depend on an exec-policy verdict
-(core-client.md §2.1, §2.2, §2.5, §2.7, §2.8).
+requirement rules that do not depend on an exec-policy verdict.
 
 Everything here is pure: values in, a verdict out. The orchestrator and the
 tool handlers consult it; nothing here talks to an executor.
@@ -42,7 +41,7 @@ class ApprovalMode(enum.Enum):
 
 @dataclass(frozen=True)
 class GranularApprovalConfig:
-    """Which kinds of prompt a GRANULAR policy still allows (§2.1)."""
+    """Which kinds of prompt a GRANULAR policy still allows."""
 
     sandbox_approval: bool = False
     rules: bool = False
@@ -74,7 +73,7 @@ class AskForApproval:
     """The turn's approval policy. Use the class constants or :meth:`granular`.
 
     There is no on-failure mode: the wire value ``on-failure`` is read as
-    ON_REQUEST, as the reference does since it dropped that mode (§0.2).
+    ON_REQUEST, as the reference does since it dropped that mode.
     """
 
     mode: ApprovalMode
@@ -114,7 +113,7 @@ class AskForApproval:
         return self.mode.value
 
     def debug(self) -> str:
-        """Rust's ``{:?}`` spelling, used in the handler gate's message (§2.7)."""
+        """Rust's ``{:?}`` spelling, used in the handler gate's message."""
         names = {
             ApprovalMode.UNLESS_TRUSTED: "UnlessTrusted",
             ApprovalMode.ON_REQUEST: "OnRequest",
@@ -140,7 +139,7 @@ AskForApproval.NEVER = AskForApproval(ApprovalMode.NEVER)
 
 
 class SandboxPermissions(enum.Enum):
-    """The per-call override the model asked for (§2.2)."""
+    """The per-call override the model asked for."""
 
     USE_DEFAULT = "use_default"
     REQUIRE_ESCALATED = "require_escalated"
@@ -192,7 +191,7 @@ GRANULAR_SANDBOX_REJECTION = "approval policy disallowed sandbox approval prompt
 def default_exec_approval_requirement(
     policy: AskForApproval, profile: PermissionProfile
 ) -> ExecApprovalRequirement:
-    """The requirement for a runtime without an exec-policy verdict (§2.5 table).
+    """The requirement for a runtime without an exec-policy verdict.
 
     Only a restricted file-system profile makes ON_REQUEST/GRANULAR ask: with
     unrestricted, external or disabled profiles the sandbox has nothing to
@@ -220,7 +219,7 @@ GRANULAR_RULES_PROMPT_REJECTION = (
 
 
 def prompt_rejection_reason(policy: AskForApproval, *, from_rule: bool) -> str | None:
-    """Why a prompt must become Forbidden under ``policy`` (§2.6), or None if it may ask.
+    """Why a prompt must become Forbidden under ``policy``, or None if it may ask.
 
     ``from_rule``: the prompt was demanded by an exec-policy ``prompt`` rule
     rather than by the sandbox heuristics.
@@ -241,7 +240,7 @@ def override_request_rejection(
     *,
     additional_permissions_preapproved: bool = False,
 ) -> str | None:
-    """The handler gate (§2.7): the model may only ask for an override under
+    """The handler gate: the model may only ask for an override under
     ON_REQUEST. Returns the error text for the model, or None to go on."""
     if not sandbox_permissions.requests_sandbox_override():
         return None
@@ -261,8 +260,8 @@ def sandbox_override_for_first_attempt(
     requirement: ExecApprovalRequirement,
     profile: PermissionProfile,
 ) -> SandboxOverride:
-    """§2.8. A profile that denies reads is never bypassed: dropping the sandbox
-    would expose exactly the files the profile hides (invariant 10)."""
+    """A profile that denies reads is never bypassed: dropping the sandbox
+    would expose exactly the files the profile hides."""
     if has_deny_read(profile):
         return SandboxOverride.NO_OVERRIDE
     if isinstance(requirement, Skip) and requirement.bypass_sandbox:

@@ -1,5 +1,4 @@
 """May a sandbox-denied attempt be retried without the sandbox?
-(core-client.md §4.5; invariants 6, 7, 10.)
 
 The gates are checked in the reference's order and the first that fails ends
 the call with the denial.

@@ -1,4 +1,4 @@
-"""The contract between the orchestrator and a tool runtime (core-client.md §4.1),
+"""The contract between the orchestrator and a tool runtime,
 and the turn context both read.
 
 A runtime (unified exec, apply_patch, the one-shot shell) supplies what only it
@@ -143,7 +143,7 @@ class ToolRuntime(Protocol[ReqT, OutT]):
 
 
 class BaseToolRuntime(abc.ABC, Generic[Req, Out]):
-    """The reference's defaults (§4.1, §4.4); subclasses override what differs."""
+    """The reference's defaults; subclasses override what differs."""
 
     tool_name: str = "tool"
     rejected_by_user: str = "exec command rejected by user"
@@ -185,7 +185,7 @@ class BaseToolRuntime(abc.ABC, Generic[Req, Out]):
     def wants_no_sandbox_approval(self, policy: AskForApproval) -> bool:
         """Whether a sandbox denial may be followed by a "retry without sandbox?"
         step. Shell-like runtimes: only under UNLESS_TRUSTED (and GRANULAR with
-        sandbox approval); apply_patch also under ON_REQUEST (§4.4 table)."""
+        sandbox approval); apply_patch also under ON_REQUEST."""
         if policy.config is not None:
             return policy.config.sandbox_approval
         return policy.mode is ApprovalMode.UNLESS_TRUSTED

@@ -70,7 +70,7 @@ class ShellCommandRuntime(CommandRuntime[ShellRequest, ShellOutput]):
 
     ``prompt_retry_on_request``: ask "retry without sandbox?" after a sandbox
     denial under ON_REQUEST too. The reference's shell does not (only its
-    apply_patch runtime does, §4.4 table); runtimes that change files on the
+    apply_patch runtime does); runtimes that change files on the
     user's behalf set it.
     """
 
@@ -162,7 +162,7 @@ class ShellCommandRuntime(CommandRuntime[ShellRequest, ShellOutput]):
             process_id=proc.process_id,
             sandbox_type=proc.sandbox_type,
         )
-        # Remote: only the executor's flag counts as a denial (invariant 13).
+        # Remote: only the executor's flag counts as a denial.
         if denied:
             raise SandboxDenied(result.text, exit_code=exit_code)
         return result

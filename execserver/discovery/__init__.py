@@ -1,1 +1,3 @@
-"""Capability discovery (skills) and executor config reading (protocol §8.3, §8.22, §8.23)."""
+"""Capability discovery (skills) and executor config reading."""
+
+__all__: list[str] = []

@@ -19,6 +19,8 @@ from execserver.discovery.toml_out import dumps
 from execserver.wire.errors import RpcError
 from execserver.wire.uri import path_to_uri
 
+__all__ = ["check_paths", "read_config"]
+
 _POSITION_RE = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 
 

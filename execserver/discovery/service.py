@@ -21,6 +21,8 @@ from execserver.wire.discovery import (
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import decode_sandbox_param
 
+__all__ = ["register"]
+
 
 def _validate_config(params: EnvironmentConfigReadParams) -> None:
     validate_path_uri(params.cwd)
@@ -64,7 +66,7 @@ async def discover_v2(
     ctx: RequestContext, params: CapabilitiesDiscoverV2Params
 ) -> CapabilitiesDiscoverV2Response:
     # 0.169.0 answered empty lists in every probe (plain dirs, repos with
-    # .agents/.codex skills); its discovery rules are not known (protocol §8.22).
+    # .agents/.codex skills); its discovery rules are not known.
     native_path(params.cwd)
     return CapabilitiesDiscoverV2Response(plugins=[], skills=[], warnings=[])
 

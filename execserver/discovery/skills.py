@@ -16,6 +16,8 @@ from typing import Any
 from execserver.wire.errors import os_error_text
 from execserver.wire.uri import path_to_uri
 
+__all__ = ["scan_root"]
+
 SKILL_FILE = "SKILL.md"
 MAX_DEPTH = 8  # bounds link cycles and huge trees; deeper skills are not looked for
 

@@ -13,6 +13,8 @@ import math
 import re
 from typing import Any
 
+__all__ = ["dumps"]
+
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _ESCAPES = {
     "\\": "\\\\",

@@ -12,6 +12,8 @@ import binascii
 
 from execserver.wire.base64 import decode_base64
 
+__all__ = ["decode_strict"]
+
 
 def decode_strict(text: str) -> bytes:
     """Decode like ``decode_base64`` (same acceptance, same errors), faster."""

@@ -22,6 +22,8 @@ from execserver.sandbox.policy import DYNAMIC_CWD_MESSAGE, has_dynamic_entries
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import FileSystemSandboxContext
 
+__all__ = ["in_thread", "in_thread_to_completion", "needs_sandbox", "run_fs_op"]
+
 T = TypeVar("T")
 
 _WORKERS = 16

@@ -1,10 +1,12 @@
-"""How fs/* reports OS errors (protocol §6.2), plus the fs-specific texts."""
+"""How fs/* reports OS errors, plus the fs-specific texts."""
 
 from __future__ import annotations
 
 import errno
 
 from execserver.wire.errors import RpcError, os_error_text, rpc_error_from_os_error
+
+__all__ = ["contains_symlink", "fs_error", "not_a_file", "not_a_regular_file"]
 
 
 def fs_error(exc: OSError) -> RpcError:

@@ -13,6 +13,15 @@ from typing import Any
 
 from execserver.fs.errors import not_a_file
 
+__all__ = [
+    "MAX_BLOCK",
+    "MAX_FILE_OFFSET",
+    "open_fd",
+    "open_for_handle",
+    "read_block",
+    "write_block",
+]
+
 MAX_BLOCK = 1024 * 1024
 MAX_FILE_OFFSET = (1 << 63) - 1
 

@@ -1,4 +1,4 @@
-"""Connection-scoped random-access file handles (fs/open ... fs/close, protocol §8.19).
+"""Connection-scoped random-access file handles (fs/open ... fs/close).
 
 At most 128 per connection, ids up to 32 bytes. A handle's fd is closed when
 the handle is closed, when the connection ends (``aclose``), or — as the
@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 
 from execserver.wire.errors import RpcError
+
+__all__ = ["FileHandles"]
 
 MAX_HANDLES = 128
 MAX_HANDLE_ID_BYTES = 32

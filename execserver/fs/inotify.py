@@ -13,6 +13,19 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+__all__ = [
+    "IN_ATTRIB",
+    "IN_CREATE",
+    "IN_DELETE_SELF",
+    "IN_MASK_ADD",
+    "IN_MODIFY",
+    "IN_MOVED_TO",
+    "IN_MOVE_SELF",
+    "add_watch",
+    "inotify_init",
+    "read_events",
+]
+
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004
 IN_MOVED_TO = 0x00000080

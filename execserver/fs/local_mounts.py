@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import time
 
+__all__ = ["LOCAL_MOUNTS", "LocalMounts", "all_local", "mount_types"]
+
 MOUNTINFO = "/proc/self/mountinfo"
 RECHECK_S = 5.0
 # File system types (or prefixes) whose calls may block on a network or a user-space server.

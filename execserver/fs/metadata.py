@@ -14,6 +14,8 @@ import stat
 import struct
 from typing import Any
 
+__all__ = ["birth_time_ms", "metadata_dict"]
+
 _AT_FDCWD = -100
 _AT_SYMLINK_NOFOLLOW = 0x100
 _STATX_BTIME = 0x800

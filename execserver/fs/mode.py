@@ -14,6 +14,8 @@ import msgspec
 from execserver.wire.decode import describe_value
 from execserver.wire.errors import RpcError
 
+__all__ = ["OpenMode", "decode_open_mode"]
+
 OpenMode = Literal["read", "replace"]
 _VARIANTS: tuple[OpenMode, ...] = ("read", "replace")
 

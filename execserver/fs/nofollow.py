@@ -12,6 +12,8 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+__all__ = ["components", "open_dir_nofollow", "parent_fd"]
+
 _DIR_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 
 

@@ -17,6 +17,15 @@ from execserver.fs.metadata import birth_time_ms, metadata_dict
 from execserver.fs.nofollow import parent_fd
 from execserver.wire.uri import path_to_uri
 
+__all__ = [
+    "canonicalize",
+    "get_metadata",
+    "lossy_name",
+    "read_directory",
+    "read_file",
+    "read_file_bytes",
+]
+
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC
 
 

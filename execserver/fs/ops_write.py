@@ -17,6 +17,8 @@ from execserver.fs.errors import contains_symlink
 from execserver.fs.nofollow import components, open_dir_nofollow, parent_fd
 from execserver.wire.errors import RpcError
 
+__all__ = ["copy", "create_directory", "remove", "write_file_bytes"]
+
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 
 
@@ -115,7 +117,7 @@ def remove(
     recursive = True if recursive is None else recursive
     force = True if force is None else force
     if recursive and not follow_symlinks:
-        # Checked before anything else, even existence (protocol §8.17).
+        # Checked before anything else, even existence.
         raise RpcError.internal("recursive no-follow removal is unsupported")
     try:
         if follow_symlinks:

@@ -18,6 +18,18 @@ import msgspec
 
 from execserver.wire.base import WireStruct, absent_raw
 
+__all__ = [
+    "OpenParams",
+    "ReadBlockParams",
+    "ReadBlockResponse",
+    "ReadFileResponse",
+    "WalkParams",
+    "WatchMissingParams",
+    "WriteBlockParams",
+    "decoded_chunk",
+    "keep_decoded",
+]
+
 Number = int | float
 
 

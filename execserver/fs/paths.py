@@ -11,6 +11,8 @@ from __future__ import annotations
 from execserver.wire.errors import RpcError
 from execserver.wire.uri import uri_to_path
 
+__all__ = ["native_path", "validate_path_uri"]
+
 # wire.uri words a non-local host this way; we recognise it to defer the error.
 _HOST_ERROR_PREFIX = "invalid URI: file URI with host"
 

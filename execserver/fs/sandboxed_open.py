@@ -1,4 +1,4 @@
-"""fs/open under a sandbox: the policy is applied at open time (protocol §8.19).
+"""fs/open under a sandbox: the policy is applied at open time.
 
 A file descriptor cannot come back from the one-shot sandbox helper, so the
 helper performs the open itself — with the request's policy enforced by the
@@ -20,6 +20,8 @@ from execserver.fs.handle_io import open_fd, open_for_handle
 from execserver.fs.mode import OpenMode
 from execserver.sandbox.fs import run_sandboxed_fs_call
 from execserver.wire.sandbox import FileSystemSandboxContext
+
+__all__ = ["open_handle_fd", "reopen_same_inode"]
 
 
 def reopen_same_inode(path: str, mode: str, dev: int, ino: int) -> int:

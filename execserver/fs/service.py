@@ -1,5 +1,5 @@
 """fs/* methods: parameter checks, routing to worker threads or the sandbox,
-and the connection-scoped handle table and watch (protocol §8.9-8.20).
+and the connection-scoped handle table and watch.
 
 Checks the reference makes while decoding params (URI syntax, sandbox shape,
 base64 of fs/writeBlock, unsigned integers) run in ``validate`` so they come
@@ -53,6 +53,8 @@ from execserver.wire.fs import (
     WriteFileParams,
 )
 from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_param
+
+__all__ = ["register"]
 
 FAMILY = "filesystem"
 _U64_MAX = (1 << 64) - 1
@@ -232,7 +234,7 @@ def _handles(ctx: RequestContext) -> FileHandles:
 
 async def open_handle(ctx: RequestContext, params: OpenParams) -> OpenResponse:
     handles = _handles(ctx)
-    # ops (issue 9): --max-open-files, an operator's cap below the protocol's 128.
+    # --max-open-files, an operator's cap below the protocol's 128.
     what = "too many open file handles on this connection"
     check_below(ctx.runtime.config.limits, "max_open_files", len(handles), what)
     handles.reserve(params.handle_id)

@@ -1,4 +1,4 @@
-"""fs/walk: a bounded breadth-first listing (protocol §8.16).
+"""fs/walk: a bounded breadth-first listing.
 
 Reverse-engineered from the 0.169.0 binary:
 * directories are read breadth-first, each one's entries sorted by name;
@@ -24,6 +24,8 @@ from typing import Any
 from execserver.fs.ops_read import lossy_name
 from execserver.wire.errors import os_error_text
 from execserver.wire.uri import path_to_uri
+
+__all__ = ["walk"]
 
 _DIR, _FILE, _LINK_DIR, _OTHER = range(4)
 

@@ -1,4 +1,4 @@
-"""fs/watchMissing: one one-shot watch per connection (protocol §8.20, [V p24-p27]).
+"""fs/watchMissing: one one-shot watch per connection.
 
 A call whose ``watchId`` is above every id seen on the connection replaces the
 current watch (even when the new one ends up inactive); any other call answers
@@ -18,6 +18,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 
 from execserver.fs import inotify
+
+__all__ = ["MissingWatch"]
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,3 @@
-"""Executor-side HTTP client: the ``http/request`` method (protocol §8.21, §9.4)."""
+"""Executor-side HTTP client: the ``http/request`` method."""
+
+__all__: list[str] = []

@@ -24,6 +24,8 @@ from yarl import URL
 from execserver.http_request.validate import TargetUrl, parse_url
 from execserver.wire.errors import RpcError
 
+__all__ = ["HttpClient", "PreparedRequest", "response_headers", "send_failed"]
+
 MAX_REDIRECTS = 10
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _SKIP_AUTO = frozenset({"User-Agent", "Accept-Encoding", "Accept", "Content-Type"})

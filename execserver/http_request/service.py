@@ -25,6 +25,8 @@ from execserver.wire.http import (
     ResponseHeader,
 )
 
+__all__ = ["register"]
+
 FAMILY = "http"
 
 
@@ -47,7 +49,7 @@ def _prepare(params: HttpRequestParams) -> PreparedRequest:
 
 
 async def http_request(ctx: RequestContext, params: HttpRequestParams) -> HttpRequestResponse:
-    # ops (issue 9): --max-concurrent-http-requests, held until the answer (for a
+    # --max-concurrent-http-requests, held until the answer (for a
     # streamed response: until its headers; the body then streams outside the cap).
     with ctx.runtime.limits.http.hold():
         return await _http_request(ctx, params)

@@ -18,6 +18,8 @@ import aiohttp
 from execserver.wire.errors import RpcError
 from execserver.wire.http import HttpRequestBodyDeltaNotification
 
+__all__ = ["BODY_ERROR", "HttpStreams"]
+
 BODY_ERROR = "error decoding response body"
 
 SendDelta = Callable[[HttpRequestBodyDeltaNotification], Coroutine[object, object, None]]

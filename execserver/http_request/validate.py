@@ -1,4 +1,4 @@
-"""http/request params checks with the reference's -32602 texts (protocol §6.3).
+"""http/request params checks with the reference's -32602 texts.
 
 URL errors are those of the Rust ``url`` crate, method and header checks those
 of the ``http`` crate; the executor environment variable rules are the
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from execserver.wire.errors import RpcError
 from execserver.wire.http import HttpHeader
+
+__all__ = ["TargetUrl", "check_method", "grouped", "parse_url", "resolve_headers"]
 
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
 _TOKEN_RE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")

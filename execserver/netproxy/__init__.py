@@ -1,4 +1,4 @@
-"""Executor-side managed network: a per-process egress proxy (protocol §8.4.5).
+"""Executor-side managed network: a per-process egress proxy.
 
 ``process/start`` with ``networkProxy`` starts a :class:`ProcessNetworkProxy`
 (``launch.py``) that listens on loopback for HTTP (CONNECT and absolute-form)
@@ -9,3 +9,5 @@ and answers blocked requests with 403. A sandboxed child reaches it only
 through a bridge inside its network namespace (``sandbox.py``, ``bridge.py``).
 See docs/managed-network.md.
 """
+
+__all__: list[str] = []

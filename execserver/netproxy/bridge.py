@@ -22,6 +22,8 @@ import socket
 import sys
 import threading
 
+__all__ = ["main"]
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 EXIT_SETUP_FAILED = 125

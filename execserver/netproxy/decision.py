@@ -1,6 +1,6 @@
 """What the proxy decided about one request, and how that is reported.
 
-Every final decision goes out as ``network/policyDecision`` (protocol §9.7); a
+Every final decision goes out as ``network/policyDecision``; a
 blocked HTTP request is answered ``403`` with the reference's JSON body and
 ``x-proxy-error`` header. Texts and codes below were observed on 0.169.0
 (``mitm_required``'s message and the unix-socket texts are ours: [I]).
@@ -14,6 +14,25 @@ from dataclasses import dataclass
 from typing import Literal
 
 from execserver.wire.network import NetworkPolicyDecisionNotification
+
+__all__ = [
+    "BASELINE_ALLOW",
+    "DECIDER_ALLOW",
+    "DECIDER_UNANSWERED",
+    "DENYLIST",
+    "METHOD_NOT_ALLOWED",
+    "MITM_REQUIRED",
+    "NOT_ALLOWED",
+    "NOT_ALLOWED_LOCAL",
+    "UNIX_SOCKET_DENIED",
+    "Decision",
+    "Target",
+    "blocked_response",
+    "decider_answer",
+    "notification",
+    "simple_response",
+    "timestamp",
+]
 
 # Protocol labels, the same in policyRequest and policyDecision (observed).
 Protocol = Literal["http", "https_connect", "socks5_tcp", "socks5_udp"]
@@ -58,7 +77,7 @@ NOT_ALLOWED = Decision(
     header="blocked-by-allowlist",
     message="Domain not in allowlist.",
 )
-# No answer in time, an error answer, or no client attached: deny (§9.6).
+# No answer in time, an error answer, or no client attached: deny.
 DECIDER_UNANSWERED = Decision(
     "deny",
     "decider",

@@ -1,7 +1,7 @@
 """Decide one request: baseline policy, local-address block, the client's
 decider, then the mode guard. Each final decision is reported once.
 
-Order (observed on the reference, protocol §9.6/§9.7):
+Order (observed on the reference):
 
 1. SOCKS in limited mode: ``mode_guard`` deny before anything else;
 2. a ``deny`` pattern: ``denied``;
@@ -31,6 +31,8 @@ from execserver.wire.network import NetworkPolicyDecisionNotification
 if TYPE_CHECKING:
     from execserver.netproxy.credentials import CredentialVault
     from execserver.netproxy.upstream import UpstreamProxies
+
+__all__ = ["Asker", "Notifier", "Outcome", "PolicyEngine"]
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +163,7 @@ class PolicyEngine:
     async def _report(self, target: d.Target, decision: d.Decision) -> None:
         try:
             await self._notify(d.notification(self._process_id, target, decision))
-        except Exception:  # an audit record is best effort (§9.7)
+        except Exception:  # an audit record is best effort
             log.debug("policyDecision notification dropped", exc_info=True)
 
 

@@ -1,4 +1,4 @@
-"""The proxy variables injected into the child's environment (protocol §8.4.5).
+"""The proxy variables injected into the child's environment.
 
 The list is the one the reference 0.169.0 sets (dumped with ``env`` from a
 child): every common spelling, so curl, pip, npm, yarn, bundler, docker, node
@@ -6,6 +6,8 @@ and electron all pick the proxy up. They override the request's own values.
 """
 
 from __future__ import annotations
+
+__all__ = ["LOCAL_NO_PROXY", "proxy_environment"]
 
 HTTP_NAMES = (
     "HTTP_PROXY",

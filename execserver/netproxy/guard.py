@@ -20,6 +20,15 @@ import socket
 import threading
 from typing import Final
 
+__all__ = [
+    "DaemonEndpointRefused",
+    "accept_connection",
+    "is_daemon_endpoint",
+    "names_daemon_listener",
+    "protect_listener",
+    "release_listener",
+]
+
 # A sandboxed child can open connections to its proxy as fast as it likes; each
 # costs the daemon one or two fds. Past these, new connections are closed at
 # once: per proxy, and whenever fewer than FD_RESERVE descriptors would be left

@@ -19,6 +19,8 @@ from execserver.netproxy.engine import PolicyEngine
 from execserver.netproxy.relay import close, peer_text, pipe, relay
 from execserver.sandbox.hidden import is_private
 
+__all__ = ["handle"]
+
 log = logging.getLogger(__name__)
 
 MAX_HEAD = 64 * 1024

@@ -35,6 +35,8 @@ from execserver.wire.process import ExecParams, RemoteNetworkProxyLaunchConfig
 if TYPE_CHECKING:
     from execserver.server.sessions import Session
 
+__all__ = ["prepare_network"]
+
 log = logging.getLogger(__name__)
 
 # How long one closed-wait sleeps between checks (it wakes on every change).

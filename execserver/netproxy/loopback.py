@@ -26,6 +26,8 @@ from execserver.netproxy.relay import close, relay
 from execserver.netproxy.sandbox import ProxyRoutes
 from execserver.sandbox.hidden import private_dir
 
+__all__ = ["LoopbackBridge", "loopback_proxy_ports"]
+
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 

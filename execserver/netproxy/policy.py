@@ -23,6 +23,15 @@ from typing import Literal
 
 from execserver.wire.process import RemoteNetworkProxyConfig
 
+__all__ = [
+    "LOCAL_NAMES",
+    "DomainPattern",
+    "NetworkPolicy",
+    "is_ip_literal",
+    "is_local_address",
+    "normalize_host",
+]
+
 Mode = Literal["limited", "full"]
 
 # Methods limited mode lets through (read-only HTTP); everything else is

@@ -28,6 +28,8 @@ from execserver.netproxy.upstream import UpstreamProxies
 from execserver.sandbox.hidden import private_dir
 from execserver.wire.process import RemoteNetworkProxyLaunchConfig
 
+__all__ = ["ProcessNetworkProxy"]
+
 Handler = Callable[[PolicyEngine, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 HTTP_SOCKET = "http.sock"
 SOCKS_SOCKET = "socks.sock"

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from execserver.netproxy.guard import DaemonEndpointRefused, is_daemon_endpoint
 from execserver.netproxy.resolver import Resolution
 
+__all__ = ["BUFFER", "CONNECT_TIMEOUT_S", "close", "open_upstream", "peer_text", "pipe", "relay"]
+
 CONNECT_TIMEOUT_S = 10.0
 BUFFER = 65536
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from execserver.netproxy.policy import LOCAL_NAMES, is_ip_literal, normalize_host
 
+__all__ = ["Resolution", "ResolveError", "Resolver", "parse_hosts"]
+
 HOSTS_ENV = "EXECSERVER_NETPROXY_HOSTS"
 
 

@@ -1,6 +1,6 @@
 """Launch plan for a sandboxed child whose network must go through its proxy
 (``enforceManagedNetwork`` + ``networkProxy``), the reference's "host proxy
-routing bridge" (sandbox.md §1; observed: the child reaches the proxy through
+routing bridge" (observed: the child reaches the proxy through
 the port in HTTP_PROXY, a direct connect to any host port is refused).
 
 Shape::
@@ -48,6 +48,8 @@ from execserver.sandbox.plan import (
     interpreter_paths,
 )
 from execserver.sandbox.policy import ResolvedPolicy, unenforceable
+
+__all__ = ["ProxyRoutes", "plan_proxy_routed"]
 
 _UNIX_ALLOW_LIST_REFUSAL = (
     "execserver-sandbox: managed network with allowUnixSockets cannot be enforced by this "

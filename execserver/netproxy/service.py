@@ -1,13 +1,15 @@
 """Server registration: advertise the executor-launched proxy.
 
 ``process/start`` itself (processes/service.py) starts the proxy; this module
-only flips the capabilities once that works (protocol §8.4.5: a server that
-cannot launch it must advertise ``networkProxyLaunch: false``).
+only flips the capabilities once that works (a server that cannot
+launch it must advertise ``networkProxyLaunch: false``).
 """
 
 from __future__ import annotations
 
 from execserver.server.rpc import MethodTable
+
+__all__ = ["register"]
 
 
 def register(table: MethodTable) -> None:

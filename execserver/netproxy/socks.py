@@ -30,6 +30,8 @@ from execserver.netproxy.socks_wire import (
     reply,
 )
 
+__all__ = ["handle"]
+
 HANDSHAKE_TIMEOUT_S = 30.0
 _NO_AUTH = 0
 _NO_ACCEPTABLE = 0xFF

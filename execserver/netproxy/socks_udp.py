@@ -1,6 +1,6 @@
 """SOCKS5 UDP ASSOCIATE (``enableSocks5Udp``), under the same policy as TCP.
 
-The association lives as long as its TCP control connection (RFC 1928 §7).
+The association lives as long as its TCP control connection (RFC 1928 section 7).
 Two UDP sockets per association: one facing the child (its address is the
 reply's BND.ADDR), one facing the destinations. Keeping them apart means a
 reply can never be mistaken for a datagram of the child, even when both sit on

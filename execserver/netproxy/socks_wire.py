@@ -1,4 +1,4 @@
-"""SOCKS5 wire constants and the server's reply (RFC 1928 §6), shared by the
+"""SOCKS5 wire constants and the server's reply (RFC 1928 section 6), shared by the
 TCP front end (``socks``) and UDP ASSOCIATE (``socks_udp``)."""
 
 from __future__ import annotations
@@ -6,6 +6,19 @@ from __future__ import annotations
 import ipaddress
 import struct
 from typing import Final
+
+__all__ = [
+    "ATYP_DOMAIN",
+    "ATYP_IPV4",
+    "ATYP_IPV6",
+    "REPLY_ADDRESS_NOT_SUPPORTED",
+    "REPLY_COMMAND_NOT_SUPPORTED",
+    "REPLY_HOST_UNREACHABLE",
+    "REPLY_NOT_ALLOWED",
+    "REPLY_OK",
+    "VERSION",
+    "reply",
+]
 
 VERSION: Final = 5
 ATYP_IPV4, ATYP_DOMAIN, ATYP_IPV6 = 1, 3, 4

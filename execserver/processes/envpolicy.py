@@ -1,4 +1,4 @@
-"""The child environment: ``env`` plus the executor-side ``envPolicy`` (protocol §8.4.2).
+"""The child environment: ``env`` plus the executor-side ``envPolicy``.
 
 Built from the daemon's own environment, in the reference's order: inherit ->
 default excludes -> exclude -> set -> includeOnly -> overlay ``env``.
@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterable, Mapping
 
 from execserver.wire.process import ExecEnvPolicy
+
+__all__ = ["build_environment"]
 
 # What inherit=core keeps on Linux in 0.169.0 (USERNAME is not among them).
 CORE_VARS = frozenset(

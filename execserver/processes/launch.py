@@ -23,7 +23,9 @@ from execserver.processes.envpolicy import build_environment
 from execserver.wire.errors import RpcError, os_error_text
 from execserver.wire.process import ExecParams, SandboxType
 
-# The reference's pseudo-terminal is 24 rows x 80 columns and cannot be resized (§8.4.1).
+__all__ = ["LaunchPlan", "Spawned", "plan_launch", "spawn"]
+
+# The reference's pseudo-terminal is 24 rows x 80 columns and cannot be resized.
 PTY_ROWS = 24
 PTY_COLS = 80
 

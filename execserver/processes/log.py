@@ -1,4 +1,4 @@
-"""The retained output of one process, addressed by sequence number (protocol §8.4.3, §8.5).
+"""The retained output of one process, addressed by sequence number.
 
 One counter per process numbers every event: output chunks, the exit and the
 close each take the next value. Only output chunks are kept here; the log
@@ -12,7 +12,9 @@ from __future__ import annotations
 import bisect
 from typing import NamedTuple
 
-# The reference keeps roughly the last 1 MiB of output per process (§8.4.3).
+__all__ = ["DEFAULT_RETAINED_BYTES", "Chunk", "OutputLog"]
+
+# The reference keeps roughly the last 1 MiB of output per process.
 DEFAULT_RETAINED_BYTES = 1024 * 1024
 
 

@@ -41,9 +41,11 @@ if TYPE_CHECKING:
     from execserver.processes.tree import ProcessTree
     from execserver.server.sessions import Session
 
+__all__ = ["CHUNKS_PER_READ", "PAUSE_BACKLOG", "DenialClassifier", "ManagedProcess"]
+
 log = logging.getLogger(__name__)
 
-# Read sizes of the reference (§8.4.3): pipes deliver <= 8192 bytes per chunk, a pty <= 4095.
+# Read sizes of the reference: pipes deliver <= 8192 bytes per chunk, a pty <= 4095.
 PIPE_CHUNK = 8192
 PTY_CHUNK = 4095
 # Chunks' worth read per syscall, and syscalls per readiness callback before yielding
@@ -143,7 +145,7 @@ class ManagedProcess:
         self.sandbox_denied = False
         self.failure: str | None = None
         self.accounting: Accounting | None = None
-        # ops (issue 9): audit/metrics observers run once at close; output totals per stream.
+        # Audit/metrics observers run once at close; output totals per stream.
         self.close_hooks: list[Callable[[ManagedProcess], None]] = []
         self.output_bytes: dict[str, int] = {}
         self._popen = spawned.popen
@@ -254,7 +256,8 @@ class ManagedProcess:
                 self._close_stream(fd)
                 return
             n = len(data)
-            self.output_bytes[stream] = self.output_bytes.get(stream, 0) + n  # ops (issue 9)
+            # Totals per stream, for audit and metrics.
+            self.output_bytes[stream] = self.output_bytes.get(stream, 0) + n
             if n <= size:
                 append(stream, data)
             else:
@@ -409,7 +412,7 @@ class ManagedProcess:
             " (killed by --process-memory-max)" if acct and acct.oom_kills else "",
         )
         self._on_closed(self)
-        for hook in self.close_hooks:  # ops (issue 9): audit + metrics
+        for hook in self.close_hooks:  # audit + metrics
             hook(self)
 
     # ---- notifications -------------------------------------------------------------

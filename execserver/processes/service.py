@@ -1,4 +1,4 @@
-"""The process/* methods (protocol §8.4-8.8): validation, lookup, and the handlers.
+"""The process/* methods: validation, lookup, and the handlers.
 
 Checks happen where the reference makes them: URI, metadata and sandbox shape
 while decoding (before lifecycle errors, via ``validate``), argv / snapshot /
@@ -42,7 +42,9 @@ from execserver.wire.process import (
 from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_param
 from execserver.wire.uri import uri_to_path
 
-# Issue 3: a daemonised grandchild holding the pipes must not delay process/closed forever.
+__all__ = ["register"]
+
+# A daemonised grandchild holding the pipes must not delay process/closed forever.
 DEFAULT_DRAIN_TIMEOUT_S = 5.0
 MAX_SNAPSHOT_SCOPE_BYTES = 256
 
@@ -152,7 +154,7 @@ async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse
     cwd = str(uri_to_path(params.cwd))
     sandbox = decode_sandbox_param(params.sandbox)
     classify: DenialClassifier | None = None
-    # netproxy (issue 13): the process's proxy (its variables injected into env) and,
+    # Managed network: the process's proxy (its variables injected into env) and,
     # for enforceManagedNetwork, the routes of the sandbox's bridge to a proxy.
     net = await prepare_network(
         ctx.session, params, sandboxed=sandbox is not None, daemon_env=os.environ
@@ -172,7 +174,7 @@ async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse
         await net.aclose()
         raise
     net.close_with(proc)
-    # ops (issue 9): audit log (argv0 + argv hash, never env), exit audited at close.
+    # Audit log (argv0 + argv hash, never env), exit audited at close.
     audit.process_started(
         ctx.runtime,
         ctx.session.id,

@@ -11,6 +11,8 @@ import asyncio
 import os
 from collections import deque
 
+__all__ = ["StdinWriter"]
+
 
 class StdinWriter:
     def __init__(self, fd: int, *, owns_fd: bool) -> None:

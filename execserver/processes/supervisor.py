@@ -27,6 +27,8 @@ from execserver.processes.tree import (
 if TYPE_CHECKING:
     from execserver.containment import ProcessCgroup
 
+__all__ = ["Supervisor"]
+
 log = logging.getLogger(__name__)
 
 # How often descendants are recorded while trees are alive. A descendant that

@@ -1,4 +1,4 @@
-"""The processes of one session: the processId namespace, retention, teardown (protocol §5.1).
+"""The processes of one session: the processId namespace, retention, teardown.
 
 A processId stays taken while the process runs and for the retention period
 after it closed (the reference keeps exited processes readable ~80 s), then
@@ -24,6 +24,8 @@ from execserver.wire.errors import RpcError
 
 if TYPE_CHECKING:
     from execserver.server.sessions import Session
+
+__all__ = ["ProcessTable"]
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,20 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from execserver.containment import ProcessCgroup
 
+__all__ = [
+    "ProcessTree",
+    "adopt_orphans",
+    "claim_unowned_children",
+    "descendants",
+    "enable_subreaper",
+    "kill_all_descendants",
+    "kill_now",
+    "kill_trees",
+    "read_proc_table",
+    "read_stat",
+    "reap_orphans",
+]
+
 log = logging.getLogger(__name__)
 
 _PR_SET_CHILD_SUBREAPER = 36

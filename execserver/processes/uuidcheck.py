@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from execserver.wire.errors import RpcError
 
+__all__ = ["check_uuid"]
+
 _HEX = frozenset("0123456789abcdefABCDEF")
 _PREFIX = "urn:uuid:"
 _GROUPS = (8, 4, 4, 4, 12)

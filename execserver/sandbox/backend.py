@@ -1,6 +1,6 @@
 """Which kernel mechanisms can enforce a sandbox on this host: probed once, cached.
 
-Order of preference (sandbox.md §3.1):
+Order of preference:
 
 1. bubblewrap (mount/user/pid/ipc/net namespaces + our seccomp program). The
    binary is ``$EXECSERVER_BWRAP`` if set, else ``bwrap`` on PATH, else the one
@@ -31,6 +31,15 @@ from typing import Final
 
 from execserver.sandbox import seccomp
 from execserver.sandbox.mounts import SyntheticMounts
+
+__all__ = [
+    "BWRAP_ENV",
+    "NO_LANDLOCK_ENV",
+    "SandboxBackend",
+    "detect_backend",
+    "find_bwrap",
+    "probe_backend",
+]
 
 _LOG = logging.getLogger(__name__)
 BWRAP_ENV: Final = "EXECSERVER_BWRAP"

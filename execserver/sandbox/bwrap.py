@@ -1,4 +1,4 @@
-"""The bwrap command line for a resolved policy (the reference's layout, sandbox.md §1.3).
+"""The bwrap command line for a resolved policy (the reference's layout).
 
 Order matters to bwrap: later mounts cover earlier ones. So: the read view
 (``/`` read-only, or an empty tmpfs with only the readable paths), a fresh
@@ -27,6 +27,8 @@ from execserver.sandbox.policy import (
     ResolvedPolicy,
 )
 from execserver.wire.errors import RpcError
+
+__all__ = ["BwrapLayout", "build_layout", "release_layout"]
 
 
 @dataclass

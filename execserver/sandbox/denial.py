@@ -1,6 +1,6 @@
 """``sandboxDenied``: did a sandboxed command most likely fail because of the sandbox?
 
-The reference's heuristic (sandbox.md §1.6, checked against 16 observed
+The reference's heuristic (checked against 16 observed
 outcomes), in its order: success is never a denial; a denial keyword anywhere
 in the retained output wins, even for exit 2/126/127; otherwise 2/126/127
 (usage error, not executable, not found) are not denials; 159 (128+SIGSYS, a

@@ -1,5 +1,5 @@
 """fs/* under a sandbox: the operation runs in a helper inside the same kernel
-sandbox as a process would (sandbox.md §1.7, §3.6).
+sandbox as a process would.
 
 The fs service's own operations go to a persistent helper per resolved policy
 (``execserver.sandbox.fs_helper``), which never sees more than the policy's
@@ -43,6 +43,8 @@ from execserver.sandbox.policy import (
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 from execserver.wire.sandbox import FileSystemSandboxContext
 
+__all__ = ["needs_sandboxed_fs", "run_sandboxed_fs_call"]
+
 _RUNNER_MODULE: Final = "execserver.sandbox.fs_runner"
 _WRITE_BYTES: Final = "execserver.fs.ops_write:write_file_bytes"
 _WRITE_BASE64: Final = "execserver.fs.ops_write:write_file"
@@ -50,7 +52,7 @@ _PACKAGE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(execserve
 
 
 def needs_sandboxed_fs(context: FileSystemSandboxContext, *, write: bool) -> bool:
-    """False when the relevant access is unrestricted (protocol §10.4): the caller
+    """False when the relevant access is unrestricted: the caller
     then runs the operation in-process, as the reference does."""
     return restricts_access(context, write=write)
 

@@ -27,6 +27,8 @@ from typing import Any
 
 from execserver.wire.errors import RpcError
 
+__all__ = ["confine", "main", "run"]
+
 
 def _load(spec: str) -> Callable[..., Any]:
     module_name, _, attr = spec.partition(":")

@@ -20,6 +20,8 @@ import shutil
 import tempfile
 import threading
 
+__all__ = ["is_private", "private_dir"]
+
 _lock = threading.Lock()
 _private: str | None = None
 

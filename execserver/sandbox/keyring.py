@@ -16,6 +16,8 @@ import logging
 import os
 from typing import Final
 
+__all__ = ["isolate_session_keyring"]
+
 _LOG = logging.getLogger(__name__)
 _KEYCTL: Final = {"x86_64": 250, "aarch64": 219}
 _KEYCTL_JOIN_SESSION_KEYRING: Final = 1

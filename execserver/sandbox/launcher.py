@@ -50,6 +50,8 @@ import os
 import struct
 import sys
 
+__all__ = ["main"]
+
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_CAPBSET_DROP = 24
 _PR_SET_SECUREBITS = 28

@@ -20,6 +20,8 @@ import contextlib
 import os
 import threading
 
+__all__ = ["SyntheticMounts"]
+
 
 class SyntheticMounts:
     """Refcounts of mount-point directories created on the host for sandboxes."""

@@ -1,7 +1,7 @@
 """``plan_process_launch``: a sandbox context + a command -> exactly what to exec.
 
 The plan is a different argv (plus fds to inherit); the process module spawns
-it like any other command. Which mechanism (sandbox.md §3):
+it like any other command. Which mechanism:
 
 * ``disabled``: the command as is (``sandboxType`` is still ``linuxSeccomp``).
 * full filesystem access (``unrestricted``, ``external``, ``:root`` write
@@ -44,6 +44,16 @@ from execserver.wire.sandbox import FileSystemSandboxContext
 
 if TYPE_CHECKING:
     from execserver.netproxy.sandbox import ProxyRoutes
+
+__all__ = [
+    "LAUNCHER",
+    "SANDBOX_TYPE",
+    "LaunchPlan",
+    "interpreter_paths",
+    "off_loop",
+    "plan_for_policy",
+    "plan_process_launch",
+]
 
 SANDBOX_TYPE: Final = "linuxSeccomp"
 LAUNCHER: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
@@ -162,7 +172,7 @@ def interpreter_paths() -> tuple[str, ...]:
 
 
 def _search_path(env: dict[str, str]) -> str:
-    # Non-tty lookup uses the server's PATH when the child env has none (protocol §8.4.1).
+    # Non-tty lookup uses the server's PATH when the child env has none.
     return env.get("PATH") or os.environ.get("PATH") or os.defpath
 
 
@@ -421,7 +431,7 @@ def plan_process_launch(
     policy = resolve_policy(context, fallback_cwd=cwd)
     if enforce_managed_network and not policy.enforces_nothing:
         if proxy_routes is not None:
-            # netproxy (issue 13): the executor launched this process's proxy; route
+            # Managed network: the executor launched this process's proxy; route
             # the child's traffic through it (network namespace + bridge).
             from execserver.netproxy.sandbox import plan_proxy_routed
 

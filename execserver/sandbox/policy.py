@@ -1,7 +1,7 @@
 """Policy resolution: a ``FileSystemSandboxContext`` plus a cwd -> concrete host paths.
 
 Everything the enforcement backends need is decided here, once, from the
-context alone (protocol §10.2-§10.4, sandbox.md §1.3):
+context alone:
 
 * ``current_working_directory`` and ``project_roots`` resolve to the workspace
   roots (``policyContext.workspaceRoots`` wins over the flat member); the policy
@@ -46,6 +46,18 @@ from execserver.wire.sandbox import (
     UnknownSpecial,
 )
 from execserver.wire.uri import uri_to_path
+
+__all__ = [
+    "DYNAMIC_CWD_MESSAGE",
+    "MINIMAL_READ_PATHS",
+    "PROTECTED_NAMES",
+    "PathRule",
+    "ResolvedPolicy",
+    "has_dynamic_entries",
+    "resolve_policy",
+    "restricts_access",
+    "unenforceable",
+]
 
 RuleAccess = Literal["read", "write", "deny"]
 
@@ -362,7 +374,7 @@ def resolve_policy(
 
 def restricts_access(context: FileSystemSandboxContext, *, write: bool) -> bool:
     """Whether read (or write) access is restricted at all, from the context alone
-    (no filesystem access, no cwd needed): the protocol §10.4 routing rule."""
+    (no filesystem access, no cwd needed): the reference routes on exactly this."""
     perms = context.permissions
     if not isinstance(perms, ManagedPermissions):
         return False

@@ -63,6 +63,8 @@ from typing import Final
 
 from execserver.wire.errors import RpcError
 
+__all__ = ["build_program", "program_fd", "supported_machine"]
+
 _BPF_LD_W_ABS: Final = 0x20
 _BPF_ALU_AND_K: Final = 0x54
 _BPF_JEQ_K: Final = 0x15

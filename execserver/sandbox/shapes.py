@@ -33,6 +33,8 @@ from execserver.sandbox.plan import LaunchPlan, plan_process_launch
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_context
 
+__all__ = ["DEFAULT_SHAPE", "ShapeResult", "probe_shapes"]
+
 _RUN_TIMEOUT_S: Final = 20.0
 _RELEASE_TIMEOUT_S: Final = 10.0
 # The shape Codex sends by default (workspace-write); what `--require sandbox` gates on.

@@ -29,6 +29,18 @@ if TYPE_CHECKING:
     from execserver.server.runtime import ServerRuntime
     from execserver.server.sessions import Session
 
+__all__ = [
+    "AuditLog",
+    "AuditLogError",
+    "argv_digest",
+    "fs_changed",
+    "process_close_hook",
+    "process_started",
+    "sandbox_summary",
+    "session_attached",
+    "session_detached",
+]
+
 log = logging.getLogger(__name__)
 
 _STOP = object()

@@ -1,4 +1,4 @@
-"""WebSocket authentication, as the reference does it (protocol §2).
+"""WebSocket authentication, as the reference does it.
 
 The token travels only in the upgrade request's ``Authorization: Bearer``
 header and is checked before the socket is upgraded: a rejected client gets
@@ -29,6 +29,28 @@ from execserver.server.listen import ListenAddress, parse_listen
 from execserver.server.transport_ws import UpgradeCheck
 from execserver.wire.errors import os_error_text
 
+__all__ = [
+    "AUTH_MODES",
+    "CAPABILITY_TOKEN",
+    "EXPIRED_JWT",
+    "INVALID_HEADER",
+    "INVALID_JWT",
+    "INVALID_TOKEN",
+    "JWT_NOT_YET_VALID",
+    "MISSING_TOKEN",
+    "SIGNED_BEARER_TOKEN",
+    "AuthConfigError",
+    "CapabilityTokenVerifier",
+    "SignedBearerVerifier",
+    "TokenVerifier",
+    "bearer_token",
+    "check_exposure",
+    "load_verifier",
+    "make_upgrade_check",
+    "startup_checks",
+    "validate_flags",
+]
+
 log = logging.getLogger(__name__)
 
 CAPABILITY_TOKEN: Final = "capability-token"
@@ -36,7 +58,7 @@ SIGNED_BEARER_TOKEN: Final = "signed-bearer-token"
 AUTH_MODES: Final = (CAPABILITY_TOKEN, SIGNED_BEARER_TOKEN)
 MIN_SHARED_SECRET_BYTES: Final = 32
 
-# 401 bodies, word for word (protocol §2.2).
+# 401 bodies, word for word.
 MISSING_TOKEN: Final = "missing websocket bearer token"
 INVALID_HEADER: Final = "invalid authorization header"
 INVALID_TOKEN: Final = "invalid websocket bearer token"
@@ -257,7 +279,7 @@ def _audience_matches(aud: str | list[str] | None, expected: str) -> bool:
 
 def bearer_token(request: web.Request) -> tuple[str | None, str | None]:
     """(token, None) or (None, 401 body). Only the first Authorization header counts,
-    the scheme is case-insensitive and the token is trimmed (protocol §2.1)."""
+    the scheme is case-insensitive and the token is trimmed."""
     values = request.headers.getall("Authorization", [])
     if not values:
         return None, MISSING_TOKEN

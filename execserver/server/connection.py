@@ -44,6 +44,8 @@ from execserver.wire.envelope import (
 )
 from execserver.wire.errors import INTERNAL_ERROR, METHOD_NOT_FOUND, RpcError
 
+__all__ = ["Connection", "ProtocolViolation"]
+
 log = logging.getLogger(__name__)
 
 SendFrame = Callable[[bytes], Awaitable[None]]
@@ -56,7 +58,7 @@ class Lifecycle(enum.Enum):
 
 
 class ProtocolViolation(Exception):
-    """The peer sent something after which the reference drops the connection (§3.5)."""
+    """The peer sent something after which the reference drops the connection."""
 
 
 class Connection:
@@ -236,7 +238,7 @@ class Connection:
         await self._enqueue(encode_error(request_id, refusal.code, refusal.message))
 
     async def _dispatch(self, request: IncomingRequest) -> Any:
-        # Order of checks as the reference: method known -> params -> lifecycle (§4.4).
+        # Order of checks as the reference: method known -> params -> lifecycle.
         spec = self.runtime.methods.get(request.method)
         if spec is None:
             raise RpcError(

@@ -1,4 +1,4 @@
-"""initialize, environment/info and environment/status (protocol §4.2, §8.1, §8.2)."""
+"""initialize, environment/info and environment/status."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from execserver.wire.lifecycle import (
     ShellInfo,
 )
 from execserver.wire.uri import path_to_uri
+
+__all__ = ["register"]
 
 # Clients gate features on executorVersion; we speak the 0.169.0 protocol.
 EXECUTOR_VERSION = REFERENCE_VERSION

@@ -19,6 +19,16 @@ from aiohttp import web
 from execserver.config import LimitsConfig
 from execserver.wire.errors import RpcError
 
+__all__ = [
+    "LIMIT_EXCEEDED",
+    "LIMIT_FLAGS",
+    "LimitExceeded",
+    "ServerLimits",
+    "Slots",
+    "check_below",
+    "too_many_connections",
+]
+
 # JSON-RPC reserves -32000..-32099 for implementation-defined server errors; the
 # reference never sends -32000, so a client can tell a limit refusal apart.
 LIMIT_EXCEEDED: Final = -32000

@@ -1,9 +1,11 @@
-"""Parsing of ``--listen`` values exactly as the reference accepts them (§1.1)."""
+"""Parsing of ``--listen`` values exactly as the reference accepts them."""
 
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+
+__all__ = ["ListenAddress", "parse_listen"]
 
 
 class ListenError(ValueError):

@@ -10,6 +10,8 @@ from typing import Any, Final
 
 import msgspec
 
+__all__ = ["configure_logging"]
+
 LOG_FORMATS: Final = ("text", "json")
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

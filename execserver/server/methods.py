@@ -10,6 +10,8 @@ from execserver.processes import service as processes
 from execserver.server import environment
 from execserver.server.rpc import MethodTable
 
+__all__ = ["build_method_table"]
+
 
 def build_method_table() -> MethodTable:
     table = MethodTable()

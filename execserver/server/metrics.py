@@ -24,6 +24,8 @@ from prometheus_client import (
 
 from execserver import REFERENCE_VERSION, __version__
 
+__all__ = ["CONTENT_TYPE", "UNKNOWN_METHOD", "Metrics"]
+
 # Requests range from sub-millisecond fs calls to long-poll reads of many seconds.
 _REQUEST_BUCKETS = (
     0.0005,

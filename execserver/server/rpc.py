@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from execserver.server.runtime import ServerRuntime
     from execserver.server.sessions import Session
 
+__all__ = ["MethodTable", "RequestContext"]
+
 P = TypeVar("P")
 
 
@@ -45,7 +47,7 @@ class RequestContext:
 
         The reference serialises requests by default, so a long-poll
         ``process/read`` blocks everything behind it; we release the slot so
-        other requests on the connection go on (issue 2).
+        other requests on the connection go on (README.md, "Design notes").
         """
         if self._holding:
             self._slot.release()

@@ -24,10 +24,12 @@ from execserver.server.sessions import SessionRegistry
 from execserver.server.transport_stdio import serve_stdio
 from execserver.server.transport_ws import UpgradeCheck, build_app
 
+__all__ = ["Server", "build_runtime"]
+
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 10.0
-# The reference exits with status 2 when --exit-on-stdin-close fires (protocol §5.4).
+# The reference exits with status 2 when --exit-on-stdin-close fires.
 EXIT_STATUS_STDIN_CLOSED = 2
 
 

@@ -14,6 +14,8 @@ from execserver.server.rpc import MethodTable
 from execserver.server.scoped import ScopedState
 from execserver.server.sessions import SessionRegistry
 
+__all__ = ["ServerRuntime"]
+
 
 @dataclass
 class ServerRuntime:

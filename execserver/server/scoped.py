@@ -1,7 +1,7 @@
 """Per-session and per-connection state owned by services.
 
 Services (processes, fs handles, watches, http streams) keep their state in
-the scope it belongs to (protocol §5.1) without the server knowing their
+the scope it belongs to without the server knowing their
 types: ``scope.get(ProcessTable, factory)``. Closing the scope closes every
 piece of state in reverse creation order.
 """
@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import Protocol, TypeVar
+
+__all__ = ["ScopedState"]
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Sessions: what survives a dropped connection (protocol §5).
+"""Sessions: what survives a dropped connection.
 
 A session owns its processes (through its ScopedState). When its connection
 closes it is *detached* for ``ttl`` seconds, during which ``initialize`` with
@@ -20,6 +20,8 @@ from execserver.wire.errors import SESSION_ALREADY_ATTACHED, RpcError
 if TYPE_CHECKING:
     from execserver.server.connection import Connection
 
+__all__ = ["Session", "SessionRegistry"]
+
 log = logging.getLogger(__name__)
 
 
@@ -40,15 +42,15 @@ class Session:
     async def notify(self, method: str, params: Any) -> None:
         """Send a notification to the attached connection; dropped while detached.
 
-        The reference does not queue notifications for a detached session
-        (protocol §5.2): what happened meanwhile is read back with process/read.
+        The reference does not queue notifications for a detached session: what
+        happened meanwhile is read back with process/read.
         """
         conn = self.connection
         if conn is not None:
             await conn.send_notification(method, params)
 
     async def request(self, method: str, params: Any, timeout: float | None) -> Any:
-        """Send a server->client request on the attached connection (protocol §9.6)."""
+        """Send a server->client request on the attached connection."""
         conn = self.connection
         if conn is None:
             raise ConnectionError("session is detached")

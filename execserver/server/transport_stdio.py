@@ -1,4 +1,4 @@
-"""The stdio transport: newline-delimited JSON on the daemon's own stdin/stdout (§1.3)."""
+"""The stdio transport: newline-delimited JSON on the daemon's own stdin/stdout."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 
 from execserver.server.connection import Connection, ProtocolViolation
 from execserver.server.runtime import ServerRuntime
+
+__all__ = ["serve_stdio"]
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The websocket transport (aiohttp): HTTP surface and one Connection per socket.
 
-HTTP surface as the reference's (protocol §1.2): upgrade only on ``/``,
+HTTP surface as the reference's: upgrade only on ``/``,
 ``GET /readyz`` 200, any request carrying ``Origin`` refused with 403 so no
 browser can drive the daemon; plus ``GET /livez`` for orchestrators.
 """
@@ -17,6 +17,8 @@ from aiohttp import WSMsgType, web
 from execserver.server.connection import Connection, ProtocolViolation
 from execserver.server.metrics import CONTENT_TYPE
 from execserver.server.runtime import ServerRuntime
+
+__all__ = ["UpgradeCheck", "build_app"]
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +119,7 @@ async def websocket_endpoint(request: web.Request) -> web.StreamResponse:
         if reader.done() and not reader.cancelled() and reader.exception() is not None:
             log.error("connection %s: reader failed", peer, exc_info=reader.exception())
         if conn.close_reason is not None and request.transport is not None:
-            # The reference drops the TCP connection without a close frame (§3.5).
+            # The reference drops the TCP connection without a close frame.
             request.transport.abort()
     finally:
         for task in (pinger, reader, closer):

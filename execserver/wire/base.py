@@ -4,6 +4,8 @@ from typing import Annotated
 
 import msgspec
 
+__all__ = ["U64", "Empty", "OptionalFieldsStruct", "WireStruct", "absent_raw"]
+
 
 class WireStruct(msgspec.Struct, rename="camel", forbid_unknown_fields=False):
     """A protocol object. Every key is written, ``null`` included (as the reference does)."""

@@ -1,4 +1,4 @@
-"""Strict standard base64 (RFC 4648 §4, padded) with the Rust ``base64`` crate's error texts.
+"""Strict standard base64 (RFC 4648 section 4, padded) with the Rust ``base64`` crate's error texts.
 
 The reference rejects non-canonical input; clients see its messages
 (``Invalid input length: 1``, ``Invalid symbol 33, offset 0.``), so we spell them alike.
@@ -7,6 +7,8 @@ The reference rejects non-canonical input; clients see its messages
 from __future__ import annotations
 
 import binascii
+
+__all__ = ["Base64Error", "decode_base64"]
 
 _ALPHABET = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
 _PAD = ord("=")

@@ -10,6 +10,8 @@ from execserver.wire import discovery, fs, http, lifecycle, network, process
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
 
+__all__ = ["CLIENT_NOTIFICATIONS", "REQUESTS", "SERVER_NOTIFICATIONS", "SERVER_REQUESTS"]
+
 # method -> (params type, result type)
 REQUESTS: Final[dict[str, tuple[type, type]]] = {
     m.INITIALIZE: (lifecycle.InitializeParams, lifecycle.InitializeResponse),

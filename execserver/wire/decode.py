@@ -17,6 +17,8 @@ from msgspec import inspect as mi
 from execserver.wire.envelope import describe_value as _describe_exact
 from execserver.wire.errors import RpcError
 
+__all__ = ["ParamsDecoder", "describe_value"]
+
 T = TypeVar("T")
 
 _PATH_RE = re.compile(r"- at `\$(.*)`$")

@@ -1,4 +1,4 @@
-"""Capability discovery and executor config reading (protocol §8.3, §8.22, §8.23)."""
+"""Capability discovery and executor config reading."""
 
 from __future__ import annotations
 
@@ -7,6 +7,15 @@ from typing import Any
 import msgspec
 
 from execserver.wire.base import WireStruct, absent_raw
+
+__all__ = [
+    "CapabilitiesDiscoverV2Params",
+    "CapabilitiesDiscoverV2Response",
+    "CapabilityRootsDiscoverV1Params",
+    "CapabilityRootsDiscoverV1Response",
+    "EnvironmentConfigReadParams",
+    "EnvironmentConfigReadResponse",
+]
 
 
 class CapabilitiesDiscoverV2Params(WireStruct):

@@ -1,4 +1,4 @@
-"""The JSON-RPC envelope as the reference speaks it (protocol §3): no ``jsonrpc``
+"""The JSON-RPC envelope as the reference speaks it: no ``jsonrpc``
 member, ids that are integers or strings, and one message per frame.
 
 Incoming frames are classified in one msgspec pass (params stay raw bytes and
@@ -13,6 +13,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+
+__all__ = [
+    "PARSE_ERROR_ID",
+    "ErrorMessage",
+    "ErrorObject",
+    "IncomingNotification",
+    "IncomingRequest",
+    "IncomingResponse",
+    "MalformedMessage",
+    "NotificationMessage",
+    "RequestMessage",
+    "ResponseMessage",
+    "decode_incoming",
+    "describe_value",
+    "encode_error",
+    "encode_message",
+]
 
 RequestId = int | str
 

@@ -10,6 +10,20 @@ from __future__ import annotations
 import errno
 from typing import Final
 
+__all__ = [
+    "DRAINING_MESSAGE",
+    "EXECUTOR_DRAINING",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "METHOD_NOT_FOUND",
+    "NOT_FOUND",
+    "PARSE_OR_INVALID_REQUEST",
+    "SESSION_ALREADY_ATTACHED",
+    "RpcError",
+    "os_error_text",
+    "rpc_error_from_os_error",
+]
+
 PARSE_OR_INVALID_REQUEST: Final = -32600
 METHOD_NOT_FOUND: Final = -32601
 INVALID_PARAMS: Final = -32602
@@ -92,7 +106,7 @@ def os_error_text(err: int) -> str:
 
 
 def rpc_error_from_os_error(exc: OSError) -> RpcError:
-    """Map an OSError of an fs operation to the reference's code + message (protocol §6.2)."""
+    """Map an OSError of an fs operation to the reference's code + message."""
     err = exc.errno if exc.errno is not None else errno.EIO
     message = os_error_text(err)
     if err == errno.ENOENT:

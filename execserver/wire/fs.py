@@ -1,4 +1,4 @@
-"""fs/* requests, results and notifications (protocol §8.9-8.20, §9.5).
+"""fs/* requests, results and notifications.
 
 Paths are ``file:`` URIs (strings here; converted by wire.uri). ``sandbox``
 stays raw JSON and is decoded by execserver.sandbox with its own error texts.
@@ -11,6 +11,34 @@ from typing import Literal
 import msgspec
 
 from execserver.wire.base import U64, WireStruct, absent_raw
+
+__all__ = [
+    "CanonicalizeParams",
+    "CanonicalizeResponse",
+    "CloseParams",
+    "CopyParams",
+    "CreateDirectoryParams",
+    "DirectoryEntry",
+    "FileMetadata",
+    "GetMetadataParams",
+    "MissingChangedNotification",
+    "OpenParams",
+    "OpenResponse",
+    "ReadBlockParams",
+    "ReadBlockResponse",
+    "ReadDirectoryParams",
+    "ReadDirectoryResponse",
+    "ReadFileParams",
+    "ReadFileResponse",
+    "RemoveParams",
+    "WalkOptions",
+    "WalkOutcome",
+    "WalkParams",
+    "WatchMissingParams",
+    "WatchMissingResponse",
+    "WriteBlockParams",
+    "WriteFileParams",
+]
 
 _NO_SANDBOX: msgspec.Raw = msgspec.field(default_factory=absent_raw)
 
@@ -34,7 +62,7 @@ class WriteFileParams(WireStruct):
 
 class CreateDirectoryParams(WireStruct):
     path: str
-    recursive: bool | None = None  # None means true (protocol §8.12)
+    recursive: bool | None = None  # None means true
     sandbox: msgspec.Raw = _NO_SANDBOX
     follow_symlinks: bool = True
 
@@ -110,7 +138,7 @@ class WalkOutcome(WireStruct):
 
 class RemoveParams(WireStruct):
     path: str
-    recursive: bool | None = None  # None means true (protocol §8.17)
+    recursive: bool | None = None  # None means true
     force: bool | None = None  # None means true
     sandbox: msgspec.Raw = _NO_SANDBOX
     follow_symlinks: bool = True

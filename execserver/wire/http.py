@@ -1,10 +1,18 @@
-"""http/request and its streamed body notifications (protocol §8.21, §9.4)."""
+"""http/request and its streamed body notifications."""
 
 from __future__ import annotations
 
 from typing import Literal
 
 from execserver.wire.base import U64, WireStruct
+
+__all__ = [
+    "HttpHeader",
+    "HttpRequestBodyDeltaNotification",
+    "HttpRequestParams",
+    "HttpRequestResponse",
+    "ResponseHeader",
+]
 
 
 class HttpHeader(WireStruct):

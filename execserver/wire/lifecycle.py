@@ -1,10 +1,20 @@
-"""Handshake and environment messages (protocol §4, §8.1, §8.2)."""
+"""Handshake and environment messages."""
 
 from __future__ import annotations
 
 from typing import Literal
 
 from execserver.wire.base import WireStruct
+
+__all__ = [
+    "EnvironmentCapabilities",
+    "EnvironmentInfo",
+    "EnvironmentStatusResponse",
+    "InitializeParams",
+    "InitializeResponse",
+    "InitializedNotification",
+    "ShellInfo",
+]
 
 
 class InitializeParams(WireStruct):
@@ -14,7 +24,7 @@ class InitializeParams(WireStruct):
 
 class ShellInfo(WireStruct):
     name: str
-    path: str  # a native path, not a URI (protocol §8.1)
+    path: str  # a native path, not a URI
 
 
 class EnvironmentCapabilities(WireStruct):

@@ -1,6 +1,44 @@
-"""Method and notification names of the exec-server protocol (0.169.0, protocol §14.1)."""
+"""Method and notification names of the exec-server protocol (0.169.0)."""
 
 from typing import Final
+
+__all__ = [
+    "CAPABILITIES_DISCOVER_V2",
+    "CAPABILITY_ROOTS_DISCOVER_V1",
+    "CLIENT_REQUESTS",
+    "ENVIRONMENT_CONFIG_READ",
+    "ENVIRONMENT_INFO",
+    "ENVIRONMENT_STATUS",
+    "FS_CANONICALIZE",
+    "FS_CLOSE",
+    "FS_COPY",
+    "FS_CREATE_DIRECTORY",
+    "FS_GET_METADATA",
+    "FS_MISSING_CHANGED",
+    "FS_OPEN",
+    "FS_READ_BLOCK",
+    "FS_READ_DIRECTORY",
+    "FS_READ_FILE",
+    "FS_REMOVE",
+    "FS_WALK",
+    "FS_WATCH_MISSING",
+    "FS_WRITE_BLOCK",
+    "FS_WRITE_FILE",
+    "HTTP_REQUEST",
+    "HTTP_REQUEST_BODY_DELTA",
+    "INITIALIZE",
+    "INITIALIZED",
+    "NETWORK_POLICY_DECISION",
+    "NETWORK_POLICY_REQUEST",
+    "PROCESS_CLOSED",
+    "PROCESS_EXITED",
+    "PROCESS_OUTPUT",
+    "PROCESS_READ",
+    "PROCESS_SIGNAL",
+    "PROCESS_START",
+    "PROCESS_TERMINATE",
+    "PROCESS_WRITE",
+]
 
 INITIALIZE: Final = "initialize"
 INITIALIZED: Final = "initialized"

@@ -1,10 +1,17 @@
-"""Managed-network traffic from server to client (protocol §9.6, §9.7)."""
+"""Managed-network traffic from server to client."""
 
 from __future__ import annotations
 
 from typing import Literal
 
 from execserver.wire.base import OptionalFieldsStruct, WireStruct
+
+__all__ = [
+    "NetworkPolicyDecisionNotification",
+    "NetworkPolicyRequestParams",
+    "NetworkPolicyRequestResult",
+    "NetworkRequestTarget",
+]
 
 
 class NetworkRequestTarget(WireStruct):

@@ -1,4 +1,4 @@
-"""process/* requests, results and notifications (protocol §8.4-8.8, §9.1-9.3)."""
+"""process/* requests, results and notifications."""
 
 from __future__ import annotations
 
@@ -9,13 +9,36 @@ import msgspec
 
 from execserver.wire.base import U64, OptionalFieldsStruct, WireStruct, absent_raw
 
+__all__ = [
+    "CredentialProviderConfig",
+    "ExecEnvPolicy",
+    "ExecParams",
+    "ExecResponse",
+    "ManagedNetworkSandboxContext",
+    "ProcessClosedNotification",
+    "ProcessExitedNotification",
+    "ProcessOutputChunk",
+    "ProcessOutputNotification",
+    "ReadParams",
+    "ReadResponse",
+    "RemoteNetworkProxyConfig",
+    "RemoteNetworkProxyLaunchConfig",
+    "SandboxType",
+    "SignalParams",
+    "TerminateParams",
+    "TerminateResponse",
+    "WriteParams",
+    "WriteResponse",
+    "WriteStatus",
+]
+
 ProcessStream = Literal["stdout", "stderr", "pty"]
 SandboxType = Literal["none", "linuxSeccomp", "macosSeatbelt", "windowsRestrictedToken"]
 WriteStatus = Literal["accepted", "unknownProcess", "stdinClosed", "starting"]
 
 
 class ExecEnvPolicy(WireStruct):
-    """Executor-side environment construction (protocol §8.4.2); every member is required."""
+    """Executor-side environment construction; every member is required."""
 
     inherit: Literal["all", "core", "none"]
     ignore_default_excludes: bool

@@ -1,5 +1,5 @@
-"""The ``sandbox`` parameter: ``FileSystemSandboxContext`` (protocol §10) and
-``ManagedNetworkSandboxContext`` (§8.4.4).
+"""The ``sandbox`` parameter: ``FileSystemSandboxContext`` and
+``ManagedNetworkSandboxContext``.
 
 Casing is mixed on the wire: the context's own members are camelCase, everything
 inside ``permissions`` is snake_case, tags are ``type``/``kind`` and

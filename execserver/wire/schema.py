@@ -18,6 +18,8 @@ import msgspec
 from execserver.wire import contract
 from execserver.wire.sandbox import FileSystemSandboxContext
 
+__all__ = ["SCHEMA_FILE", "render_schema"]
+
 SCHEMA_FILE = "protocol.schema.json"
 _SANDBOX_REF = {"$ref": "#/$defs/FileSystemSandboxContext"}
 

@@ -1,4 +1,4 @@
-"""PathUri: every path on the wire is an absolute ``file:`` URI (protocol §7.1).
+"""PathUri: every path on the wire is an absolute ``file:`` URI.
 
 Parsing follows what the reference (Rust ``url`` crate) accepts: ``file:///abs``,
 ``file://localhost/abs``, percent-encoding, and lexical ``.``/``..``
@@ -12,6 +12,8 @@ import posixpath
 from urllib.parse import quote, unquote
 
 from execserver.wire.errors import RpcError
+
+__all__ = ["path_to_uri", "uri_to_path"]
 
 _SAFE = "/-._~!$&'()*+,;=:@"
 

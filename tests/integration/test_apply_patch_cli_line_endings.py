@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_apply_patch_corpus import ROOT, load, snapshot, write_tree
-from tests.servers import RunningServer
+from tests.support.servers import RunningServer
 
 CASES_DIR = Path(__file__).resolve().parent.parent / "data" / "apply_patch" / "cases"
 CR_CASES = [

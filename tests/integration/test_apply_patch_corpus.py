@@ -27,7 +27,7 @@ from execserver.core.apply_patch.delta import (
     UpdateChange,
 )
 from execserver.core.apply_patch.engine import apply_patch
-from tests.servers import start_server
+from tests.support.servers import start_server
 
 CASES_DIR = Path(__file__).resolve().parent.parent / "data" / "apply_patch" / "cases"
 CASES = sorted(CASES_DIR.glob("*.json"))

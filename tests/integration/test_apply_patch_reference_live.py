@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.servers import reference_binary
+from tests.support.servers import reference_binary
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "apply_patch"
 CASES = sorted((DATA / "cases").glob("*.json"))

@@ -1,5 +1,5 @@
-"""apply_patch through a real execserver's file system, on the orchestrator
-(core-client.md §7.5-§7.7; invariant 15), and the ``execserver patch`` command.
+"""apply_patch through a real execserver's file system, on the orchestrator,
+and the ``execserver patch`` command.
 
 Only the user is scripted; server, sandbox and files are real.
 """
@@ -23,8 +23,8 @@ from execserver.core.environment import ExecutionEnvironment
 from execserver.core.permissions import workspace_write_profile
 from execserver.core.policy import AskForApproval
 from execserver.core.runtime import TurnContext
-from tests.approver import ScriptedUser
-from tests.servers import RunningServer
+from tests.support.approver import ScriptedUser
+from tests.support.servers import RunningServer
 
 
 @pytest.fixture

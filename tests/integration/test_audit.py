@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.ops_client import http_get, raw_request, rpc_socket
-from tests.servers import execserver_command, start_server
+from tests.support.http import http_get, raw_request
+from tests.support.rpc import connect
+from tests.support.servers import execserver_command, start_server
 
 TOKEN = "audit-secret-token"
 
@@ -44,11 +45,11 @@ async def test_audit_log_records_the_session_story(tmp_path: Path) -> None:
         str(tmp_path / "tok"),
     ]
     async with start_server("execserver", flags) as server:
-        async with rpc_socket(server.url, TOKEN) as rpc:
-            session_id = await rpc.handshake()
+        async with connect(server.url, handshake=False, token=TOKEN) as rpc:
+            session_id = (await rpc.handshake()).result["sessionId"]
         await wait_for_events(audit, "session.detach", 1)  # detached: resumable now
-        async with rpc_socket(server.url, TOKEN) as rpc:
-            assert await rpc.handshake(resume=session_id) == session_id
+        async with connect(server.url, handshake=False, token=TOKEN) as rpc:
+            assert (await rpc.handshake(resume=session_id)).result["sessionId"] == session_id
         await wait_for_events(audit, "session.detach", 2)
         assert (await raw_request(server.url, "/", {"Authorization": "Bearer wrong"}))[0] == 401
     # The server has exited (SIGTERM, graceful): everything is flushed.
@@ -88,8 +89,8 @@ async def test_expired_session_is_audited_and_counted(tmp_path: Path) -> None:
     audit = tmp_path / "audit.jsonl"
     flags = ["--audit-log", str(audit), "--session-ttl", "0.2", "--metrics"]
     async with start_server("execserver", flags) as server:
-        async with rpc_socket(server.url) as rpc:
-            session_id = await rpc.handshake()
+        async with connect(server.url, handshake=False) as rpc:
+            session_id = (await rpc.handshake()).result["sessionId"]
         await wait_for_events(audit, "session.close", 1)
         _, text = await http_get(server.url, "/metrics")
     closes = [r for r in read_audit(audit) if r["event"] == "session.close"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from tests.servers import execserver_command
+from tests.support.servers import execserver_command
 
 
 async def test_json_logs_are_one_object_per_line_on_stderr() -> None:

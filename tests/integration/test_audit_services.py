@@ -7,13 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.ops_client import RpcSocket, http_get, rpc_socket
-from tests.servers import start_server
+from tests.support.http import http_get
+from tests.support.rpc import RpcClient, connect
+from tests.support.servers import start_server
 
 SECRET = "hunter2-in-argv"
 
 
-async def run_to_close(rpc: RpcSocket, params: dict[str, Any]) -> dict[str, Any]:
+async def run_to_close(rpc: RpcClient, params: dict[str, Any]) -> dict[str, Any]:
     assert "result" in await rpc.call("process/start", params)
     after = 0
     while True:
@@ -31,8 +32,8 @@ async def test_processes_and_fs_changes_are_audited_and_counted(tmp_path: Path) 
     work = tmp_path / "work"
     work.mkdir()
     async with start_server("execserver", ["--audit-log", str(audit), "--metrics"]) as server:
-        async with rpc_socket(server.url) as rpc:
-            session_id = await rpc.handshake()
+        async with connect(server.url, handshake=False) as rpc:
+            session_id = (await rpc.handshake()).result["sessionId"]
             argv = ["/bin/sh", "-c", f"echo hello; exit 3 # {SECRET}"]
             params = {
                 "processId": "p1",

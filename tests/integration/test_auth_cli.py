@@ -1,5 +1,5 @@
 """Start-up validation of the auth flags: the same bad command line makes execserver and
-the reference print the same ``Error:`` line and exit with status 1 (protocol §2.3, §2.4)."""
+the reference print the same ``Error:`` line and exit with status 1."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import execserver_command, reference_command
+from tests.support.servers import execserver_command, reference_command
 
 TOKEN_DIGEST = hashlib.sha256(b"secret-token-123").hexdigest()
 

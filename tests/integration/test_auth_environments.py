@@ -19,8 +19,8 @@ from execserver.client.environments import (
 )
 from execserver.client.errors import ExecServerConnectError, ExecServerTransportClosed
 from execserver.wire.lifecycle import EnvironmentInfo
-from tests.integration.test_client_support import TcpProxy
-from tests.servers import start_server
+from tests.support.client_peers import TcpProxy
+from tests.support.servers import start_server
 
 SECRET = b"0123456789abcdef0123456789abcdef-jwt"
 

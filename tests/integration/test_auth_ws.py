@@ -1,5 +1,5 @@
 """WebSocket authentication over real sockets, against execserver and the reference
-with the same flags (protocol §2): both must answer every case alike."""
+with the same flags: both must answer every case alike."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.ops_client import make_jwt, raw_request, rpc_socket
-from tests.servers import start_server
+from tests.support.http import make_jwt, raw_request
+from tests.support.rpc import connect
+from tests.support.servers import start_server
 
 pytestmark = pytest.mark.interop
 
@@ -215,12 +216,12 @@ async def test_authorized_client_gets_a_session_and_rejected_one_sees_nothing(
     (tmp_path / "tok").write_text(TOKEN)
     flags = ["--ws-auth", "capability-token", "--ws-token-file", str(tmp_path / "tok")]
     async with start_server(kind, flags) as server:
-        async with rpc_socket(server.url, TOKEN) as rpc:
-            session_id = await rpc.handshake()
+        async with connect(server.url, handshake=False, token=TOKEN) as rpc:
+            session_id = (await rpc.handshake()).result["sessionId"]
             status = await rpc.call("environment/status", None)
         assert session_id
         assert status["result"] == {"status": "ready"}
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
-            async with rpc_socket(server.url, "nope"):
+            async with connect(server.url, handshake=False, token="nope"):
                 pass
         assert refused.value.status == 401

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import PROJECT_ROOT, RunningServer, start_server
+from tests.support.servers import PROJECT_ROOT, RunningServer, start_server
 
 
 def cli(*args: str) -> list[str]:

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from tests.integration.test_client_cli import cli, cli_env, run_cli
-from tests.servers import RunningServer, start_server
+from tests.support.servers import RunningServer, start_server
 
 
 def marker() -> str:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from execserver.client import ExecServerClient, RemoteFileSystem
-from tests.integration.test_client_support import read_only_sandbox
-from tests.servers import RunningServer
+from tests.support.client_peers import read_only_sandbox
+from tests.support.servers import RunningServer
 
 
 @pytest.fixture

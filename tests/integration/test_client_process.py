@@ -21,8 +21,8 @@ from execserver.client import (
     ProcessEvent,
     RemoteProcess,
 )
-from tests.integration.test_client_support import read_only_sandbox
-from tests.servers import RunningServer
+from tests.support.client_peers import read_only_sandbox
+from tests.support.servers import RunningServer
 
 PATH_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 

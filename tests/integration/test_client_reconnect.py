@@ -15,8 +15,8 @@ from execserver.client import (
     RemoteProcess,
     SessionAttached,
 )
-from tests.integration.test_client_support import TcpProxy
-from tests.servers import RunningServer
+from tests.support.client_peers import TcpProxy
+from tests.support.servers import RunningServer
 
 
 async def wait_for_file(path: Path) -> None:

@@ -23,7 +23,7 @@ from execserver.client import (
     ExecServerConnectError,
     Sandbox,
 )
-from tests.servers import RunningServer, start_server
+from tests.support.servers import RunningServer, start_server
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from execserver.client import (
     ProcessFailed,
     RemoteProcess,
 )
-from tests.integration.test_client_support import ScriptedPeer, scripted_server
+from tests.support.client_peers import ScriptedPeer, scripted_server
 
 PID = "p1"
 
@@ -343,7 +343,7 @@ async def test_initialize_timeout_is_reported_as_such() -> None:
 
 
 def _env() -> dict[str, Any]:
-    from tests.integration.test_client_support import ENVIRONMENT_INFO
+    from tests.support.client_peers import ENVIRONMENT_INFO
 
     return ENVIRONMENT_INFO
 

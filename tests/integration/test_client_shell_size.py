@@ -11,7 +11,7 @@ import termios
 from pathlib import Path
 
 from tests.integration.test_client_cli import PtyReader, cli, cli_env
-from tests.servers import RunningServer
+from tests.support.servers import RunningServer
 
 
 def set_size(fd: int, rows: int, cols: int) -> None:

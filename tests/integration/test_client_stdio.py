@@ -11,7 +11,7 @@ import pytest
 from execserver.client import ExecServerClient, ExecServerTransportClosed
 from execserver.client.transport import StdioTransport
 from scripts import reference
-from tests.servers import PROJECT_ROOT, execserver_command, reference_command
+from tests.support.servers import PROJECT_ROOT, execserver_command, reference_command
 
 
 def stdio_command(kind: str) -> tuple[list[str], dict[str, str]]:

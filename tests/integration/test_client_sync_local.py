@@ -13,7 +13,7 @@ import pytest
 import execserver
 from execserver.client import CommandFailed, sync
 from tests.integration.test_client_run import marker, processes_with, wait_until
-from tests.servers import RunningServer
+from tests.support.servers import RunningServer
 
 
 def daemons() -> list[psutil.Process]:

@@ -1,4 +1,4 @@
-"""The client-facing invariants of core-client.md §9 as seen from the core:
+"""The core's client-facing guarantees (numbered as in the test names), checked with
 tool calls through the orchestrator against real exec-servers (ours and the
 reference). The only stand-in is the scripted user.
 
@@ -31,8 +31,8 @@ from execserver.core.permissions import workspace_write_profile
 from execserver.core.policy import AskForApproval
 from execserver.core.runtime import TurnContext
 from execserver.core.shell_runtime import ShellCommandRuntime, ShellRequest
-from tests.approver import ScriptedUser
-from tests.servers import RunningServer
+from tests.support.approver import ScriptedUser
+from tests.support.servers import RunningServer
 
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 # Generous bound for a marker file to appear; only a hang would reach it.

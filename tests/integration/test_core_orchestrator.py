@@ -1,5 +1,5 @@
-"""The orchestrator against a real exec-server with a real sandbox
-(core-client.md §4, §3.4; invariants 2, 6-11).
+"""The orchestrator against a real exec-server with a real sandbox:
+approval, the attempts and their retries, and the sandbox each attempt gets.
 
 Everything is real — server process, sandbox, client, processes — except the
 user, who is a scripted approver. Each test runs against our execserver and
@@ -30,8 +30,8 @@ from execserver.core.permissions import (
 from execserver.core.policy import AskForApproval, SandboxPermissions
 from execserver.core.runtime import TurnContext
 from execserver.core.shell_runtime import ShellCommandRuntime, ShellRequest
-from tests.approver import ScriptedUser
-from tests.servers import RunningServer
+from tests.support.approver import ScriptedUser
+from tests.support.servers import RunningServer
 
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 
@@ -90,7 +90,7 @@ async def test_default_shell_under_on_request_returns_the_denial_without_asking(
     client: ExecServerClient, workspace: Path, outside: Path
 ) -> None:
     """The reference's shell does not offer a retry for a plain fs denial under
-    ON_REQUEST (§4.5 table); the denial reaches the caller."""
+    ON_REQUEST; the denial reaches the caller."""
     user = ScriptedUser()
     with pytest.raises(SandboxDenied) as info:
         await ToolOrchestrator(_turn(user, AskForApproval.ON_REQUEST, workspace)).run(

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.fs_client import connect, uri
-from tests.servers import RunningServer, start_server
+from tests.support.rpc import connect, uri
+from tests.support.servers import RunningServer, start_server
 
 CONFIG = """model = "gpt-x"
 n = 1.5

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import PROJECT_ROOT, RunningServer
+from tests.support.servers import PROJECT_ROOT, RunningServer
 
 DOCUMENTS = ("README.md", "docs/client.md")
 DOCUMENTED_URL = "ws://127.0.0.1:8765"

@@ -15,15 +15,16 @@ from typing import Any
 
 from execserver.client import ExecServerClient, Output
 from execserver.wire.errors import DRAINING_MESSAGE, EXECUTOR_DRAINING, SESSION_ALREADY_ATTACHED
-from tests.ops_client import http_get, rpc_socket
-from tests.servers import start_server
+from tests.support.http import http_get
+from tests.support.rpc import connect
+from tests.support.servers import start_server
 
 
 async def initialize(url: str, resume: str | None = None) -> dict[str, Any]:
     params: dict[str, Any] = {"clientName": "drain-test"}
     if resume is not None:
         params["resumeSessionId"] = resume
-    async with rpc_socket(url) as rpc:
+    async with connect(url, handshake=False) as rpc:
         return await rpc.call("initialize", params)
 
 

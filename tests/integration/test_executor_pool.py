@@ -22,8 +22,8 @@ from execserver.client.pool import (
     UnknownSessionKey,
     rendezvous_rank,
 )
-from tests.ops_client import http_get
-from tests.servers import RunningServer, start_server
+from tests.support.http import http_get
+from tests.support.servers import RunningServer, start_server
 
 KEYS = [f"conversation-{i}" for i in range(24)]
 

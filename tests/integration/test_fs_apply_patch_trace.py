@@ -1,4 +1,4 @@
-"""The fs traffic of a remote apply_patch (core-client.md §7.5), against both servers.
+"""The fs traffic of a remote apply_patch, against both servers.
 
 A client applies Add/Update/Delete/Move hunks with getMetadata, readFile,
 writeFile, createDirectory and remove; it relies on -32004 for "not found"
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.fs_client import b64, check_cases, connect, uri
-from tests.servers import RunningServer
+from tests.support.rpc import b64, check_cases, connect, uri
+from tests.support.servers import RunningServer
 
 OK: dict[str, Any] = {"result": {}}
 NOENT = {"error": [-32004, "No such file or directory (os error 2)"]}

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tests.fs_client import b64, check_cases, connect, unb64, uri
-from tests.servers import RunningServer
+from tests.support.rpc import b64, check_cases, connect, unb64, uri
+from tests.support.servers import RunningServer
 
 OK: dict[str, Any] = {"result": {}}
 MIB = 1024 * 1024

@@ -27,10 +27,10 @@ from execserver.sandbox.fs_helper.pool import HelperPool, close_loop_pool, loop_
 from execserver.sandbox.fs_helper.runtime import PRIVATE_DIR
 from execserver.sandbox.policy import resolve_policy
 from execserver.wire.errors import INTERNAL_ERROR, RpcError
-from tests.fs_client import b64, connect, unb64, uri
-from tests.integration.test_sandbox_support import ROOT_READ, context, entry, managed
-from tests.reliability.helpers import wait_until
-from tests.servers import RunningServer
+from tests.support.procinfo import wait_until
+from tests.support.rpc import b64, connect, unb64, uri
+from tests.support.sandbox import ROOT_READ, context, entry, managed
+from tests.support.servers import RunningServer
 
 NOT_FOUND = [-32004, "No such file or directory (os error 2)"]
 EACCES = [-32600, "Permission denied (os error 13)"]

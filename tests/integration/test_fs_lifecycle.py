@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.fs_client import connect
-from tests.servers import RunningServer
+from tests.support.rpc import connect
+from tests.support.servers import RunningServer
 
 BEFORE_INIT = "client must call initialize before using {} methods"
 OPTS = {"maxDepth": 0, "maxDirectories": 1, "maxEntries": 1, "followDirectorySymlinks": False}

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tests.fs_client import b64, check_cases, connect, unb64, uri
-from tests.servers import RunningServer
+from tests.support.rpc import b64, check_cases, connect, unb64, uri
+from tests.support.servers import RunningServer
 
 OK: dict[str, Any] = {"result": {}}
 NOENT = {"error": [-32004, "No such file or directory (os error 2)"]}
@@ -625,7 +625,7 @@ async def test_changes_are_audited(tmp_path: Path) -> None:
     import asyncio
     import json
 
-    from tests.servers import start_server
+    from tests.support.servers import start_server
 
     log = tmp_path / "audit.jsonl"
     work = tmp_path / "work"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.fs_client import b64, check_cases, connect, uri
-from tests.servers import RunningServer
+from tests.support.rpc import b64, check_cases, connect, uri
+from tests.support.servers import RunningServer
 
 OK: dict[str, Any] = {"result": {}}
 EROFS = {"error": [-32603, "Read-only file system (os error 30)"]}

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.fs_client import connect, uri
-from tests.servers import RunningServer
+from tests.support.rpc import connect, uri
+from tests.support.servers import RunningServer
 
 OPTIONS = {
     "maxDepth": 10,

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tests.fs_client import RpcClient, connect, uri
-from tests.servers import RunningServer
+from tests.support.rpc import RpcClient, connect, uri
+from tests.support.servers import RunningServer
 
 MISSING_CHANGED = "fs/missingChanged"
 
@@ -31,7 +31,7 @@ async def watch(
 
 async def assert_quiet(client: RpcClient) -> None:
     assert await watch(client, 0, []) is False  # barrier: id 0 is always stale
-    assert client.notifications.empty(), client.notifications.get_nowait()
+    assert not client.unread_notifications(), client.unread_notifications()
 
 
 async def test_fires_once_on_creation(any_server: RunningServer, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from execserver.wire import methods as m
-from tests.servers import PROJECT_ROOT, execserver_command
+from tests.support.servers import PROJECT_ROOT, execserver_command
 
 KNOWN_CODES = {-32600, -32601, -32602, -32603, -32004, -32010}
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.fs_client import RpcClient, b64, connect, unb64
-from tests.servers import RunningServer, start_server
+from tests.support.rpc import RpcClient, b64, connect, unb64
+from tests.support.servers import RunningServer, start_server
 
 BODY_DELTA = "http/request/bodyDelta"
 SECRET = "s3cr3t-value"
@@ -401,7 +401,7 @@ async def test_streamed_responses(server: RunningServer, upstream: Upstream) -> 
         body, frames = await collect_stream(client, "s4")
         assert body == b"partial"
         assert frames[-1]["error"] == "error decoding response body"
-        assert client.notifications.empty()
+        assert not client.unread_notifications()
 
 
 async def test_stream_request_id_is_reserved_while_active(

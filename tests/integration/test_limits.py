@@ -10,27 +10,31 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.ops_client import http_get, raw_request, rpc_socket
-from tests.servers import start_server
+from tests.support.http import http_get, raw_request
+from tests.support.rpc import connect
+from tests.support.servers import start_server
 
 
 async def test_connection_over_the_limit_gets_503_naming_it_then_a_slot_frees() -> None:
     async with start_server("execserver", ["--max-connections", "2", "--metrics"]) as server:
-        async with rpc_socket(server.url) as first, rpc_socket(server.url) as second:
+        async with (
+            connect(server.url, handshake=False) as first,
+            connect(server.url, handshake=False) as second,
+        ):
             await first.handshake()
             await second.handshake()
             status, body = await raw_request(server.url)
             assert status == 503
             assert "--max-connections=2" in body
             with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
-                async with rpc_socket(server.url):
+                async with connect(server.url, handshake=False):
                     pass
             assert refused.value.status == 503
         # Both closed: the daemon serves new clients again. Our close handshake ends
         # before the daemon's handlers have released their slots (a few loop turns
         # later), so wait until its metrics count no open connection, then connect once.
         assert await _open_connections_reach_zero(server.url)
-        async with rpc_socket(server.url) as again:
+        async with connect(server.url, handshake=False) as again:
             assert await again.handshake()
         assert await http_get(server.url, "/readyz") == (200, "")
 
@@ -48,7 +52,7 @@ async def _open_connections_reach_zero(url: str, timeout: float = 10.0) -> bool:
 
 async def test_oversized_request_is_answered_with_its_id_and_the_connection_lives_on() -> None:
     async with start_server("execserver", ["--max-frame-bytes", "1000"]) as server:
-        async with rpc_socket(server.url) as rpc:
+        async with connect(server.url, handshake=False) as rpc:
             await rpc.handshake()
             big = {"id": 7, "method": "environment/status", "params": {"pad": "x" * 2000}}
             await rpc.send(big)
@@ -61,9 +65,9 @@ async def test_oversized_request_is_answered_with_its_id_and_the_connection_live
 
 async def test_oversized_frame_without_an_id_is_answered_with_id_minus_one() -> None:
     async with start_server("execserver", ["--max-frame-bytes", "100"]) as server:
-        async with rpc_socket(server.url) as rpc:
+        async with connect(server.url, handshake=False) as rpc:
             await rpc.ws.send_str("[" + "1," * 100 + "1]")
-            refused = await rpc.receive()
+            refused = await rpc.recv()
             assert refused["id"] == -1
             assert "--max-frame-bytes=100" in refused["error"]["message"]
             assert await rpc.handshake()
@@ -71,7 +75,10 @@ async def test_oversized_frame_without_an_id_is_answered_with_id_minus_one() -> 
 
 async def test_unlimited_when_set_to_zero() -> None:
     async with start_server("execserver", ["--max-connections", "0"]) as server:
-        async with rpc_socket(server.url) as a, rpc_socket(server.url) as b:
+        async with (
+            connect(server.url, handshake=False) as a,
+            connect(server.url, handshake=False) as b,
+        ):
             assert await a.handshake() != await b.handshake()
 
 
@@ -79,12 +86,12 @@ async def test_limit_refusals_do_not_break_json_rpc_ordering_of_other_replies() 
     # A refused frame is answered from the reader, before later requests are read:
     # with concurrency 1 the refusal comes first, then the later reply.
     async with start_server("execserver", ["--max-frame-bytes", "500"]) as server:
-        async with rpc_socket(server.url) as rpc:
+        async with connect(server.url, handshake=False) as rpc:
             await rpc.handshake()
             await rpc.ws.send_str(json.dumps({"id": "big", "method": "x", "params": "y" * 600}))
             await rpc.send({"id": "small", "method": "environment/status"})
-            first = await asyncio.wait_for(rpc.receive(), 10)
-            second = await asyncio.wait_for(rpc.receive(), 10)
+            first = await asyncio.wait_for(rpc.recv(), 10)
+            second = await asyncio.wait_for(rpc.recv(), 10)
             assert [first["id"], second["id"]] == ["big", "small"]
             assert "result" in second
 
@@ -92,7 +99,7 @@ async def test_limit_refusals_do_not_break_json_rpc_ordering_of_other_replies() 
 async def test_inflight_limit_over_real_sockets_with_long_poll_reads(tmp_path: Path) -> None:
     flags = ["--max-inflight-requests", "2", "--concurrent-requests", "4"]
     async with start_server("execserver", flags) as server:
-        async with rpc_socket(server.url) as rpc:
+        async with connect(server.url, handshake=False) as rpc:
             await rpc.handshake()
             # Runs until the test creates `go`: every request slot is then busy with
             # reads, so the process must end without a request.

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from tests.ops_client import RpcSocket, rpc_socket
-from tests.servers import start_server
+from tests.support.rpc import RpcClient, connect
+from tests.support.servers import start_server
 
 LIMIT_EXCEEDED = -32000
 
@@ -28,7 +28,7 @@ def start_params(process_id: str, tmp_path: Path, *argv: str) -> dict[str, objec
     }
 
 
-async def wait_closed(rpc: RpcSocket, process_id: str) -> None:
+async def wait_closed(rpc: RpcClient, process_id: str) -> None:
     after = 0
     while True:
         reply = await rpc.call(
@@ -42,7 +42,7 @@ async def wait_closed(rpc: RpcSocket, process_id: str) -> None:
 
 async def test_processes_per_session_limit(tmp_path: Path) -> None:
     async with start_server("execserver", ["--max-processes-per-session", "2"]) as server:
-        async with rpc_socket(server.url) as rpc:
+        async with connect(server.url, handshake=False) as rpc:
             await rpc.handshake()
             for pid in ("a", "b"):  # `cat` with an open stdin runs until told otherwise
                 reply = await rpc.call("process/start", start_params(pid, tmp_path, "cat"))
@@ -60,7 +60,7 @@ async def test_open_file_handles_limit(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     uri = (tmp_path / "f").as_uri()
     async with start_server("execserver", ["--max-open-files", "2"]) as server:
-        async with rpc_socket(server.url) as rpc:
+        async with connect(server.url, handshake=False) as rpc:
             await rpc.handshake()
             for handle in ("h1", "h2"):
                 assert "result" in await rpc.call("fs/open", {"handleId": handle, "path": uri})
@@ -97,7 +97,7 @@ async def test_concurrent_http_requests_limit() -> None:
     release = asyncio.Event()
     flags = ["--max-concurrent-http-requests", "1", "--concurrent-requests", "4"]
     async with slow_http_server(release) as url, start_server("execserver", flags) as server:
-        async with rpc_socket(server.url) as rpc:
+        async with connect(server.url, handshake=False) as rpc:
             await rpc.handshake()
             params = {"method": "GET", "url": url, "requestId": "r1"}
             await rpc.send({"id": "slow", "method": "http/request", "params": params})

@@ -9,8 +9,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.ops_client import http_get, raw_request, rpc_socket
-from tests.servers import start_server
+from tests.support.http import http_get, raw_request
+from tests.support.rpc import connect
+from tests.support.servers import start_server
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -41,15 +42,15 @@ async def test_metrics_count_connections_sessions_requests_and_rejections(tmp_pa
     (tmp_path / "tok").write_text("tok")
     flags = ["--metrics", "--ws-auth", "capability-token", "--ws-token-file", str(tmp_path / "tok")]
     async with start_server("execserver", flags) as server:
-        async with rpc_socket(server.url, "tok") as rpc:
-            session_id = await rpc.handshake()
+        async with connect(server.url, handshake=False, token="tok") as rpc:
+            session_id = (await rpc.handshake()).result["sessionId"]
             for _ in range(3):
                 assert "result" in await rpc.call("environment/status")
             unknown = await rpc.call("no/such/method")
             assert unknown["error"]["code"] == -32601
         await scrape_when_idle(server.url, "tok")  # detached: resumable now
-        async with rpc_socket(server.url, "tok") as rpc:
-            assert await rpc.handshake(resume=session_id) == session_id
+        async with connect(server.url, handshake=False, token="tok") as rpc:
+            assert (await rpc.handshake(resume=session_id)).result["sessionId"] == session_id
         assert (await raw_request(server.url, "/", {"Authorization": "Bearer bad"}))[0] == 401
         got = await scrape_when_idle(server.url, "tok")
     assert (

@@ -1,4 +1,4 @@
-"""Managed network end to end (issue 13): process/start with networkProxy.
+"""Managed network end to end (docs/managed-network.md): process/start with networkProxy.
 
 Differential cases run on both servers (``any_server``) with ``localhost`` as
 the destination; the reference only lets a local destination through when it
@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_netproxy_support import (
+from tests.support.netproxy import (
     SANDBOX_READ_ONLY,
     proxy_params,
     run_child,
     server_with_hosts,
     upstream_server,
 )
-from tests.servers import RunningServer
+from tests.support.servers import RunningServer
 
 DECISION_KEYS = {
     "processId",

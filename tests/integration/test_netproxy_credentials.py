@@ -27,15 +27,15 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_netproxy_support import (
+from tests.support.netproxy import (
     HOSTS_ENV,
     proxy_params,
     run_child,
     server_with_hosts,
     upstream_server,
 )
-from tests.servers import RunningServer, start_server
-from tests.wsclient import connect
+from tests.support.rpc import connect
+from tests.support.servers import RunningServer, start_server
 
 VENDOR_SECRET = "vendor_r34lS3cretValue0001"
 GHOST_SECRET = "gh0st-daemon-side-secret-0002"
@@ -136,7 +136,7 @@ async def test_secrets_are_injected_by_the_proxy_and_never_seen_by_the_child(
         }
         received: list[str] = []
         output = b""
-        async with connect(server.url) as peer:
+        async with connect(server.url, handshake=False) as peer:
             await peer.handshake()
             await peer.send({"id": 1, "method": "process/start", "params": params})
             while True:
@@ -194,7 +194,7 @@ async def test_without_masking_the_child_sees_its_environment_unchanged() -> Non
 
 
 async def test_credential_masking_is_advertised(any_server: RunningServer) -> None:
-    async with connect(any_server.url) as peer:
+    async with connect(any_server.url, handshake=False) as peer:
         init = await peer.handshake()
     caps = init["result"]["environmentInfo"]["capabilities"]
     assert caps["credentialMasking"] is True
@@ -228,7 +228,7 @@ async def test_provider_objects_are_validated_like_the_reference(
         "tty": False,
         "networkProxy": proxy_params(credentialMasking=True, credentialProviders={"x": provider}),
     }
-    async with connect(any_server.url) as peer:
+    async with connect(any_server.url, handshake=False) as peer:
         await peer.handshake()
         reply = await peer.call("process/start", params)
     assert reply["error"] == {"code": -32602, "message": message}

@@ -21,14 +21,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from tests.integration.test_netproxy_support import (
+from tests.support.netproxy import (
     SANDBOX_READ_ONLY,
     proxy_params,
     run_on,
     server_with_hosts,
 )
-from tests.servers import RunningServer
-from tests.wsclient import connect
+from tests.support.rpc import connect
+from tests.support.servers import RunningServer
 
 # The child: one UDP association per operation, one DNS query through it.
 UDP_CHILD = r"""
@@ -129,7 +129,7 @@ async def resolver() -> AsyncIterator[Resolver]:
 
 async def run_udp(url: str, ops: list[list[Any]], **proxy: Any) -> Any:
     params = proxy_params(enableSocks5=True, **proxy)
-    async with connect(url) as peer:
+    async with connect(url, handshake=False) as peer:
         await peer.handshake()
         run = await run_on(
             peer,
@@ -242,7 +242,7 @@ async def test_a_sandboxed_child_udp_associate_is_refused(any_server: RunningSer
     socket, which carries no datagrams: execserver hands out no relay address."""
     async with resolver() as dns:
         params = proxy_params(enableSocks5=True, enableSocks5Udp=True, domains={"*": "allow"})
-        async with connect(any_server.url) as peer:
+        async with connect(any_server.url, handshake=False) as peer:
             await peer.handshake()
             run = await run_on(
                 peer,

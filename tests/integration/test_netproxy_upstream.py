@@ -1,7 +1,7 @@
 """allowUpstreamProxy: allowed connections leave through the executor's proxy.
 
 The daemon runs with ``HTTP_PROXY``/``HTTPS_PROXY`` naming a recording
-CONNECT/HTTP proxy on 127.0.0.1 (``upstream_proxy_support``), and made-up
+CONNECT/HTTP proxy on 127.0.0.1 (tests/support/upstream_proxy.py), and made-up
 domains mapped to 127.0.0.1 by the resolver hook. execserver only: the
 reference 0.169.0 connected straight to loopback destinations in our probes
 even with ``allowUpstreamProxy`` (and blocks unresolvable names as local), so
@@ -13,15 +13,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tests.integration.test_netproxy_support import (
+from tests.support.netproxy import (
     HOSTS_ENV,
     Run,
     proxy_params,
     run_child,
     upstream_server,
 )
-from tests.integration.upstream_proxy_support import UpstreamProxy, upstream_proxy
-from tests.servers import start_server
+from tests.support.servers import start_server
+from tests.support.upstream_proxy import UpstreamProxy, upstream_proxy
 
 
 async def _run(

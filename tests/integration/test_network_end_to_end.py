@@ -35,7 +35,7 @@ from execserver.core.shell_runtime import ShellCommandRuntime, ShellRequest
 from execserver.core.unified_exec.manager import NETWORK_DENIED_FALLBACK, UnifiedExecManager
 from execserver.core.unified_exec.output import ExecCommandToolOutput
 from execserver.wire.process import RemoteNetworkProxyConfig, RemoteNetworkProxyLaunchConfig
-from tests.integration.test_netproxy_support import Upstream, server_with_hosts, upstream_server
+from tests.support.netproxy import Upstream, server_with_hosts, upstream_server
 
 ENV_ID = "executor-1"
 FETCH = """
@@ -77,7 +77,7 @@ class User:
 
 
 class CountingService(NetworkApprovalService):
-    """Counts how often each registration is begun and finished (invariant 14)."""
+    """Counts how often each registration is begun and finished."""
 
     def __init__(self, user: User) -> None:
         super().__init__(
@@ -246,7 +246,7 @@ async def test_slow_user_is_answered_deny_in_time_and_the_connection_survives(se
     assert "status 403 blocked-by-policy" in out.output
     assert setup.client.state.name == "CONNECTED"
     # The attempt ended with the prompt still open: the prompt was abandoned with
-    # it (core-client.md §6.2), so the next attempt asks again.
+    # it, so the next attempt asks again.
     gate.set()
     again = await fetch(setup, turn, "other.test")
     assert "status 200" in again.output

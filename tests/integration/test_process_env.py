@@ -1,4 +1,4 @@
-"""envPolicy applied on the executor side, judged against the reference (probes p17/p18)."""
+"""envPolicy applied on the executor side, judged against the reference."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from tests.process_client import connect
-from tests.servers import start_server
+from tests.support.rpc import connect
+from tests.support.servers import start_server
 
 # The daemon's own environment for these tests (both servers get the same one).
 SERVER_ENV = {

@@ -11,8 +11,8 @@ import asyncio
 import aiohttp
 import pytest
 
-from tests.process_client import BASE_ENV, RpcFailure, connect, unb64
-from tests.servers import RunningServer, start_server
+from tests.support.rpc import BASE_ENV, RpcFailure, connect, unb64
+from tests.support.servers import RunningServer, start_server
 
 
 async def test_seq_is_shared_by_output_exit_and_close(any_server: RunningServer) -> None:
@@ -61,7 +61,7 @@ async def test_long_poll_returns_when_output_arrives(any_server: RunningServer) 
         assert [unb64(ch["chunk"]) for ch in result["chunks"]] == [b"late\n"]
         assert result["exited"] is False and result["nextSeq"] == 2
         # Nothing newer than seq 1: an exit ends the wait too.
-        await c.call("process/terminate", {"processId": "lp"})
+        await c.ok("process/terminate", {"processId": "lp"})
         after = await c.read("lp", afterSeq=1, waitMs=30000)
         assert after["chunks"] == [] and after["exited"] is True
 
@@ -71,7 +71,7 @@ async def test_read_without_wait_returns_at_once(any_server: RunningServer) -> N
         await c.start("idle", ["sleep", "30"])
         result = await c.read("idle", afterSeq=0, waitMs=0)
         assert result["chunks"] == [] and result["nextSeq"] == 1 and result["exited"] is False
-        await c.call("process/terminate", {"processId": "idle"})
+        await c.ok("process/terminate", {"processId": "idle"})
         await c.wait_closed("idle")
 
 
@@ -81,7 +81,7 @@ async def test_duplicate_process_id_is_rejected_even_after_exit(any_server: Runn
         with pytest.raises(RpcFailure) as running:
             await c.start("dup", ["true"])
         assert (running.value.code, running.value.message) == (-32600, "process dup already exists")
-        await c.call("process/terminate", {"processId": "dup"})
+        await c.ok("process/terminate", {"processId": "dup"})
         await c.wait_closed("dup")
         with pytest.raises(RpcFailure) as exited:
             await c.start("dup", ["true"])
@@ -130,7 +130,7 @@ async def test_start_errors_match_the_reference(
         full["tty"] = False
         full.update(params)
         with pytest.raises(RpcFailure) as err:
-            await c.call("process/start", full)
+            await c.ok("process/start", full)
         assert (err.value.code, err.value.message) == (code, message)
         # A failed start leaves the id free.
         await c.run("e", ["true"])
@@ -171,12 +171,12 @@ async def test_stdin_through_cat_with_write_id_dedupe(any_server: RunningServer)
         await c.wait_output("cat", b"four\n")
         assert c.events("cat").output() == b"one\ntwo\nfour\n"
         with pytest.raises(RpcFailure) as empty:
-            await c.call("process/write", {"processId": "cat", "chunk": "", "writeId": ""})
+            await c.ok("process/write", {"processId": "cat", "chunk": "", "writeId": ""})
         assert (empty.value.code, empty.value.message) == (-32602, "writeId must not be empty")
         with pytest.raises(RpcFailure) as bad:
-            await c.call("process/write", {"processId": "cat", "chunk": "!!", "writeId": "z"})
+            await c.ok("process/write", {"processId": "cat", "chunk": "!!", "writeId": "z"})
         assert (bad.value.code, bad.value.message) == (-32602, "Invalid symbol 33, offset 0.")
-        await c.call("process/terminate", {"processId": "cat"})
+        await c.ok("process/terminate", {"processId": "cat"})
         await c.wait_closed("cat")
         # After terminate the reference refuses new writes (a failed writeId is not
         # remembered), while a retry of a delivered writeId is still acknowledged.
@@ -207,7 +207,7 @@ async def test_write_statuses(any_server: RunningServer) -> None:
         await c.start("closed-stdin", ["bash", "-c", "cat; sleep 30"])
         assert await c.write("closed-stdin", "x", "w") == "stdinClosed"
         assert await c.write("closed-stdin", "x", "w") == "stdinClosed"
-        await c.call("process/terminate", {"processId": "closed-stdin"})
+        await c.ok("process/terminate", {"processId": "closed-stdin"})
         await c.start("tty", ["cat"], tty=True)
         assert await c.write("tty", "hi\n", "w1") == "accepted"
         assert await c.write("tty", "dup\n", "w1") == "accepted"
@@ -224,10 +224,10 @@ async def test_unknown_process_answers(any_server: RunningServer) -> None:
         with pytest.raises(RpcFailure) as err:
             await c.read("ghost")
         assert (err.value.code, err.value.message) == (-32600, "unknown process id ghost")
-        assert await c.call("process/signal", {"processId": "ghost", "signal": "interrupt"}) == {}
-        assert await c.call("process/terminate", {"processId": "ghost"}) == {"running": False}
+        assert await c.ok("process/signal", {"processId": "ghost", "signal": "interrupt"}) == {}
+        assert await c.ok("process/terminate", {"processId": "ghost"}) == {"running": False}
         with pytest.raises(RpcFailure) as variant:
-            await c.call("process/signal", {"processId": "ghost", "signal": "kill"})
+            await c.ok("process/signal", {"processId": "ghost", "signal": "kill"})
         assert variant.value.message == "unknown variant `kill`, expected `interrupt`"
 
 
@@ -243,7 +243,7 @@ async def test_interrupt(any_server: RunningServer, tty: bool, script: str, expe
     async with connect(any_server.url) as c:
         await c.start("i", ["bash", "--norc", "--noprofile", "-c", script], tty=tty)
         await c.wait_output("i", b"armed")  # printed once the script is ready for the signal
-        assert await c.call("process/signal", {"processId": "i", "signal": "interrupt"}) == {}
+        assert await c.ok("process/signal", {"processId": "i", "signal": "interrupt"}) == {}
         ev = await c.wait_closed("i")
     assert ev.exited()["exitCode"] == expected  # type: ignore[index]
     assert b"never" not in ev.output()
@@ -255,11 +255,11 @@ async def test_terminate_reports_running_and_exit_code(
 ) -> None:
     async with connect(any_server.url) as c:
         await c.start("k", ["sleep", "30"], tty=tty)
-        assert await c.call("process/terminate", {"processId": "k"}) == {"running": True}
+        assert await c.ok("process/terminate", {"processId": "k"}) == {"running": True}
         ev = await c.wait_closed("k")
         assert [m for m, _ in ev.events] == ["process/exited", "process/closed"]
         assert ev.exited()["exitCode"] == expected  # type: ignore[index]
-        assert await c.call("process/terminate", {"processId": "k"}) == {"running": False}
+        assert await c.ok("process/terminate", {"processId": "k"}) == {"running": False}
         read = await c.read("k")
         assert (read["exited"], read["exitCode"], read["closed"]) == (True, expected, True)
 
@@ -305,10 +305,10 @@ async def test_process_limit_per_session_names_the_flag() -> None:
             await c.start("c", ["sleep", "30"])
         assert err.value.code == -32000
         assert "--max-processes-per-session=2" in err.value.message
-        await c.call("process/terminate", {"processId": "a"})
+        await c.ok("process/terminate", {"processId": "a"})
         await c.wait_closed("a")
         await c.run("c", ["true"])  # a closed process frees its slot
-        await c.call("process/terminate", {"processId": "b"})
+        await c.ok("process/terminate", {"processId": "b"})
         await c.wait_closed("b")
 
 
@@ -324,5 +324,5 @@ async def test_process_metrics_count_starts_and_exits() -> None:
                 text = await resp.text()
         assert "execserver_processes_started_total 2.0" in text
         assert "execserver_processes_live 1.0" in text
-        await c.call("process/terminate", {"processId": "m2"})
+        await c.ok("process/terminate", {"processId": "m2"})
         await c.wait_closed("m2")

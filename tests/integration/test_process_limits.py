@@ -19,9 +19,9 @@ import pytest
 from execserver.containment.cgroups import cgroup_dir_of, probe_host
 from execserver.wire.uri import path_to_uri
 from tests.integration.test_metrics import samples
-from tests.ops_client import http_get
-from tests.process_client import connect, poll_until
-from tests.servers import execserver_command, start_server
+from tests.support.http import http_get
+from tests.support.rpc import connect, poll_until
+from tests.support.servers import execserver_command, start_server
 
 ROOT = "/sys/fs/cgroup"
 LIMITS = {"memory", "pids", "cpu"}
@@ -128,7 +128,7 @@ async def test_fork_loop_is_contained_while_the_daemon_stays_responsive(tmp_path
             end = loop.time() + 3.0
             while loop.time() < end:
                 started = time.perf_counter()
-                assert await other.call("environment/status", {}) == {"status": "ready"}
+                assert await other.ok("environment/status", {}) == {"status": "ready"}
                 latencies.append(time.perf_counter() - started)
                 peak = max(peak, int(Path(cgroup, "pids.current").read_text()))  # noqa: ASYNC240
                 await asyncio.sleep(0.02)
@@ -136,7 +136,7 @@ async def test_fork_loop_is_contained_while_the_daemon_stays_responsive(tmp_path
             assert peak >= 32  # the loop really ran into the limit
             assert max(latencies) < 0.1, f"environment/status took {max(latencies):.3f} s"
             members = [p for p in psutil.Process(root).children(recursive=True)]
-            assert await c.call("process/terminate", {"processId": "bomb"}) == {"running": True}
+            assert await c.ok("process/terminate", {"processId": "bomb"}) == {"running": True}
             await c.wait_closed("bomb")
             assert await poll_until(
                 lambda: not any(p.is_running() and p.status() != "zombie" for p in members),
@@ -169,7 +169,7 @@ async def test_sandboxed_fs_helper_runs_under_the_limits(tmp_path: Path) -> None
     params = {"path": path_to_uri(str(tmp_path / "f.txt")), "sandbox": sandbox}
     async with start_server("execserver", ["--process-memory-max", "8M"]) as server:
         async with connect(server.url) as c:
-            reply = await c.call_raw("fs/readFile", params)
+            reply = await c.call("fs/readFile", params)
             # Killed by the memory limit (SIGKILL: 137) before it could answer.
             assert reply["error"] == {
                 "code": -32603,
@@ -177,7 +177,7 @@ async def test_sandboxed_fs_helper_runs_under_the_limits(tmp_path: Path) -> None
             }
     async with start_server("execserver", ["--process-memory-max", "256M"]) as server:
         async with connect(server.url) as c:
-            reply = await c.call_raw("fs/readFile", params)
+            reply = await c.call("fs/readFile", params)
             assert reply.get("result") == {"dataBase64": "ZGF0YQ=="}
 
 

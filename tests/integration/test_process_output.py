@@ -14,8 +14,8 @@ import aiohttp
 import psutil
 import pytest
 
-from tests.process_client import connect, read_all, unb64
-from tests.servers import RunningServer
+from tests.support.rpc import connect, read_all, unb64
+from tests.support.servers import RunningServer
 
 
 def _kill_pids(pids: list[int]) -> None:
@@ -150,7 +150,7 @@ async def test_terminate_closes_promptly_and_kills_the_process_group(
         await c.wait_for(lambda: b"\n" in c.events("hold").output())
         grandchild = int(c.events("hold").output().split()[0])
         try:
-            assert await c.call("process/terminate", {"processId": "hold"}) == {"running": True}
+            assert await c.ok("process/terminate", {"processId": "hold"}) == {"running": True}
             ev = await c.wait_closed("hold")
             assert ev.exited()["exitCode"] == 137  # type: ignore[index]
             # The reference SIGKILLs the child's whole process group (not only the child).

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_sandbox_support import ROOT_READ, context_json, entry, managed, uri
-from tests.process_client import RpcFailure, connect
-from tests.servers import RunningServer
+from tests.support.rpc import RpcFailure, connect
+from tests.support.sandbox import ROOT_READ, context_json, entry, managed, uri
+from tests.support.servers import RunningServer
 
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8"}
 
@@ -57,9 +57,7 @@ async def test_disabled_permissions_still_report_linux_seccomp(
 async def test_an_invalid_sandbox_is_rejected_before_the_lifecycle_check(
     any_server: RunningServer,
 ) -> None:
-    from tests.process_client import open_ws
-
-    async with open_ws(any_server.url) as c:
+    async with connect(any_server.url, handshake=False) as c:
         params = {
             "processId": "x",
             "argv": ["true"],
@@ -69,5 +67,5 @@ async def test_an_invalid_sandbox_is_rejected_before_the_lifecycle_check(
             "sandbox": {"permissions": {"type": "nope"}, "windowsSandboxLevel": "disabled"},
         }
         with pytest.raises(RpcFailure) as err:
-            await c.call("process/start", params)
+            await c.ok("process/start", params)
         assert err.value.code == -32602

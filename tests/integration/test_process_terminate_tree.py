@@ -15,8 +15,8 @@ import pytest
 
 from execserver.client import ExecServerClient
 from execserver.containment.cgroups import probe_host
-from tests.process_client import poll_until
-from tests.servers import PROJECT_ROOT, execserver_command, start_server
+from tests.support.rpc import poll_until
+from tests.support.servers import PROJECT_ROOT, execserver_command, start_server
 
 # A setsid grandchild next to a foreground sleep, a double-forked setsid escapee
 # whose parent exits at once (re-parented to the daemon, the subreaper), and a

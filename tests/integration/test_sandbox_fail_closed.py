@@ -15,7 +15,7 @@ import pytest
 from execserver.sandbox import SandboxBackend, plan_process_launch, probe_backend
 from execserver.sandbox.backend import BWRAP_ENV, NO_LANDLOCK_ENV
 from execserver.wire.errors import INVALID_PARAMS, RpcError
-from tests.integration.test_sandbox_support import (
+from tests.support.sandbox import (
     MINIMAL_READ,
     ROOT_READ,
     child_env,

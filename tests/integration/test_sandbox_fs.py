@@ -1,5 +1,5 @@
 """fs operations under a sandbox: the helper runs inside the real bwrap view and
-errors come back with the reference's codes and texts (protocol §6.2, §10.4)."""
+errors come back with the reference's codes and texts."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from execserver.wire.errors import (
     PARSE_OR_INVALID_REQUEST,
     RpcError,
 )
-from tests.integration.test_sandbox_support import (
+from tests.support.sandbox import (
     MINIMAL_READ,
     ROOT_READ,
     context,

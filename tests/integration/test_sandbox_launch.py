@@ -1,5 +1,5 @@
 """Launch plans under the real bwrap + seccomp backend: each policy case of
-sandbox.md's measured table and the escape attempts of issue 4, with the exact
+the table measured on the reference and the escape attempts below, with the exact
 outcomes the reference showed (exit code, sandboxDenied, EROFS/EACCES texts)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from execserver.sandbox import detect_backend, is_sandbox_denied, plan_process_launch
 from execserver.wire.errors import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from execserver.wire.sandbox import FileSystemSandboxContext
-from tests.integration.test_sandbox_support import (
+from tests.support.sandbox import (
     MINIMAL_READ,
     ROOT_READ,
     child_env,

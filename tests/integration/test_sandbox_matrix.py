@@ -1,4 +1,4 @@
-"""The policy x command matrix of sandbox.md against our launch plans, with the
+"""The policy x command matrix (tests/support/sandbox.py) against our launch plans, with the
 outcomes recorded from the codex 0.169.0 exec-server (test_sandbox_parity
 re-checks them live against the reference binary)."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from execserver.sandbox import plan_process_launch
 from execserver.wire.sandbox import decode_sandbox_context
-from tests.integration.test_sandbox_support import (
+from tests.support.sandbox import (
     child_env,
     commands,
     context_json,

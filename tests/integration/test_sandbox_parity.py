@@ -20,7 +20,7 @@ import pytest
 from execserver.sandbox import plan_process_launch, run_sandboxed_fs_call
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import decode_sandbox_context
-from tests.integration.test_sandbox_support import (
+from tests.support.sandbox import (
     ROOT_READ,
     child_env,
     commands,
@@ -34,7 +34,7 @@ from tests.integration.test_sandbox_support import (
     tcp_listener,
     uri,
 )
-from tests.servers import RunningServer
+from tests.support.servers import RunningServer
 
 pytestmark = pytest.mark.interop
 

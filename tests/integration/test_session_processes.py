@@ -10,8 +10,8 @@ import signal
 import psutil
 import pytest
 
-from tests.process_client import RpcFailure, connect, open_ws, poll_until, unb64
-from tests.servers import RunningServer, start_server
+from tests.support.rpc import RpcFailure, connect, poll_until, unb64
+from tests.support.servers import RunningServer, start_server
 
 # A tree with every kind of descendant: a plain background job, a setsid escapee,
 # and a double-forked setsid escapee whose parent exits (re-parented to the subreaper).
@@ -79,16 +79,16 @@ async def test_resume_reads_output_produced_while_detached(any_server: RunningSe
 
 async def test_resume_while_attached_and_unknown_session(any_server: RunningServer) -> None:
     async with connect(any_server.url) as a:
-        async with open_ws(any_server.url) as x:
+        async with connect(any_server.url, handshake=False) as x:
             with pytest.raises(RpcFailure) as busy:
-                await x.call("initialize", {"clientName": "x", "resumeSessionId": a.session_id})
+                await x.ok("initialize", {"clientName": "x", "resumeSessionId": a.session_id})
             assert busy.value.code == -32010
             assert busy.value.message == (
                 f"session {a.session_id} is already attached to another connection"
             )
-        async with open_ws(any_server.url) as y:
+        async with connect(any_server.url, handshake=False) as y:
             with pytest.raises(RpcFailure) as unknown:
-                await y.call("initialize", {"clientName": "y", "resumeSessionId": "no-such"})
+                await y.ok("initialize", {"clientName": "y", "resumeSessionId": "no-such"})
             assert (unknown.value.code, unknown.value.message) == (
                 -32600,
                 "unknown session id no-such",
@@ -102,7 +102,7 @@ async def test_processes_are_per_session(any_server: RunningServer) -> None:
             await b.read("same")
         assert err.value.message == "unknown process id same"
         await b.run("same", ["true"])  # the id is free in another session
-        await a.call("process/terminate", {"processId": "same"})
+        await a.ok("process/terminate", {"processId": "same"})
         await a.wait_closed("same")
 
 
@@ -116,7 +116,7 @@ async def test_processes_keep_running_while_detached() -> None:
         assert _alive(pid)
         async with connect(server.url, resume=session_id) as b:
             assert _alive(pid)
-            assert await b.call("process/terminate", {"processId": "run"}) == {"running": True}
+            assert await b.ok("process/terminate", {"processId": "run"}) == {"running": True}
             await b.wait_for(lambda: b.events("run").closed)
 
 
@@ -130,9 +130,9 @@ async def test_session_expiry_kills_the_whole_tree(env: dict[str, str]) -> None:
             assert all(_alive(p) for p in pids)
         # Detached now; after the TTL the session and every descendant must go.
         assert await _wait_all_dead(pids) == []
-        async with open_ws(server.url) as late:
+        async with connect(server.url, handshake=False) as late:
             with pytest.raises(RpcFailure) as err:
-                await late.call("initialize", {"clientName": "z", "resumeSessionId": c.session_id})
+                await late.ok("initialize", {"clientName": "z", "resumeSessionId": c.session_id})
             assert err.value.message == f"unknown session id {c.session_id}"
 
 
@@ -167,7 +167,7 @@ async def test_terminate_and_a_setsid_grandchild(any_server: RunningServer) -> N
         try:
             # $! is printed right after fork: wait until the child really left the group.
             assert await poll_until(lambda: os.getsid(grandchild) == grandchild)
-            await c.call("process/terminate", {"processId": "k"})
+            await c.ok("process/terminate", {"processId": "k"})
             await c.wait_closed("k")
             if any_server.kind == "reference":
                 assert _alive(grandchild)
@@ -199,7 +199,7 @@ async def test_long_poll_read_does_not_block_other_requests_on_execserver(
         else:
             # The reference (--concurrent-requests 1) serialises: status waits for the read.
             assert order == [read_id, status_id]
-        await c.call("process/terminate", {"processId": "quiet"})
+        await c.ok("process/terminate", {"processId": "quiet"})
         await c.wait_closed("quiet")
 
 
@@ -237,7 +237,7 @@ async def test_no_fd_is_leaked_by_any_launch_shape(execserver: RunningServer) ->
             for n, extra in enumerate(shapes):
                 await c.run(f"r{round_}-{n}", ["bash", "-c", "echo hi >&2; echo out"], **extra)
             await c.start(f"k{round_}", ["sleep", "30"], pipeStdin=True)
-            await c.call("process/terminate", {"processId": f"k{round_}"})
+            await c.ok("process/terminate", {"processId": f"k{round_}"})
             await c.wait_closed(f"k{round_}")
         with pytest.raises(RpcFailure):
             await c.start("bad", ["no-such-program-xyz"])

@@ -9,8 +9,8 @@ import signal
 import aiohttp
 import pytest
 
-from tests.servers import RunningServer, execserver_command, reference_command, start_server
-from tests.wsclient import connect
+from tests.support.rpc import connect
+from tests.support.servers import RunningServer, execserver_command, reference_command, start_server
 
 
 async def test_readyz_and_livez_answer_200_with_empty_body(execserver: RunningServer) -> None:
@@ -45,13 +45,13 @@ async def test_plain_get_on_root_is_400_and_other_paths_404(any_server: RunningS
 
 
 async def test_query_string_on_upgrade_is_ignored(any_server: RunningServer) -> None:
-    async with connect(any_server.url + "/?token=x") as peer:
+    async with connect(any_server.url + "/?token=x", handshake=False) as peer:
         reply = await peer.handshake()
         assert "sessionId" in reply["result"]
 
 
 async def test_binary_frames_are_parsed_like_text(any_server: RunningServer) -> None:
-    async with connect(any_server.url) as peer:
+    async with connect(any_server.url, handshake=False) as peer:
         await peer.ws.send_bytes(
             json.dumps({"id": 1, "method": "initialize", "params": {"clientName": "b"}}).encode()
         )
@@ -60,7 +60,7 @@ async def test_binary_frames_are_parsed_like_text(any_server: RunningServer) -> 
 
 
 async def test_frame_just_under_16_mib_is_accepted(execserver: RunningServer) -> None:
-    async with connect(execserver.url) as peer:
+    async with connect(execserver.url, handshake=False) as peer:
         await peer.handshake()
         padding = "x" * (16 * 1024 * 1024 - 200)
         await peer.send(json.dumps({"id": 7, "method": "environment/status", "pad": padding}))
@@ -71,21 +71,21 @@ async def test_frame_just_under_16_mib_is_accepted(execserver: RunningServer) ->
 async def test_oversized_message_is_closed_with_1009_and_server_lives_on(
     execserver: RunningServer,
 ) -> None:
-    async with connect(execserver.url) as peer:
+    async with connect(execserver.url, handshake=False) as peer:
         await peer.handshake()
         # The server closes while we are still sending, so the send may fail.
         sending = asyncio.ensure_future(peer.ws.send_str("x" * (64 * 1024 * 1024 + 1)))
-        msg = await peer.ws.receive(timeout=60)
+        msg = await peer.closed(timeout=60)
         await asyncio.gather(sending, return_exceptions=True)
         assert msg.type == aiohttp.WSMsgType.CLOSE
         assert msg.data == 1009
-    async with connect(execserver.url) as peer:
+    async with connect(execserver.url, handshake=False) as peer:
         reply = await peer.handshake()
         assert "sessionId" in reply["result"]
 
 
 async def test_pipelined_initialize_and_initialized_work(any_server: RunningServer) -> None:
-    async with connect(any_server.url) as peer:
+    async with connect(any_server.url, handshake=False) as peer:
         await peer.send({"id": 1, "method": "initialize", "params": {"clientName": "p"}})
         await peer.send({"method": "initialized"})
         await peer.send({"id": 2, "method": "environment/status"})
@@ -95,9 +95,9 @@ async def test_pipelined_initialize_and_initialized_work(any_server: RunningServ
 
 
 async def test_resume_of_an_attached_session_is_32010(any_server: RunningServer) -> None:
-    async with connect(any_server.url) as first:
+    async with connect(any_server.url, handshake=False) as first:
         session_id = (await first.handshake())["result"]["sessionId"]
-        async with connect(any_server.url) as second:
+        async with connect(any_server.url, handshake=False) as second:
             reply = await second.call(
                 "initialize", {"clientName": "x", "resumeSessionId": session_id}
             )
@@ -107,7 +107,7 @@ async def test_resume_of_an_attached_session_is_32010(any_server: RunningServer)
             }
     # Once the server has noticed that the first connection closed, the session is
     # detached and can be resumed (noticing is asynchronous, so -32010 may come first).
-    async with connect(any_server.url) as third:
+    async with connect(any_server.url, handshake=False) as third:
         for _ in range(50):
             reply = await third.call(
                 "initialize", {"clientName": "y", "resumeSessionId": session_id}
@@ -119,22 +119,22 @@ async def test_resume_of_an_attached_session_is_32010(any_server: RunningServer)
 
 
 async def test_other_connections_survive_a_dropped_one(execserver: RunningServer) -> None:
-    async with connect(execserver.url) as healthy:
+    async with connect(execserver.url, handshake=False) as healthy:
         await healthy.handshake()
-        async with connect(execserver.url) as rude:
+        async with connect(execserver.url, handshake=False) as rude:
             await rude.handshake()
             await rude.send({"method": "exit"})
-            msg = await rude.ws.receive(timeout=10)
+            msg = await rude.closed(timeout=10)
             assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
         assert await healthy.call("environment/status") == {
-            "id": healthy._next_id,
+            "id": healthy.last_id,
             "result": {"status": "ready"},
         }
 
 
 async def test_sigterm_shuts_down_gracefully_with_status_0() -> None:
     async with start_server("execserver") as server:
-        async with connect(server.url) as peer:
+        async with connect(server.url, handshake=False) as peer:
             await peer.handshake()
             server.process.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(server.process.wait(), 15) == 0
@@ -151,7 +151,7 @@ async def test_exit_on_stdin_close_exits_when_parent_closes_stdin() -> None:
 async def test_without_the_flag_closing_stdin_changes_nothing(execserver: RunningServer) -> None:
     assert execserver.process.stdin is not None
     execserver.process.stdin.close()
-    async with connect(execserver.url) as peer:
+    async with connect(execserver.url, handshake=False) as peer:
         reply = await peer.handshake()
         assert "sessionId" in reply["result"]
     assert execserver.process.returncode is None
@@ -208,7 +208,7 @@ async def test_bad_listen_urls_fail_at_start_up(kind: str, listen: str, message:
 
 async def test_long_poll_read_does_not_block_the_connection(execserver: RunningServer) -> None:
     """Unlike the reference, a waiting request never blocks the ones behind it."""
-    async with connect(execserver.url) as peer:
+    async with connect(execserver.url, handshake=False) as peer:
         await peer.handshake()
         await peer.call(
             "process/start",

@@ -1,4 +1,4 @@
-"""exec_command / write_stdin against a real execserver (core-client.md §5, §8.3).
+"""exec_command / write_stdin against a real execserver.
 
 Everything is real - server, sandbox, processes, client - except the user,
 who is a scripted approver. Commands run with ``login: false`` where the
@@ -34,8 +34,8 @@ from execserver.core.unified_exec.manager import (
     UnifiedExecManager,
     process_limit_warning,
 )
-from tests.approver import ScriptedUser
-from tests.servers import RunningServer
+from tests.support.approver import ScriptedUser
+from tests.support.servers import RunningServer
 
 
 @pytest.fixture
@@ -258,7 +258,7 @@ async def test_late_denial_is_reported_and_not_retried(
     manager: UnifiedExecManager, workspace: Path, outside: Path
 ) -> None:
     """A denial after the window is an ordinary result: no retry prompt, no
-    unsandboxed second run, no session id (invariant 13)."""
+    unsandboxed second run, no session id."""
     user = ScriptedUser(ReviewDecision.APPROVED)
     out = await manager.exec_command(
         {"cmd": f"sleep 1; echo hi > {outside}/late", "login": False},

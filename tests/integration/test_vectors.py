@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.vectors import comparable, load_vectors, play, scratch_dir
+from tests.support.vectors import comparable, load_vectors, play, scratch_dir
 
 VECTORS = load_vectors()
 

@@ -1,4 +1,4 @@
-"""The real codex 0.169.0 CLI runs its turns on an exec-server (issue 10).
+"""The real codex 0.169.0 CLI runs its turns on an exec-server.
 
 Each scenario scripts a mock model, runs ``codex exec`` with the server under
 test as its remote environment, and checks three things: the files on disk,
@@ -34,7 +34,7 @@ from tests.interop.codex_cli.mock_model import (
     message,
     write_stdin,
 )
-from tests.servers import reference_binary
+from tests.support.servers import reference_binary
 
 pytestmark = pytest.mark.interop
 

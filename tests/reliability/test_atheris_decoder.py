@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tests.reliability.scale import pick
-from tests.servers import PROJECT_ROOT
+from tests.support.servers import PROJECT_ROOT
 
 RUNS = pick(ci=20_000, full=1_000_000)
 SEEDS = [

@@ -9,9 +9,9 @@ import json
 
 import aiohttp
 
-from tests.reliability.helpers import live_descendants, num_fds, wait_until
 from tests.reliability.scale import pick
-from tests.servers import start_server
+from tests.support.procinfo import live_descendants, num_fds, wait_until
+from tests.support.servers import start_server
 
 CYCLES = pick(ci=40, full=1000)
 SHAPES = [

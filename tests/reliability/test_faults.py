@@ -12,15 +12,15 @@ from typing import Any
 
 import psutil
 
-from tests.reliability.helpers import live_descendants, wait_until
 from tests.reliability.scale import pick
-from tests.servers import RunningServer
-from tests.wsclient import RawPeer, connect
+from tests.support.procinfo import live_descendants, wait_until
+from tests.support.rpc import RpcClient, connect
+from tests.support.servers import RunningServer
 
 ENV = {"PATH": "/usr/bin:/bin"}
 
 
-async def _start(peer: RawPeer, pid: str, argv: list[str], **extra: Any) -> dict[str, Any]:
+async def _start(peer: RpcClient, pid: str, argv: list[str], **extra: Any) -> dict[str, Any]:
     params = {
         "processId": pid,
         "argv": argv,
@@ -32,7 +32,7 @@ async def _start(peer: RawPeer, pid: str, argv: list[str], **extra: Any) -> dict
     return await peer.call("process/start", params)
 
 
-async def _events_until_closed(peer: RawPeer, pid: str) -> list[dict[str, Any]]:
+async def _events_until_closed(peer: RpcClient, pid: str) -> list[dict[str, Any]]:
     events = []
     while True:
         msg = await peer.recv(timeout=30)
@@ -43,7 +43,7 @@ async def _events_until_closed(peer: RawPeer, pid: str) -> list[dict[str, Any]]:
 
 
 async def test_child_killed_by_sigkill_reports_137(execserver: RunningServer) -> None:
-    async with connect(execserver.url) as peer:
+    async with connect(execserver.url, handshake=False) as peer:
         await peer.handshake()
         await _start(peer, "victim", ["sh", "-c", "echo $$; exec sleep 100"])
         first = await peer.recv()
@@ -57,7 +57,7 @@ async def test_child_killed_by_sigkill_reports_137(execserver: RunningServer) ->
 async def test_child_closing_stdout_early_still_delivers_stderr_and_exit(
     execserver: RunningServer,
 ) -> None:
-    async with connect(execserver.url) as peer:
+    async with connect(execserver.url, handshake=False) as peer:
         await peer.handshake()
         await _start(
             peer, "early", ["sh", "-c", "echo out; exec 1>&-; sleep 0.2; echo late-err >&2; exit 4"]
@@ -77,7 +77,7 @@ async def test_child_closing_stdout_early_still_delivers_stderr_and_exit(
 async def test_writes_after_the_child_closed_its_stdin_are_accepted_and_harmless(
     execserver: RunningServer,
 ) -> None:
-    async with connect(execserver.url) as peer:
+    async with connect(execserver.url, handshake=False) as peer:
         await peer.handshake()
         await _start(peer, "deaf", ["sh", "-c", "exec 0<&-; sleep 0.5; echo alive"], pipeStdin=True)
         for n in range(20):
@@ -106,7 +106,7 @@ async def test_file_removed_while_a_handle_reads_it(
     target = tmp_path / "vanishing.bin"
     payload = os.urandom(3 * 1024 * 1024)
     target.write_bytes(payload)
-    async with connect(execserver.url) as peer:
+    async with connect(execserver.url, handshake=False) as peer:
         await peer.handshake()
         opened = await peer.call("fs/open", {"handleId": "h", "path": f"file://{target}"})
         assert opened["result"] == {"handleId": "h"}
@@ -130,12 +130,12 @@ async def test_file_removed_while_a_handle_reads_it(
 
 
 async def test_sigterm_with_many_live_processes_reaps_all_and_exits_0() -> None:
-    from tests.servers import start_server
+    from tests.support.servers import start_server
 
     count = pick(ci=100, full=100)
     async with start_server("execserver", extra=["--log-level", "warning"]) as server:
         pid = server.process.pid
-        async with connect(server.url) as peer:
+        async with connect(server.url, handshake=False) as peer:
             await peer.handshake()
             for i in range(count):
                 shape = (

@@ -8,9 +8,9 @@ import json
 
 import aiohttp
 
-from tests.reliability.helpers import rss_mb
 from tests.reliability.scale import pick
-from tests.servers import start_server
+from tests.support.procinfo import rss_mb
+from tests.support.servers import start_server
 
 OUTPUT_MB = pick(ci=128, full=1024)
 SHORT_PROCESSES = pick(ci=400, full=10000)

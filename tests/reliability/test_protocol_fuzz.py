@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.reliability.scale import pick
-from tests.servers import PROJECT_ROOT, execserver_command
+from tests.support.servers import PROJECT_ROOT, execserver_command
 
 EXAMPLES = pick(ci=400, full=100_000)
 KNOWN_CODES = {-32600, -32601, -32602, -32603, -32004, -32010}

@@ -12,7 +12,7 @@ import random
 import aiohttp
 
 from tests.reliability.scale import pick
-from tests.servers import start_server
+from tests.support.servers import start_server
 
 LINES = pick(ci=3000, full=20000)
 DROPS = pick(ci=8, full=60)

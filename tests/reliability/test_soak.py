@@ -10,10 +10,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.reliability.helpers import live_descendants, num_fds, rss_mb, wait_until
 from tests.reliability.scale import pick
-from tests.servers import start_server
-from tests.wsclient import RawPeer, connect
+from tests.support.procinfo import live_descendants, num_fds, rss_mb, wait_until
+from tests.support.rpc import RpcClient, connect
+from tests.support.servers import start_server
 
 DURATION_S = pick(ci=20, full=600)
 WORKERS = 6
@@ -25,7 +25,7 @@ async def _worker(
     rng = random.Random(index)
     n = 0
     while not stop.is_set():
-        async with connect(url) as peer:
+        async with connect(url, handshake=False) as peer:
             await peer.handshake()
             for _ in range(rng.randint(5, 30)):
                 if stop.is_set():
@@ -44,7 +44,7 @@ async def _check(reply: dict[str, Any]) -> dict[str, Any]:
     return reply["result"]
 
 
-async def _drain_until_closed(peer: RawPeer, pid: str) -> bytes:
+async def _drain_until_closed(peer: RpcClient, pid: str) -> bytes:
     out = bytearray()
     while True:
         msg = await peer.recv(timeout=30)
@@ -57,7 +57,7 @@ async def _drain_until_closed(peer: RawPeer, pid: str) -> bytes:
             return bytes(out)
 
 
-async def _one_op(peer: RawPeer, rng: random.Random, tag: str, work: Path) -> None:
+async def _one_op(peer: RpcClient, rng: random.Random, tag: str, work: Path) -> None:
     kind = rng.choice(["echo", "cat", "burst", "fs", "read"])
     if kind == "echo":
         await _check(

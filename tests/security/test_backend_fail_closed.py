@@ -9,9 +9,9 @@ import os
 import shutil
 from pathlib import Path
 
-from tests.process_client import RpcFailure, connect
-from tests.security.support import ROOT_READ, attack, bash, entry, sandbox
-from tests.servers import start_server
+from tests.support.attacks import ROOT_READ, attack, bash, entry, sandbox
+from tests.support.rpc import RpcFailure, connect
+from tests.support.servers import start_server
 
 # A bwrap that refuses to mount /proc, like a container with a masked /proc.
 NO_PROC_BWRAP = """#!/bin/sh

@@ -20,16 +20,16 @@ from typing import Any
 import pytest
 
 import execserver
-from tests.process_client import RpcFailure, connect
-from tests.security.support import attack, bash, entry, sandbox, uri
-from tests.servers import start_server
+from tests.support.attacks import attack, bash, entry, sandbox, uri
+from tests.support.rpc import RpcFailure, connect
+from tests.support.servers import start_server
 
 PACKAGE_FILE = os.path.abspath(execserver.__file__)
 
 
 async def _read(client: Any, path: str | Path, policy: dict[str, Any]) -> str | RpcFailure:
     try:
-        result = await client.call("fs/readFile", {"path": uri(path), "sandbox": policy})
+        result = await client.ok("fs/readFile", {"path": uri(path), "sandbox": policy})
     except RpcFailure as failure:
         return failure
     return base64.b64decode(result["dataBase64"]).decode(errors="replace")
@@ -76,11 +76,11 @@ async def test_fs_write_outside_the_policy_fails_and_nothing_is_written(tmp_path
     policy = sandbox([entry(ws, "write")], cwd=ws)
     async with start_server("execserver") as server, connect(server.url) as client:
         with pytest.raises(RpcFailure) as info:
-            await client.call(
+            await client.ok(
                 "fs/writeFile",
                 {"path": uri(outside / "x"), "dataBase64": "eA==", "sandbox": policy},
             )
-        await client.call(
+        await client.ok(
             "fs/writeFile", {"path": uri(ws / "y"), "dataBase64": "eQ==", "sandbox": policy}
         )
     assert info.value.code == -32004

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.process_client import RpcFailure, connect
-from tests.security.support import ROOT_READ, attack, bash, entry, sandbox, special, uri
-from tests.servers import start_server
+from tests.support.attacks import ROOT_READ, attack, bash, entry, sandbox, special, uri
+from tests.support.rpc import RpcFailure, connect
+from tests.support.servers import start_server
 
 
 def _tree(tmp_path: Path) -> tuple[Path, Path]:
@@ -131,7 +131,7 @@ async def test_renaming_the_parent_of_a_denied_file_fails_and_it_stays_unreadabl
         )
         via_fs: Any
         try:
-            via_fs = await client.call(
+            via_fs = await client.ok(
                 "fs/readFile",
                 {"path": uri(ws / "config" / "secret.env"), "sandbox": policy},
             )

@@ -15,9 +15,9 @@ import asyncio
 import os
 from pathlib import Path
 
-from tests.process_client import RpcFailure, connect
-from tests.security.support import ROOT_READ, attack, bash, entry, sandbox, special
-from tests.servers import start_server
+from tests.support.attacks import ROOT_READ, attack, bash, entry, sandbox, special
+from tests.support.rpc import RpcFailure, connect
+from tests.support.servers import start_server
 
 FILES = 30_000
 GLOBS = 4
@@ -58,7 +58,7 @@ async def test_deny_glob_expansion_does_not_stall_other_clients(tmp_path: Path) 
             )
         )
         while not start.done():
-            await other.call("environment/status", {})
+            await other.ok("environment/status", {})
             if not start.done():
                 answered_during += 1
             await asyncio.sleep(0.005)  # leave the planner thread some CPU
@@ -83,7 +83,7 @@ async def test_a_glob_past_the_scan_limit_refuses_the_launch(tmp_path: Path) -> 
             raise AssertionError("the launch ran with a partially expanded deny glob")
         # fs/* with the same policy is refused the same way.
         try:
-            await client.call(
+            await client.ok(
                 "fs/readFile", {"path": f"file://{ws}/d0/key.pem", "sandbox": _glob_policy(ws)}
             )
         except RpcFailure as failure:

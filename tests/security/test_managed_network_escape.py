@@ -12,9 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tests.integration.test_netproxy_support import proxy_params, upstream_server
-from tests.process_client import connect
-from tests.security.support import (
+from tests.support.attacks import (
     ROOT_READ,
     attack,
     python,
@@ -22,7 +20,9 @@ from tests.security.support import (
     short_tmp_dir,
     unix_stream_service,
 )
-from tests.servers import start_server
+from tests.support.netproxy import proxy_params, upstream_server
+from tests.support.rpc import connect
+from tests.support.servers import start_server
 
 # Runs inside the sandbox. argv: docker socket, daemon port, upstream port, then
 # the sibling proxies' socket paths as the host sees them.
@@ -110,7 +110,7 @@ async def test_managed_network_child_cannot_reach_host_sockets_siblings_or_the_d
                 context=read_only,
                 **_managed(generous),
             )
-            await client.call("process/terminate", {"processId": "sibling"})
+            await client.ok("process/terminate", {"processId": "sibling"})
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
     out = result.output
@@ -164,7 +164,7 @@ async def test_proxy_sockets_are_masked_even_where_unix_sockets_are_allowed(
             cwd=tmp_path,
             context=sandbox([ROOT_READ], network="enabled"),
         )
-        await client.call("process/terminate", {"processId": "sibling"})
+        await client.ok("process/terminate", {"processId": "sibling"})
     for i in range(len(siblings)):
         assert result.marker(f"sibling{i}") in ("EACCES", "ENOENT"), result.output
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.ops_client import http_get
-from tests.servers import start_server
+from tests.support.http import http_get
+from tests.support.servers import start_server
 
 
 @pytest.mark.parametrize(

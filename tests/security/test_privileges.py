@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_sandbox_support import without_user_namespaces
-from tests.process_client import connect
-from tests.security.support import ROOT_READ, attack, bash, entry, python, sandbox, unrestricted
-from tests.servers import start_server
+from tests.support.attacks import ROOT_READ, attack, bash, entry, python, sandbox, unrestricted
+from tests.support.rpc import connect
+from tests.support.sandbox import without_user_namespaces
+from tests.support.servers import start_server
 
 SETID_ATTEMPTS = r"""
 cp /bin/true t1 && chmod 4755 t1; echo "chmod_rc=$?"

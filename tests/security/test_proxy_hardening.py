@@ -23,9 +23,7 @@ from execserver.netproxy.proxy import ProcessNetworkProxy
 from execserver.netproxy.resolver import Resolution, ResolveError, Resolver
 from execserver.wire.network import NetworkPolicyDecisionNotification
 from execserver.wire.process import RemoteNetworkProxyLaunchConfig
-from tests.integration.test_netproxy_support import proxy_params, upstream_server
-from tests.process_client import connect
-from tests.security.support import (
+from tests.support.attacks import (
     ROOT_READ,
     attack,
     bash,
@@ -35,7 +33,9 @@ from tests.security.support import (
     unix_stream_service,
     unrestricted,
 )
-from tests.servers import start_server
+from tests.support.netproxy import proxy_params, upstream_server
+from tests.support.rpc import connect
+from tests.support.servers import start_server
 from tests.unit.test_netproxy_policy import config
 
 
@@ -195,7 +195,7 @@ async def test_x_unix_socket_never_reaches_another_proxy(tmp_path: Path) -> None
             networkProxy=everything,
             enforceManagedNetwork=True,
         )
-        await client.call("process/terminate", {"processId": "sibling"})
+        await client.ok("process/terminate", {"processId": "sibling"})
     assert result.marker("r0").startswith("HTTP/1.1 403"), result.output
 
 
@@ -251,7 +251,7 @@ async def test_a_child_cannot_exhaust_the_daemons_descriptors_through_its_proxy(
                     context=sandbox([ROOT_READ]),
                 )
                 assert result.output.strip() == "alive", result.output
-        await flooder.call("process/terminate", {"processId": "flood"})
+        await flooder.ok("process/terminate", {"processId": "flood"})
 
 
 async def test_proxy_still_serves_after_refusing_a_flood() -> None:

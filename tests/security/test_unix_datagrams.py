@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_netproxy_support import proxy_params
-from tests.process_client import connect
-from tests.security.support import (
+from tests.support.attacks import (
     ROOT_READ,
     attack,
     python,
@@ -25,7 +23,9 @@ from tests.security.support import (
     short_tmp_dir,
     unix_dgram_service,
 )
-from tests.servers import start_server
+from tests.support.netproxy import proxy_params
+from tests.support.rpc import connect
+from tests.support.servers import start_server
 
 PAYLOAD = r"""
 import errno, socket, sys

@@ -1,4 +1,4 @@
-"""Deriving a file's new content (core-client.md §7.3), including the line-ending
+"""Deriving a file's new content, including the line-ending
 behaviour recorded from the reference."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Recognising apply_patch calls (core-client.md §7.4)."""
+"""Recognising apply_patch calls."""
 
 from __future__ import annotations
 

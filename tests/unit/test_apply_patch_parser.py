@@ -1,4 +1,4 @@
-"""The patch parser (core-client.md §7.1, §7.2; Codex parser tests of §8.5)."""
+"""The patch parser (cases ported from the Codex apply-patch parser tests)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Property: a patch built from any line-level diff turns the old text into the
-new one (parser and derive together, core-client.md §7.1, §7.3)."""
+new one (parser and derive together)."""
 
 from __future__ import annotations
 

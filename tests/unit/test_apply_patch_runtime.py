@@ -1,5 +1,5 @@
-"""The apply_patch runtime's policy surface (core-client.md §7.6-§7.8; Codex
-runtime tests of §8.5)."""
+"""The apply_patch runtime's policy surface (cases ported from
+the Codex runtime tests)."""
 
 from __future__ import annotations
 

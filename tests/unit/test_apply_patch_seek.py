@@ -1,4 +1,4 @@
-"""seek_sequence (core-client.md §7.3; Codex seek tests of §8.5)."""
+"""seek_sequence (cases ported from the Codex seek tests)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from multidict import CIMultiDict
 from execserver.config import ServerConfig, WsAuthConfig
 from execserver.server import auth
 from execserver.server.listen import parse_listen
-from tests.ops_client import make_jwt
+from tests.support.http import make_jwt
 
 SECRET = b"k" * 32
 NOW = 1_800_000_000
@@ -44,7 +44,7 @@ def test_tokens_minted_by_pyjwt_are_accepted() -> None:
 
 
 def test_critical_header_extensions_are_refused() -> None:
-    # Deliberately stricter than the reference (RFC 7515 §4.1.11): pyjwt refuses
+    # Deliberately stricter than the reference (RFC 7515 section 4.1.11): pyjwt refuses
     # extensions it does not understand, and so do we.
     token = make_jwt(SECRET, {"exp": NOW + 60}, {"alg": "HS256", "crit": ["x"]})
     assert verifier().verify(token) == auth.INVALID_JWT

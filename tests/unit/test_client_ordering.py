@@ -86,7 +86,7 @@ def test_reconcile_synthesises_missed_exit_and_close() -> None:
 
 
 def test_reconcile_places_exit_between_output_when_it_took_the_middle_seq() -> None:
-    # exited got seq 2 and trailing output seq 3 (protocol §8.4.3).
+    # exited got seq 2 and trailing output seq 3.
     o = SeqOrderer()
     o.push(out(1))
     o.push(out(3))

@@ -30,7 +30,7 @@ from execserver.wire.base import Empty
 from execserver.wire.contract import REQUESTS
 from execserver.wire.process import TerminateParams
 from scripts import client_calls
-from tests.servers import RunningServer
+from tests.support.servers import RunningServer
 
 CALLS_FILE = Path(client_calls.TARGET)
 

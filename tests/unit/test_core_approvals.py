@@ -1,5 +1,4 @@
-"""Review decisions, the approval cache and the approval router
-(core-client.md §2.9-2.11; invariant 11)."""
+"""Review decisions, the approval cache and the approval router."""
 
 from __future__ import annotations
 
@@ -69,7 +68,7 @@ def test_network_amendment_action_must_be_allow_or_deny() -> None:
         ReviewDecision.network_policy_amendment("h", "maybe")
 
 
-# --------------------------------------------------------------------------- §2.9 effects
+# --------------------------------------------------------------------------- decision effects
 @pytest.mark.parametrize(
     "decision",
     [

@@ -1,5 +1,5 @@
 """SandboxAttempt: choosing the attempt, its three notions of "sandbox", and
-the process/start params built from it (core-client.md §3; invariants 2, 9, 15)."""
+the process/start params built from it."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def _retry(
     )
 
 
-# --------------------------------------------------------------------------- §3.3
+# ------------------------------------------------------------------ the sandbox an attempt asks for
 @pytest.mark.parametrize(
     ("profile", "preference", "managed", "expected"),
     [
@@ -122,7 +122,7 @@ def test_unsandboxed_execution_is_not_allowed_with_deny_read_or_owner_network_po
     assert not unsandboxed_execution_allowed(RESTRICTED, ManagedNetwork(owner_policy=True))
 
 
-# --------------------------------------------------------------------------- §3.4 / invariant 9
+# -------------------------------------------------------------------- executor-managed environments
 @pytest.mark.parametrize("override", [NO, BYPASS])
 @pytest.mark.parametrize("profile", [RESTRICTED, DENY_READ, DisabledProfile(), ExternalProfile()])
 def test_invariant_9_remote_attempts_never_have_a_host_sandbox(
@@ -211,7 +211,7 @@ def test_invariant_2_every_attempt_gets_a_fresh_process_id() -> None:
     assert exec_start_params(attempt, argv=["true"], cwd="/").process_id == attempt.process_id
 
 
-# --------------------------------------------------------------------------- §4.6 retry attempt
+# --------------------------------------------------------------------------- retry attempt
 def test_retry_attempt_runs_unsandboxed_and_is_escalated() -> None:
     attempt = _retry()
     assert attempt.sandbox_requested is False
@@ -233,7 +233,7 @@ def test_first_attempt_bypass_is_escalated_and_plain_first_attempt_is_not() -> N
     assert not _first(DisabledProfile()).is_escalated()
 
 
-# --------------------------------------------------------------------------- invariant 15 / §7.8
+# --------------------------------------------------------------------------- apply_patch attempts
 @pytest.mark.parametrize(
     ("attempt_factory", "follow"),
     [

@@ -1,5 +1,5 @@
 """Dependencies point one way: nothing in execserver.core imports
-execserver.server (architecture.md)."""
+execserver.server: the core is a client of executors, never part of one."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Network approvals: registrations, dedupe, host caches, finish semantics
-(core-client.md §6; reference tests of §8.4; invariant 14)."""
+(cases ported from the reference's network-approval tests)."""
 
 from __future__ import annotations
 

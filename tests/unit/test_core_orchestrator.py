@@ -1,4 +1,4 @@
-"""ToolOrchestrator.run without an executor (core-client.md §4; invariants 6-8, 10).
+"""ToolOrchestrator.run without an executor (approval, attempts, retry gates).
 
 The runtime here is a scripted in-memory ToolRuntime: each attempt returns or
 raises what the test lists, so every path of the state diagram can be driven,

@@ -1,5 +1,4 @@
-"""Permission profiles: wire <-> model, additional permissions, deny-read
-(core-client.md §2.3, §2.4)."""
+"""Permission profiles: wire <-> model, additional permissions, deny-read."""
 
 from __future__ import annotations
 

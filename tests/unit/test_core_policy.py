@@ -1,4 +1,4 @@
-"""Policy types and the requirement rules (core-client.md §2.1, §2.2, §2.5-2.8)."""
+"""Policy types and the requirement rules."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def test_sandbox_permissions_helpers(
     assert SandboxPermissions(value.value) is value
 
 
-# --------------------------------------------------------------------------- §2.5 table
+# ------------------------------------------------------- requirement without an exec-policy verdict
 @pytest.mark.parametrize(
     ("policy", "profile", "expected"),
     [
@@ -154,7 +154,7 @@ def test_default_exec_approval_requirement_keeps_prompt_when_granular_allows_san
     assert isinstance(default_exec_approval_requirement(GRANULAR_ON, RESTRICTED), NeedsApproval)
 
 
-# --------------------------------------------------------------------------- §2.8
+# ------------------------------------------------------------ deny-read profiles are never bypassed
 def test_additional_permissions_allow_bypass_sandbox_first_attempt_when_execpolicy_skips() -> None:
     override = sandbox_override_for_first_attempt(
         SandboxPermissions.WITH_ADDITIONAL_PERMISSIONS, Skip(bypass_sandbox=True), RESTRICTED
@@ -202,7 +202,7 @@ def test_deny_read_glob_counts_as_deny_read_for_the_first_attempt() -> None:
     assert override is SandboxOverride.NO_OVERRIDE
 
 
-# --------------------------------------------------------------------------- §2.7 handler gate
+# --------------------------------------------------------------------------- handler gate
 @pytest.mark.parametrize(
     ("policy", "name"),
     [
@@ -246,7 +246,7 @@ def test_granular_debug_spelling() -> None:
     )
 
 
-# --------------------------------------------------------------------------- §2.6 conversions
+# --------------------------------------------------------------------- prompt-rejection conversions
 @pytest.mark.parametrize(
     ("policy", "from_rule", "expected"),
     [
@@ -281,7 +281,7 @@ def test_prompt_rejection_reasons(
     assert prompt_rejection_reason(policy, from_rule=from_rule) == expected
 
 
-# --------------------------------------------------------------------------- §2.6 heuristics table
+# --------------------------------------------------------------------------- heuristics table
 NEVER_TEXT = "approval required by policy, but AskForApproval is set to Never"
 NV, OR, UT = AskForApproval.NEVER, AskForApproval.ON_REQUEST, AskForApproval.UNLESS_TRUSTED
 DEF = SandboxPermissions.USE_DEFAULT

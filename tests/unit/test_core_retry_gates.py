@@ -1,4 +1,4 @@
-"""Retry gates after a sandbox denial (core-client.md §4.4 table, §4.5; invariants 7, 10)."""
+"""Retry gates after a sandbox denial."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def test_should_bypass_approval_defaults() -> None:
     assert SHELL.should_bypass_approval(AskForApproval.NEVER, False)
 
 
-# --------------------------------------------------------------------------- §4.5 decision table
+# --------------------------------------------------------------------------- decision table
 SITUATIONS = {
     "plain": (RESTRICTED, None, None),
     "plain_deny_read": (DENY_READ, None, None),

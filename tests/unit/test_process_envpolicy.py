@@ -1,4 +1,4 @@
-"""envPolicy construction in the reference's order (protocol §8.4.2, probes p17/p18)."""
+"""envPolicy construction in the reference's order (recorded from the reference)."""
 
 from __future__ import annotations
 

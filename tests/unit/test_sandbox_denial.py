@@ -1,4 +1,4 @@
-"""is_sandbox_denied: the reference's sandboxDenied rule (sandbox.md §1.6).
+"""is_sandbox_denied: the reference's sandboxDenied rule.
 
 Every row was observed on codex 0.169.0 for a process started with a sandbox."""
 

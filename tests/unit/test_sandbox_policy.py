@@ -1,4 +1,4 @@
-"""Policy resolution: context + cwd -> canonical host paths (protocol §10.2-§10.4)."""
+"""Policy resolution: context + cwd -> canonical host paths."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The head/tail output buffer (core-client.md §5.7; Codex buffer tests of §8.3)."""
+"""The head/tail output buffer (cases ported from the Codex buffer tests)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Parameters, output text, truncation and environment pins of unified exec
-(core-client.md §5.1, §5.2, §5.5, §5.7)."""
+"""Parameters, output text, truncation and environment pins of unified exec."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Yield pauses add their time to the deadline (core-client.md §5.4)."""
+"""Yield pauses add their time to the deadline."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The unified-exec runtime's keys, requirement and process/start params
-(core-client.md §3.5, §5.3, §5.5; Codex runtime tests of §8.3)."""
+(cases ported from the Codex runtime tests)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Process ids and pruning of the unified-exec store (core-client.md §5.6;
-Codex pruning tests of §8.3). Only ``exited`` of a stored process matters to
+"""Process ids and pruning of the unified-exec store (cases ported
+from the Codex pruning tests). Only ``exited`` of a stored process matters to
 the store, so plain values stand in for processes."""
 
 from __future__ import annotations

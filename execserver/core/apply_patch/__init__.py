@@ -1,5 +1,4 @@
-"""apply_patch: parser, matcher and applier over an executor's file system
-(core-client.md §7).
+"""apply_patch: parser, matcher and applier over an executor's file system.
 
 :func:`apply_patch` is the reference's standalone behaviour over any
 :class:`PatchFileSystem`; :func:`run_apply_patch` is the tool call on the

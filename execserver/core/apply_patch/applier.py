@@ -1,4 +1,4 @@
-"""Apply parsed hunks through a file system, in patch order (core-client.md §7.5).
+"""Apply parsed hunks through a file system, in patch order.
 
 The first error stops the run and nothing is rolled back: the delta returned
 with the failure lists what did land. Error texts name the resolved path (the

@@ -1,7 +1,7 @@
-"""AppliedPatchDelta: what a patch run actually changed (core-client.md §7.6).
+"""AppliedPatchDelta: what a patch run actually changed.
 
 Changes are recorded as they land, so a run that fails half-way still reports
-the files it did change; nothing is rolled back (invariant 15). ``exact``
+the files it did change; nothing is rolled back. ``exact``
 turns False when the record may not describe the disk exactly (a failed
 write that may have truncated a file, a path that was not a plain file, an
 unreadable previous content).

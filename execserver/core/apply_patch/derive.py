@@ -1,4 +1,4 @@
-"""New contents of an updated file (core-client.md §7.3).
+"""New contents of an updated file.
 
 Each line is kept with its own ending. A file's lines end in ``\r\n``, ``\n``
 or a lone ``\r`` (classic Mac): the reference splits on all three, so a lone

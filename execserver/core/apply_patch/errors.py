@@ -1,4 +1,4 @@
-"""How a patch fails, with the reference's texts (core-client.md §7.2, §7.5)."""
+"""How a patch fails, with the reference's texts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The file-system calls the applier makes (core-client.md §7.5).
+"""The file-system calls the applier makes.
 
 :class:`execserver.client.RemoteFileSystem` provides them over ``fs/*``; the
 applier depends only on this shape so it does not care which executor (or

@@ -1,4 +1,4 @@
-"""The apply_patch tool as the model sees it (core-client.md §4.7, §7.6).
+"""The apply_patch tool as the model sees it.
 
 Success reports the summary and that attempt's delta; every failure reports
 the call's committed delta, so edits that landed are never lost from the

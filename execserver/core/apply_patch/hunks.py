@@ -1,4 +1,4 @@
-"""What a parsed patch is made of (core-client.md §7.1)."""
+"""What a parsed patch is made of."""
 
 from __future__ import annotations
 

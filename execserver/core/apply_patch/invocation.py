@@ -1,4 +1,4 @@
-"""Is a command an ``apply_patch`` call? (core-client.md §7.4)
+"""Is a command an ``apply_patch`` call?
 
 Recognised: ``["apply_patch", PATCH]`` (or ``applypatch``), and a shell
 running exactly ``apply_patch <<'EOF' ... EOF``, optionally after ``cd DIR

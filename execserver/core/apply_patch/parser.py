@@ -1,4 +1,4 @@
-"""Patch text -> hunks, with the reference's leniency (core-client.md §7.1, §7.2).
+"""Patch text -> hunks, with the reference's leniency.
 
 Markers are compared after trimming, a heredoc wrapper (``<<'EOF'`` ...
 ``EOF``) is taken off, the first update chunk may omit ``@@``, and an empty

@@ -1,8 +1,8 @@
-"""The apply_patch tool runtime on the orchestrator (core-client.md §7.6, §7.7).
+"""The apply_patch tool runtime on the orchestrator.
 
 One runtime instance serves one tool call: it owns the call's committed delta,
 to which every attempt's delta is appended *before* the attempt is classified,
-so edits a denied first attempt did make are still reported (invariant 15).
+so edits a denied first attempt did make are still reported.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class ApplyPatchRuntime(BaseToolRuntime[ApplyPatchRequest, PatchOutcome]):
 
     def wants_no_sandbox_approval(self, policy: AskForApproval) -> bool:
         # Unlike shell commands, a denied patch may be retried unsandboxed
-        # under ON_REQUEST too (§4.4 table).
+        # under ON_REQUEST too.
         if policy.mode is ApprovalMode.ON_REQUEST:
             return True
         return super().wants_no_sandbox_approval(policy)

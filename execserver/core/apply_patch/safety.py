@@ -1,5 +1,5 @@
-"""Does a patch need a prompt? (core-client.md §7.7; exact 0.169.0 rules not
-verified, see §10.4.)
+"""Does a patch need a prompt? (The exact 0.169.0 rules are not verified against
+the reference binary.)
 
 A patch whose every write falls inside what the effective profile lets the
 sandbox write is auto-approved (it runs sandboxed); otherwise it asks, and

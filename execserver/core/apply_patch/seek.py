@@ -1,4 +1,4 @@
-"""Finding a chunk's old lines in a file (core-client.md §7.3).
+"""Finding a chunk's old lines in a file.
 
 Passes run from strict to loose and the first hit wins, so an exact match
 later in the file beats a whitespace-tolerant one earlier.

@@ -1,4 +1,4 @@
-"""The reference's success summary (core-client.md §7.5): all adds, then all
+"""The reference's success summary: all adds, then all
 updates (a move as its destination), then all deletes."""
 
 from __future__ import annotations

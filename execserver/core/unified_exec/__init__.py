@@ -1,5 +1,5 @@
 """Unified exec: the model-facing ``exec_command`` / ``write_stdin`` tools over
-a remote executor (core-client.md §5).
+a remote executor.
 
 :class:`UnifiedExecManager` is the entry point: one per session and executor.
 """

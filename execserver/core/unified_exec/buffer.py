@@ -1,4 +1,4 @@
-"""Head/tail output buffer (core-client.md §5.7).
+"""Head/tail output buffer.
 
 A process may print far more than anyone will read. The buffer keeps the
 first half of its budget from the start of the output and the second half

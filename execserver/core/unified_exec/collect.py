@@ -1,4 +1,4 @@
-"""Waiting for output within a call's yield time (core-client.md §5.4).
+"""Waiting for output within a call's yield time.
 
 The wait ends at the deadline or when the process exits, whichever comes
 first; time spent paused (a prompt waiting for the user) pushes the deadline

@@ -1,4 +1,4 @@
-"""Environment pins for unified-exec processes (core-client.md §5.5).
+"""Environment pins for unified-exec processes.
 
 They make command output plain and non-interactive (no colour, no pager,
 UTF-8) and override whatever the executor's environment says; they travel as

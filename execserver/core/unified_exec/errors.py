@@ -1,5 +1,4 @@
-"""Failures that go back to the model as the tool's error text (core-client.md
-§5.3); the turn goes on."""
+"""Failures that go back to the model as the tool's error text; the turn goes on."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""apply_patch sent through exec_command (core-client.md §5.3, §7.4).
+"""apply_patch sent through exec_command.
 
 The model sometimes runs ``apply_patch <<'EOF' ...`` as a shell command. The
 patch is then applied by the apply_patch runtime (its approval, its sandbox

@@ -1,12 +1,11 @@
-"""exec_command and write_stdin over one executor (core-client.md §5.3, §5.6,
-§5.8, §5.9).
+"""exec_command and write_stdin over one executor.
 
 The manager owns the process store. A process that is still running when its
 call's yield time is up stays stored (it was stored *before* output collection,
 so a concurrent write_stdin or an interrupted turn sees it) and is reachable by
 its session id; a process that exits during a call is removed at the end of
 that call. Cancelling a call (a turn interrupt) leaves stored processes alone;
-only :meth:`clean`, pruning and shutdown terminate them (invariant 12).
+only :meth:`clean`, pruning and shutdown terminate them.
 """
 
 from __future__ import annotations

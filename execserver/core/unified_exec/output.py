@@ -1,4 +1,4 @@
-"""The tool result of exec_command / write_stdin (core-client.md §5.2)."""
+"""The tool result of exec_command / write_stdin."""
 
 from __future__ import annotations
 

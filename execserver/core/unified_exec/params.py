@@ -1,4 +1,4 @@
-"""The tools' parameters as the reference defines them (core-client.md §5.1).
+"""The tools' parameters as the reference defines them.
 
 Parsing is forgiving about absent values (defaults) and strict about wrong
 types (a clear error to the model rather than a guess).

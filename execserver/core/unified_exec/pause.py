@@ -1,4 +1,4 @@
-"""Yield-time pauses (core-client.md §5.4).
+"""Yield-time pauses.
 
 While the user is being asked something on behalf of a running command (a
 network approval prompt, for instance), the command cannot make progress and

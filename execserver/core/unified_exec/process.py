@@ -1,6 +1,6 @@
 """One unified-exec process: a RemoteProcess whose events are pumped into a
 head/tail buffer by an owned task, so output keeps accumulating between tool
-calls while nobody is waiting (core-client.md §5.4, §5.7, §5.8).
+calls while nobody is waiting.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class UnifiedExecProcess:
 
     def is_denied(self) -> bool:
         """Denial counts only for an exited process, and for a remote one only
-        the executor's flag counts (invariant 13)."""
+        the executor's flag counts."""
         return self.exited and self.sandbox_denied
 
     def mark_exited(self) -> None:

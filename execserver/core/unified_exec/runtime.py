@@ -1,11 +1,11 @@
-"""The unified-exec runtime on the orchestrator (core-client.md §5.3, §5.4).
+"""The unified-exec runtime on the orchestrator.
 
 One attempt starts the process and waits at most the early-exit window
 (150 ms) for it to exit. Only a process that exited inside that window -
 checked again after a 20 ms settle so its trailing output and the executor's
 ``sandboxDenied`` have arrived - can be a retryable ``SandboxDenied``; a
 process still running is handed back live and a later denial is reported as
-an ordinary result (invariant 13).
+an ordinary result.
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Process ids and the store of processes that outlive their call
-(core-client.md §5.6).
+"""Process ids and the store of processes that outlive their call.
 
 Ids are small random integers the model can type back; they are reserved at
 allocation so two concurrent calls never share one, and released when a call

@@ -1,4 +1,4 @@
-"""What the model gets to read of a command's output (core-client.md §5.7).
+"""What the model gets to read of a command's output.
 
 Tokens are approximated as 4 bytes. Over budget, the middle is cut on UTF-8
 character boundaries and replaced by ``…N tokens truncated…``; the start and

@@ -15,3 +15,5 @@ requests over its stdin/stdout pipes.
 The lifetime rules (why a helper outliving a request widens nothing) are in
 THREAT_MODEL.md.
 """
+
+__all__: list[str] = []

@@ -42,6 +42,8 @@ from execserver.sandbox.plan import LaunchPlan, plan_for_policy
 from execserver.sandbox.policy import ResolvedPolicy
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 
+__all__ = ["FsHelper", "HelperDied", "exit_status_text", "spawn_helper"]
+
 _STDERR_KEEP: Final = 4096
 _EXIT_GRACE: Final = 2.0
 

@@ -34,6 +34,8 @@ from execserver.sandbox.fs_helper.helper import FsHelper, HelperDied, spawn_help
 from execserver.sandbox.fs_helper.runtime import PRIVATE_DIR, helper_runtime
 from execserver.sandbox.policy import PROTECTED_NAMES, ResolvedPolicy
 
+__all__ = ["HelperPool", "close_loop_pool", "eligible", "loop_pool"]
+
 DEFAULT_MAX_HELPERS: Final = 8
 DEFAULT_IDLE_SECONDS: Final = 30.0
 

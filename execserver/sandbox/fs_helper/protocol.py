@@ -17,6 +17,19 @@ from typing import Any, Final
 
 import msgspec
 
+__all__ = [
+    "FAILED",
+    "HEADER",
+    "OK",
+    "OS_ERROR",
+    "RPC_ERROR",
+    "Request",
+    "Response",
+    "frame",
+    "request_decoder",
+    "response_decoder",
+]
+
 HEADER: Final = struct.Struct(">I")
 MAX_FRAME: Final = (1 << 32) - 1
 

@@ -19,6 +19,8 @@ from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.pool import eligible, loop_pool
 from execserver.sandbox.policy import ResolvedPolicy
 
+__all__ = ["call_persistent"]
+
 MODE_VARIABLE: Final = "EXECSERVER_FS_HELPER"
 
 

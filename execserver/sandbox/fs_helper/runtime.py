@@ -34,6 +34,8 @@ import msgspec
 
 import execserver
 
+__all__ = ["PRIVATE_DIR", "HelperRuntime", "elf_interpreter", "helper_runtime"]
+
 PRIVATE_DIR: Final = "/dev/.execserver-fs-helper"
 _PT_INTERP: Final = 3
 

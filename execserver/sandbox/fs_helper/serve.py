@@ -43,6 +43,8 @@ from execserver.sandbox.fs_helper.protocol import (
 )
 from execserver.wire.errors import RpcError
 
+__all__ = ["OPERATIONS", "run"]
+
 OPERATIONS: Final[dict[str, Callable[..., Any]]] = {
     "read_file": ops_read.read_file_bytes,
     "get_metadata": ops_read.get_metadata,

@@ -26,7 +26,7 @@ from scripts import reference
 from tests.interop.codex_cli.frames import FrameLog
 from tests.interop.codex_cli.mock_model import MockModel, Turn, serve
 from tests.interop.codex_cli.proxy import logging_proxy
-from tests.servers import (
+from tests.support.servers import (
     PROJECT_ROOT,
     execserver_command,
     reference_command,

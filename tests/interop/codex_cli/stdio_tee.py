@@ -2,7 +2,7 @@
 
 The codex CLI starts this as the ``program`` of a stdio environment:
 ``python stdio_tee.py LOGFILE CWD -- SERVER-COMMAND...`` (the server runs in
-CWD, the project root, like the websocket servers of ``tests.servers``). Lines pass through
+CWD, the project root, like the websocket servers of ``tests.support.servers``). Lines pass through
 unchanged; each one is first appended to LOGFILE as ``{"dir", "line"}`` JSON.
 
 The CLI kills this process when it exits (it does not close stdin and wait),

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.integration.test_sandbox_support import (
+from tests.support.rpc import RpcClient
+from tests.support.sandbox import (
     PATH,
     ROOT_READ,
     context_json,
@@ -28,7 +29,6 @@ from tests.integration.test_sandbox_support import (
     special,
     uri,
 )
-from tests.process_client import Client
 
 __all__ = [
     "PATH",
@@ -87,7 +87,7 @@ _counter = iter(range(1_000_000))
 
 
 async def attack(
-    client: Client,
+    client: RpcClient,
     argv: list[str],
     *,
     cwd: Path,

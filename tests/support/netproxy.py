@@ -20,8 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.servers import RunningServer, start_server
-from tests.wsclient import RawPeer, connect
+from tests.support.rpc import RpcClient, connect
+from tests.support.servers import RunningServer, start_server
 
 MADE_UP = ("upstream.test", "other.test", "review.test", "slow.test")
 HOSTS_ENV = {"EXECSERVER_NETPROXY_HOSTS": ",".join(f"{h}=127.0.0.1" for h in MADE_UP)}
@@ -215,7 +215,7 @@ async def run_child(
     process_id: str = "np",
 ) -> Run:
     """Start the CHILD with ``ops`` and collect everything until process/closed."""
-    async with connect(url) as peer:
+    async with connect(url, handshake=False) as peer:
         await peer.handshake()
         return await run_on(
             peer,
@@ -228,7 +228,7 @@ async def run_child(
 
 
 async def run_on(
-    peer: RawPeer,
+    peer: RpcClient,
     ops: list[list[Any]],
     *,
     network_proxy: dict[str, Any] | None,

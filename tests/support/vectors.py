@@ -12,7 +12,7 @@ Each step waits for the answer to its request id (or the id -1 parse error);
 a notification step waits briefly to see whether the server drops the
 connection.
 
-``python -m tests.vectors record`` re-records every vector from the reference.
+``python -m tests.support.vectors record`` re-records every vector from the reference.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.servers import (
+from tests.support.servers import (
     PROJECT_ROOT,
     ReferenceUnavailable,
     execserver_command,
@@ -228,7 +228,7 @@ async def record_all() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["record"]:
-        sys.exit("usage: python -m tests.vectors record")
+        sys.exit("usage: python -m tests.support.vectors record")
     try:
         reference_binary()  # installs it on first use; one line when it cannot be had
     except ReferenceUnavailable as exc:

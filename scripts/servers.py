@@ -1,9 +1,10 @@
-"""Start real exec-servers for tests: ours (``python -m execserver serve``) and the
-reference ``codex exec-server`` 0.169.0 (installed, pinned and verified, by
-``scripts/reference.py`` on first use).
+"""Start real exec-servers as child processes: ours (``python -m execserver serve``)
+and the reference ``codex exec-server`` 0.169.0 (installed, pinned and verified
+by ``scripts/reference.py`` on first use, or ``$CODEX_BIN``).
 
-Both are real child processes listening on 127.0.0.1; the first stdout line
-of each is its ws:// URL.
+Shared by the tests (through tests/support/servers.py) and the benchmarks, so
+neither imports the other. Both servers listen on 127.0.0.1 and print their ws://
+URL first; :func:`execserver.client.local.start_daemon` starts and stops them.
 """
 
 from __future__ import annotations
@@ -17,10 +18,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from execserver.client.local import start_daemon, stop_daemon
 from scripts import reference
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ReferenceUnavailable = reference.ReferenceUnavailable
+
+__all__ = [
+    "PROJECT_ROOT",
+    "ReferenceUnavailable",
+    "RunningServer",
+    "execserver_command",
+    "reference_binary",
+    "reference_command",
+    "start_server",
+    "stop_process",
+]
+
+stop_process = stop_daemon
 
 
 @dataclass
@@ -51,27 +66,6 @@ def reference_command(extra: Sequence[str] = ()) -> list[str]:
     return [reference_binary(), "exec-server", *extra]
 
 
-async def _read_url(proc: asyncio.subprocess.Process) -> str:
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 60)
-    url = line.decode().strip()
-    if not url.startswith("ws://"):
-        raise RuntimeError(f"server did not print a ws:// URL first, got {url!r}")
-    return url
-
-
-async def stop_process(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-        try:
-            await asyncio.wait_for(proc.wait(), 10)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-
-
 @contextlib.asynccontextmanager
 async def start_server(
     kind: str,
@@ -83,7 +77,7 @@ async def start_server(
     """Start one server on ws://127.0.0.1:<free port> and stop it afterwards.
     ``wrapper``: argv put in front of the server's command (it must exec the rest),
     e.g. a simulated host without user namespaces. ``stderr``: a file for the
-    server's log (default: the test's own stderr)."""
+    server's log (default: our own stderr)."""
     listen = ["--listen", "ws://127.0.0.1:0"]
     if kind == "execserver":
         cmd = execserver_command([*listen, *extra])
@@ -91,23 +85,18 @@ async def start_server(
         cmd = reference_command([*listen, *extra])
     else:
         raise ValueError(kind)
-    cmd = [*wrapper, *cmd]
     full_env = dict(os.environ if env is None else env)
     # The start-up sandbox probe (tested in tests/unit/test_doctor.py) would briefly
-    # add fds and children to every server the suite starts.
+    # add fds and children to every server started here.
     full_env.setdefault("EXECSERVER_STARTUP_PROBE", "0")
     if kind == "reference":
         full_env.setdefault("CODEX_HOME", str(reference.codex_home()))
-    proc = await asyncio.create_subprocess_exec(
-        *cmd,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=stderr,
+    async with start_daemon(
+        [*wrapper, *cmd],
         env=full_env,
         cwd=str(PROJECT_ROOT),
-    )
-    try:
-        url = await _read_url(proc)
-        yield RunningServer(kind, url, proc)
-    finally:
-        await stop_process(proc)
+        # A pipe, so a test can close the server's stdin (--exit-on-stdin-close).
+        stdin=asyncio.subprocess.PIPE,
+        stderr=stderr,
+    ) as daemon:
+        yield RunningServer(kind, daemon.url, daemon.process)
