@@ -14,6 +14,7 @@ from typing import Any
 
 import psutil
 
+from benchmarks import fast_client
 from benchmarks.client import BenchClient
 
 WORK = Path(tempfile.gettempdir())
@@ -332,3 +333,49 @@ async def slow_reader_rss(url: str, pid: int, megabytes: int) -> dict[str, float
         await sampler
         await client.close()
     return {"peak_rss_MB": peak / 1e6}
+
+
+async def read_polling_lean(url: str, reads: int) -> dict[str, float]:
+    """read_polling driven by the callback-only picows client (benchmarks/fast_client.py)."""
+    client = await fast_client.FastClient.connect(url)
+    try:
+        await client.call(
+            "process/start",
+            {
+                "processId": "poll",
+                "argv": [
+                    "sh",
+                    "-c",
+                    "i=0; while [ $i -lt 256 ]; do echo line $i; i=$((i+1)); done",
+                ],
+                "cwd": CWD,
+                "env": ENV,
+                "tty": False,
+            },
+        )
+        deadline = time.monotonic() + 30
+        while not (await client.call("process/read", {"processId": "poll", "waitMs": 1000}))[
+            "closed"
+        ]:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the polled process did not close")
+        start = time.perf_counter()
+        await fast_client.read_polling(client, "poll", reads)
+        elapsed = time.perf_counter() - start
+    finally:
+        await client.close()
+    return {"reads_per_s": reads / elapsed, "ops": reads}
+
+
+async def pipelined_metadata_lean(url: str, total: int, in_flight: int) -> dict[str, float]:
+    """pipelined_metadata driven by the callback-only picows client."""
+    client = await fast_client.FastClient.connect(url)
+    try:
+        start = time.perf_counter()
+        await fast_client.pipelined(
+            client, "fs/getMetadata", {"path": THIS_FILE_URI}, total, in_flight
+        )
+        elapsed = time.perf_counter() - start
+    finally:
+        await client.close()
+    return {"calls_per_s": total / elapsed, "ops": total}

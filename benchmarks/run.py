@@ -67,6 +67,18 @@ def build_figures(smoke: bool) -> list[Figure]:
             lambda srv: figures.pipelined_metadata(srv.url, 1000 if s else 20000, 64),
             True,
         ),
+        # The same two round-trip figures driven by the callback-only picows client
+        # (benchmarks/fast_client.py), so the Python client's own cost stays out.
+        Figure(
+            "read_polling_lean",
+            lambda srv: figures.read_polling_lean(srv.url, 200 if s else 5000),
+            True,
+        ),
+        Figure(
+            "pipelined_getMetadata_lean",
+            lambda srv: figures.pipelined_metadata_lean(srv.url, 1000 if s else 20000, 64),
+            True,
+        ),
         Figure("read_file", lambda srv: figures.read_file(srv.url, 5 if s else 50), True),
         Figure(
             "live_processes",

@@ -7,8 +7,8 @@ import asyncio
 import errno
 import os
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 from execserver import __version__
 from execserver.config import (
@@ -24,6 +24,9 @@ from execserver.config import (
 )
 
 __all__ = ["CGROUP_ROOT_ENV", "build_parser", "main"]
+
+if TYPE_CHECKING:
+    _Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 EXIT_USAGE = 2
@@ -299,26 +302,55 @@ def _run_async(main: object) -> int:
     return int(result)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _register_doctor(subparsers: _Subparsers) -> None:
+    from execserver.doctor import add_doctor_parser
+
+    add_doctor_parser(subparsers)
+
+
+def _register_client_tools(subparsers: _Subparsers) -> None:
+    from execserver.client.cli_tools import register
+
+    register(subparsers)
+
+
+def _register_patch(subparsers: _Subparsers) -> None:
+    from execserver.core.apply_patch.cli import register
+
+    register(subparsers)
+
+
+# Subcommand -> what registers it. A command line names one subcommand, and only
+# its module is imported: `execserver patch` is a short-lived client whose start
+# is most of its wall time, so it must not load the daemon (aiohttp.web, jwt,
+# prometheus_client) or the other tools (measured: README, Performance).
+_SUBCOMMANDS: dict[str, Callable[[_Subparsers], None]] = {
+    "serve": add_serve_parser,
+    "doctor": _register_doctor,
+    "run": _register_client_tools,
+    "shell": _register_client_tools,
+    "patch": _register_patch,
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of ``command`` alone (the others are then
+    unknown to it: call it with the subcommand the command line names)."""
     # Typed as the base class: the subcommand parsers (of class _Parser at run
     # time) are registered by functions that take plain ArgumentParsers.
     parser: argparse.ArgumentParser = _Parser(prog="execserver", description=__doc__)
     parser.add_argument("--version", action="version", version=f"execserver {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    add_serve_parser(subparsers)
-    from execserver.doctor import add_doctor_parser
-
-    add_doctor_parser(subparsers)
-    from execserver.client.cli_tools import register as register_client_tools
-
-    register_client_tools(subparsers)
-    from execserver.core.apply_patch.cli import register as register_patch
-
-    register_patch(subparsers)
+    registrars = [_SUBCOMMANDS[command]] if command in _SUBCOMMANDS else _SUBCOMMANDS.values()
+    for register in dict.fromkeys(registrars):  # run and shell share one
+        register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # The subcommand is the first word (the top-level parser has no option that takes
+    # a value); anything else (--help, a typo) gets the parser of every subcommand.
+    parser = build_parser(words[0] if words else None)
+    args = parser.parse_args(words)
     return int(args.func(args))

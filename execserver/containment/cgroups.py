@@ -33,6 +33,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
+import psutil
+
 from execserver.config import ProcessLimitsConfig
 
 __all__ = [
@@ -556,7 +558,7 @@ def _remove_stale(directory: str) -> None:
     with contextlib.suppress(OSError):
         for name in os.listdir(directory):
             match = _OURS.match(name)
-            if match is None or os.path.exists(f"/proc/{match.group(1)}"):
+            if match is None or psutil.pid_exists(int(match.group(1))):
                 continue
             path = os.path.join(directory, name)
             with contextlib.suppress(OSError):

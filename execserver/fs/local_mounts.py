@@ -13,10 +13,12 @@ seconds, so a mount added later sends the calls back to threads.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+
+import psutil
 
 __all__ = ["LOCAL_MOUNTS", "LocalMounts", "all_local", "mount_types"]
 
-MOUNTINFO = "/proc/self/mountinfo"
 RECHECK_S = 5.0
 # File system types (or prefixes) whose calls may block on a network or a user-space server.
 _SLOW_TYPES = (
@@ -39,14 +41,10 @@ _SLOW_TYPES = (
 )
 
 
-def mount_types(mountinfo_text: str) -> list[str]:
-    """The file system type of each mount (the field after the `` - `` separator)."""
-    types = []
-    for line in mountinfo_text.splitlines():
-        _, sep, rest = line.partition(" - ")
-        if sep and rest:
-            types.append(rest.split(" ", 1)[0])
-    return types
+def mount_types() -> list[str]:
+    """The file system type of each mount of this process's mount namespace (psutil
+    reads /proc/self/mounts: ~0.3 ms, once per RECHECK_S)."""
+    return [partition.fstype for partition in psutil.disk_partitions(all=True)]
 
 
 def all_local(types: list[str]) -> bool:
@@ -54,8 +52,10 @@ def all_local(types: list[str]) -> bool:
 
 
 class LocalMounts:
-    def __init__(self, path: str = MOUNTINFO, recheck_s: float = RECHECK_S) -> None:
-        self._path = path
+    def __init__(
+        self, read_types: Callable[[], list[str]] = mount_types, recheck_s: float = RECHECK_S
+    ) -> None:
+        self._read_types = read_types
         self._recheck_s = recheck_s
         self._checked_at = float("-inf")
         self._local = False
@@ -64,8 +64,7 @@ class LocalMounts:
         now = time.monotonic()
         if now - self._checked_at >= self._recheck_s:
             try:
-                with open(self._path) as handle:
-                    self._local = all_local(mount_types(handle.read()))
+                self._local = all_local(self._read_types())
             except OSError:
                 self._local = False  # unknown: stay on the safe side
             self._checked_at = now

@@ -81,6 +81,10 @@ class Accounting:
 
 
 def _daemon_peak_rss_kib() -> int:
+    # VmHWM, read by hand: psutil has no peak-RSS figure, and getrusage's
+    # ru_maxrss is no substitute: it also counts the image that exec'ed the
+    # daemon (e.g. a large test runner that spawned it), which hid every
+    # command's own peak in a long test session.
     for line in (_read_text("/proc/self/status") or "").splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1])

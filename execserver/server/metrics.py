@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import platform
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -23,6 +22,7 @@ from prometheus_client import (
 )
 
 from execserver import REFERENCE_VERSION, __version__
+from execserver.server.request_meter import RequestMeter
 
 __all__ = ["CONTENT_TYPE", "UNKNOWN_METHOD", "Metrics"]
 
@@ -88,21 +88,10 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        self.requests = Counter(
-            "execserver_requests",
-            "JSON-RPC requests answered, by method and result (ok or the error code).",
-            ["method", "result"],
-            registry=r,
-        )
-        self.request_seconds = Histogram(
-            "execserver_request_duration_seconds",
-            "Time from receiving a request to queueing its answer.",
-            ["method"],
-            buckets=_REQUEST_BUCKETS,
-            registry=r,
-        )
-        self._request_counters: dict[tuple[str, str], Any] = {}
-        self._request_histograms: dict[str, Any] = {}
+        # Requests answered (count and duration) and frame bytes: updated on every
+        # request, so counted in plain numbers and exported on scrape (request_meter.py).
+        self.requests = RequestMeter(_REQUEST_BUCKETS)
+        r.register(self.requests)
         self.limit_rejections = Counter(
             "execserver_limit_rejections",
             "Requests or connections refused by a configured limit.",
@@ -134,12 +123,6 @@ class Metrics:
         self.sandbox_denials = Counter(
             "execserver_sandbox_denials",
             "Process exits classified as sandbox denials (sandboxDenied).",
-            registry=r,
-        )
-        self.transport_bytes = Counter(
-            "execserver_transport_bytes",
-            "JSON-RPC message bytes on client connections, by direction.",
-            ["direction"],
             registry=r,
         )
         self.bytes_streamed = Counter(
@@ -175,19 +158,7 @@ class Metrics:
         self.sessions.set_function(lambda: float(count()))
 
     def observe_request(self, method: str, result: str, seconds: float) -> None:
-        # The labelled children are cached: prometheus_client's labels() lookup
-        # (lock, validation) was ~15 us of every request's ~55 us in the daemon.
-        # Both keys are bounded (known method names, error codes).
-        counter = self._request_counters.get((method, result))
-        if counter is None:
-            counter = self._request_counters[(method, result)] = self.requests.labels(
-                method, result
-            )
-        counter.inc()
-        histogram = self._request_histograms.get(method)
-        if histogram is None:
-            histogram = self._request_histograms[method] = self.request_seconds.labels(method)
-        histogram.observe(seconds)
+        self.requests.observe(method, result, seconds)
 
     def process_started(self) -> None:
         self.processes_started.inc()

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import WSMsgType, web
 
+from execserver.server.coalesce import coalescing_sender
 from execserver.server.connection import Connection, ProtocolViolation
 from execserver.server.metrics import CONTENT_TYPE
 from execserver.server.runtime import ServerRuntime
@@ -99,8 +100,7 @@ async def websocket_endpoint(request: web.Request) -> web.StreamResponse:
     await ws.prepare(request)
     peer = _peer(request)
 
-    async def send_frame(frame: bytes) -> None:
-        await ws.send_frame(frame, WSMsgType.TEXT)
+    send_frame = coalescing_sender(ws, request.transport)
 
     conn = Connection(
         runtime,
