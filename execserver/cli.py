@@ -7,7 +7,7 @@ import asyncio
 import errno
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from execserver import __version__
@@ -19,11 +19,21 @@ from execserver.config import (
     PING_INTERVAL_S,
     LimitsConfig,
     ProcessLimitsConfig,
+    SandboxConfig,
     ServerConfig,
     WsAuthConfig,
 )
 
-__all__ = ["CGROUP_ROOT_ENV", "build_parser", "main"]
+__all__ = [
+    "CGROUP_ROOT_ENV",
+    "build_parser",
+    "cgroup_root_from",
+    "config_from_args",
+    "main",
+    "run_server",
+    "sandbox_config_from",
+    "serve",
+]
 
 if TYPE_CHECKING:
     _Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -81,6 +91,30 @@ def _cores(text: str) -> float:
 # Where the cgroup file systems are looked for; tests point it at an empty directory
 # to play a host that delegates nothing.
 CGROUP_ROOT_ENV = "EXECSERVER_CGROUP_ROOT"
+_FALSE_WORDS = ("0", "false", "no")
+_TRUE_WORDS = ("1", "true", "yes")
+
+
+def cgroup_root_from(environ: Mapping[str, str]) -> str:
+    return environ.get(CGROUP_ROOT_ENV) or DEFAULT_CGROUP_ROOT
+
+
+def sandbox_config_from(environ: Mapping[str, str]) -> SandboxConfig:
+    """The sandbox settings from the ``EXECSERVER_*`` variables (config.ENVIRONMENT_SETTINGS):
+    the only place they are read, for ``serve`` and ``doctor`` alike."""
+    defaults = SandboxConfig()
+    try:
+        glob_limit = max(
+            1, int(environ.get("EXECSERVER_SANDBOX_GLOB_SCAN_LIMIT", defaults.glob_scan_limit))
+        )
+    except ValueError:
+        glob_limit = defaults.glob_scan_limit
+    return SandboxConfig(
+        bwrap=environ.get("EXECSERVER_BWRAP") or None,
+        landlock=environ.get("EXECSERVER_SANDBOX_NO_LANDLOCK", "") not in _TRUE_WORDS,
+        glob_scan_limit=glob_limit,
+        persistent_fs_helper=environ.get("EXECSERVER_FS_HELPER", "persistent") != "oneshot",
+    )
 
 
 def _add_process_limit_flags(p: argparse.ArgumentParser) -> None:
@@ -159,9 +193,13 @@ def _add_ops_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _config_from_args(args: argparse.Namespace) -> ServerConfig:
+def config_from_args(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> ServerConfig:
+    """``serve``'s flags + the environment variables it honours -> the one config."""
     from execserver.server.limits import LIMIT_FLAGS
 
+    env = os.environ if environ is None else environ
     limits = {name: getattr(args, name) or None for name in LIMIT_FLAGS}
     return ServerConfig(
         listen=args.listen,
@@ -188,12 +226,13 @@ def _config_from_args(args: argparse.Namespace) -> ServerConfig:
             memory_max_bytes=args.process_memory_max,
             pids_max=args.process_pids_max,
             cpu_max_cores=args.process_cpu_max,
-            cgroup_root=os.environ.get(CGROUP_ROOT_ENV) or DEFAULT_CGROUP_ROOT,
+            cgroup_root=cgroup_root_from(env),
         ),
+        sandbox=sandbox_config_from(env),
         drain_timeout_s=max(0.0, args.drain_timeout),
         # The start-up sandbox report spawns a few sandboxes right after listening;
         # harnesses that count the daemon's fds or children switch it off.
-        startup_probe=os.environ.get("EXECSERVER_STARTUP_PROBE", "1") not in ("0", "false", "no"),
+        startup_probe=env.get("EXECSERVER_STARTUP_PROBE", "1") not in _FALSE_WORDS,
     )
 
 
@@ -256,13 +295,18 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    return serve(args, config_from_args(args))
+
+
+def serve(args: argparse.Namespace, config: ServerConfig) -> int:
+    """Run ``serve`` with ``config`` (from ``config_from_args``, possibly adjusted
+    by code that embeds the daemon, e.g. a test hook): one line per error."""
     from execserver.containment import ContainmentError
     from execserver.server.audit import AuditLogError
     from execserver.server.auth import startup_checks
     from execserver.server.logs import configure_logging
 
     configure_logging(args.log_level, args.log_format)
-    config = _config_from_args(args)
     try:
         # Listen URL and auth flags, in the reference's order and with its texts.
         startup_checks(config)
@@ -305,7 +349,11 @@ def _run_async(main: object) -> int:
 def _register_doctor(subparsers: _Subparsers) -> None:
     from execserver.doctor import add_doctor_parser
 
-    add_doctor_parser(subparsers)
+    doctor = add_doctor_parser(subparsers)
+    # The settings `serve` would use, so the doctor probes what the daemon would.
+    doctor.set_defaults(
+        sandbox=sandbox_config_from(os.environ), cgroup_root=cgroup_root_from(os.environ)
+    )
 
 
 def _register_client_tools(subparsers: _Subparsers) -> None:

@@ -1,18 +1,30 @@
-"""One configuration object, built from the command line and passed down."""
+"""One configuration object, built from the command line and passed down.
+
+Every setting of the daemon is a typed field here, resolved once by ``cli.py``
+(flags, and the ``EXECSERVER_*`` environment variables listed in
+``ENVIRONMENT_SETTINGS``); nothing below the command line reads a setting from
+the environment.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 __all__ = [
     "DEFAULT_CGROUP_ROOT",
     "DEFAULT_EXITED_RETENTION_S",
+    "DEFAULT_GLOB_SCAN_LIMIT",
     "DEFAULT_LISTEN",
+    "DEFAULT_PROCESS_DRAIN_TIMEOUT_S",
+    "DEFAULT_RETAINED_BYTES",
     "DEFAULT_SESSION_TTL_S",
     "DEFAULT_WS_MAX_CLOCK_SKEW_S",
+    "ENVIRONMENT_SETTINGS",
     "PING_INTERVAL_S",
     "LimitsConfig",
     "ProcessLimitsConfig",
+    "SandboxConfig",
     "ServerConfig",
     "WsAuthConfig",
 ]
@@ -21,6 +33,12 @@ DEFAULT_LISTEN = "ws://127.0.0.1:0"
 # The reference keeps detached sessions and exited processes for about 80 s.
 DEFAULT_SESSION_TTL_S = 80.0
 DEFAULT_EXITED_RETENTION_S = 80.0
+# Output kept per process for process/read: the reference keeps roughly the last 1 MiB.
+DEFAULT_RETAINED_BYTES = 1024 * 1024
+# A daemonised grandchild holding the pipes must not delay process/closed forever.
+DEFAULT_PROCESS_DRAIN_TIMEOUT_S = 5.0
+# Directory entries one sandbox deny-glob may read while it is expanded.
+DEFAULT_GLOB_SCAN_LIMIT = 200_000
 # Inbound limits of the reference: < 16 MiB per frame, 64 MiB per reassembled message.
 MAX_INBOUND_MESSAGE_BYTES = 64 * 1024 * 1024
 PING_INTERVAL_S = 30.0
@@ -83,12 +101,26 @@ class ProcessLimitsConfig:
 
 
 @dataclass(frozen=True)
+class SandboxConfig:
+    """How sandboxes are made on this host (probed once at start-up with these)."""
+
+    bwrap: str | None = None  # --bwrap / $EXECSERVER_BWRAP; None: bwrap on PATH, the wheel's
+    landlock: bool = True  # --no-landlock / $EXECSERVER_SANDBOX_NO_LANDLOCK=1 turns it off
+    glob_scan_limit: int = DEFAULT_GLOB_SCAN_LIMIT  # $EXECSERVER_SANDBOX_GLOB_SCAN_LIMIT
+    # fs/* under a sandbox in a persistent helper per policy ($EXECSERVER_FS_HELPER=oneshot:
+    # a fresh helper per call).
+    persistent_fs_helper: bool = True
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     listen: str = DEFAULT_LISTEN
     concurrent_requests: int = 1
     exit_on_stdin_close: bool = False
     session_ttl_s: float = DEFAULT_SESSION_TTL_S
     exited_process_retention_s: float = DEFAULT_EXITED_RETENTION_S
+    process_retained_bytes: int = DEFAULT_RETAINED_BYTES
+    process_drain_timeout_s: float = DEFAULT_PROCESS_DRAIN_TIMEOUT_S
     max_message_bytes: int = MAX_INBOUND_MESSAGE_BYTES
     ping_interval_s: float = PING_INTERVAL_S
     outbound_queue_messages: int = 1024
@@ -100,9 +132,26 @@ class ServerConfig:
     log_format: str = "text"  # "text" | "json"
     metrics: bool = False  # serve Prometheus text on GET /metrics
     process_limits: ProcessLimitsConfig = field(default_factory=ProcessLimitsConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     # Run the doctor's policy-shape probe at start-up and log its table.
     startup_probe: bool = True
     # SIGTERM drains first (no new sessions; running processes get this long).
     drain_timeout_s: float = 0.0
-    # Filled in by later features (auth, limits, audit); kept here so there is one config.
-    extra: dict[str, object] = field(default_factory=dict)
+    # Test hook, settable only by code that constructs the config (no flag, no
+    # environment variable): name -> address for the managed-network proxy's
+    # resolver, exclusive (no DNS) and exempt from the local-address block.
+    netproxy_host_overrides: Mapping[str, str] | None = None
+
+
+# The environment variables ``cli.py`` maps onto settings (variable -> what it sets).
+ENVIRONMENT_SETTINGS: Mapping[str, str] = {
+    "EXECSERVER_LISTEN": "--listen default",
+    "EXECSERVER_LOG": "--log-level default",
+    "CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE": "--exit-on-stdin-close default",
+    "EXECSERVER_CGROUP_ROOT": "ProcessLimitsConfig.cgroup_root",
+    "EXECSERVER_STARTUP_PROBE": "ServerConfig.startup_probe (0/false/no: off)",
+    "EXECSERVER_BWRAP": "SandboxConfig.bwrap (--bwrap default)",
+    "EXECSERVER_SANDBOX_NO_LANDLOCK": "SandboxConfig.landlock (1/true/yes: off)",
+    "EXECSERVER_SANDBOX_GLOB_SCAN_LIMIT": "SandboxConfig.glob_scan_limit",
+    "EXECSERVER_FS_HELPER": "SandboxConfig.persistent_fs_helper (oneshot: off)",
+}

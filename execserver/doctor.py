@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from execserver import REFERENCE_VERSION, __version__
-from execserver.config import DEFAULT_CGROUP_ROOT
+from execserver.config import DEFAULT_CGROUP_ROOT, SandboxConfig
 
 if TYPE_CHECKING:
     from execserver.sandbox.backend import SandboxBackend
@@ -124,11 +124,10 @@ def backend_checks(
         sandbox = Check("sandbox", True, f"{DEFAULT_SHAPE} enforced by {default.mechanism}")
     else:
         sandbox = Check("sandbox", False, f"{DEFAULT_SHAPE} would be refused: {default.detail}")
-    path = find_bwrap()
     if backend.bwrap is not None:
-        bwrap_detail = f"{backend.bwrap} usable" + ("" if backend.proc_ok else " (without /proc)")
+        bwrap_detail = f"{backend.bwrap} usable"
     else:
-        bwrap_detail = backend.bwrap_error or f"{path} unusable"
+        bwrap_detail = backend.bwrap_error or f"{find_bwrap()} unusable"
         if backend.bwrap_remedy:
             bwrap_detail += f"; fix: {backend.bwrap_remedy}"
     return [
@@ -149,17 +148,12 @@ def backend_checks(
     ]
 
 
-def build_report(
-    backend: SandboxBackend | None = None, cgroup_root: str = DEFAULT_CGROUP_ROOT
-) -> Report:
-    """Probe now (blocking: spawns sandboxes). ``backend``: the daemon's cached one;
-    default a fresh probe of this host."""
+def build_report(backend: SandboxBackend, cgroup_root: str = DEFAULT_CGROUP_ROOT) -> Report:
+    """Probe the policy shapes now (blocking: spawns sandboxes) on ``backend``,
+    the daemon's start-up probe or ``probe_backend`` with the same settings."""
     # Imported here: the probe runs bwrap, which `execserver --help` should not pay for.
-    from execserver.sandbox.backend import probe_backend
     from execserver.sandbox.shapes import probe_shapes
 
-    if backend is None:
-        backend = probe_backend()
     shapes = probe_shapes(backend)
     enforceable = [s.name for s in shapes if s.enforceable]
     info = {
@@ -167,6 +161,8 @@ def build_report(
         "protocol": REFERENCE_VERSION,
         "python": sys.version.split()[0],
         "backend": backend.kind,
+        # The line `serve` logs at start-up ("sandbox backend: ...").
+        "backendDetail": backend.describe(),
         # Fail closed for a shape = that shape is refused; "yes" = every one is.
         "failClosed": "yes" if not enforceable else "no",
         "limits": ", ".join(
@@ -205,6 +201,7 @@ def render_text(report: Report, required: set[str]) -> str:
         mark = "ok" if check.ok else ("MISSING" if check.name in required else "no")
         lines.append(f"  {check.name:9s} {mark:8s} {check.detail}")
     lines.append(f"  limits    {info['limits']}")
+    lines.append(f"sandbox backend: {info['backendDetail']}")
     lines.append("policy shapes (each run for real under the sandbox):")
     # `sandbox` is the gate on Codex's default shape: mark that shape too.
     marked = required | ({"workspace-write"} if "sandbox" in required else set())
@@ -224,13 +221,6 @@ def render_text(report: Report, required: set[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cgroup_root() -> str:
-    """The cgroup root ``serve`` would use (the same environment override)."""
-    from execserver.cli import CGROUP_ROOT_ENV
-
-    return os.environ.get(CGROUP_ROOT_ENV) or DEFAULT_CGROUP_ROOT
-
-
 def cgroup_checks(root: str) -> list[Check]:
     """Which cgroup controllers the --process-*-max limits could use here."""
     from execserver.containment import describe_host
@@ -246,8 +236,14 @@ def cgroup_lines(checks: list[Check]) -> list[str]:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    root = cgroup_root()
-    report = build_report(cgroup_root=root)
+    """``args.sandbox`` (SandboxConfig) and ``args.cgroup_root``: the settings
+    ``serve`` would use, resolved by cli.py."""
+    from execserver.sandbox.backend import probe_backend
+
+    root: str = args.cgroup_root
+    sandbox: SandboxConfig = args.sandbox
+    backend = probe_backend(bwrap=sandbox.bwrap, allow_landlock=sandbox.landlock)
+    report = build_report(backend, cgroup_root=root)
     cgroups = cgroup_checks(root)
     report.extra_sections[CGROUP_SECTION] = cgroup_lines(cgroups)
     required = set(args.require or [])
@@ -269,7 +265,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if missing else 0
 
 
-def add_doctor_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_doctor_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
     p = subparsers.add_parser("doctor", help="report the sandbox backends this host offers")
     p.add_argument(
         "--require",
@@ -283,3 +281,4 @@ def add_doctor_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_doctor)
+    return p

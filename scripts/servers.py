@@ -73,14 +73,19 @@ async def start_server(
     env: dict[str, str] | None = None,
     wrapper: Sequence[str] = (),
     stderr: IO[bytes] | None = None,
+    cwd: str | Path | None = None,
+    serve: Sequence[str] | None = None,
 ) -> AsyncIterator[RunningServer]:
     """Start one server on ws://127.0.0.1:<free port> and stop it afterwards.
     ``wrapper``: argv put in front of the server's command (it must exec the rest),
     e.g. a simulated host without user namespaces. ``stderr``: a file for the
-    server's log (default: our own stderr)."""
+    server's log (default: our own stderr). ``cwd``: the daemon's working
+    directory (default: the project root). ``serve``: for execserver, the argv that
+    stands for ``python -m execserver serve`` (a test's own entry point, e.g.
+    tests/support/netproxy_serve.py)."""
     listen = ["--listen", "ws://127.0.0.1:0"]
     if kind == "execserver":
-        cmd = execserver_command([*listen, *extra])
+        cmd = [*serve, *listen, *extra] if serve else execserver_command([*listen, *extra])
     elif kind == "reference":
         cmd = reference_command([*listen, *extra])
     else:
@@ -94,7 +99,7 @@ async def start_server(
     async with start_daemon(
         [*wrapper, *cmd],
         env=full_env,
-        cwd=str(PROJECT_ROOT),
+        cwd=str(PROJECT_ROOT if cwd is None else cwd),
         # A pipe, so a test can close the server's stdin (--exit-on-stdin-close).
         stdin=asyncio.subprocess.PIPE,
         stderr=stderr,

@@ -8,7 +8,7 @@ import msgspec
 
 from execserver.discovery.config import check_paths, read_config
 from execserver.discovery.skills import scan_root
-from execserver.fs.dispatch import in_thread, run_fs_op
+from execserver.fs.dispatch import in_thread, run_fs_op, sandbox_host
 from execserver.fs.paths import native_path, validate_path_uri
 from execserver.server.rpc import MethodTable, RequestContext
 from execserver.wire import methods as m
@@ -78,7 +78,9 @@ async def discover_roots_v1(
     for root in params.roots:
         path = native_path(root.path)
         sandbox = decode_sandbox_param(root.sandbox)
-        found = await run_fs_op(sandbox, scan_root, {"path": path}, write=False)
+        found = await run_fs_op(
+            sandbox, scan_root, {"path": path}, write=False, host=sandbox_host(ctx)
+        )
         roots.append(
             {
                 "id": root.id,

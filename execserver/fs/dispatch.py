@@ -13,16 +13,19 @@ import asyncio
 import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from execserver.fs.errors import fs_error
 from execserver.fs.local_mounts import LOCAL_MOUNTS
-from execserver.sandbox.fs import needs_sandboxed_fs, run_sandboxed_fs_call
+from execserver.sandbox.fs import SandboxHost, needs_sandboxed_fs, run_sandboxed_fs_call
 from execserver.sandbox.policy import DYNAMIC_CWD_MESSAGE, has_dynamic_entries
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import FileSystemSandboxContext
 
-__all__ = ["in_thread", "in_thread_to_completion", "needs_sandbox", "run_fs_op"]
+__all__ = ["in_thread", "in_thread_to_completion", "needs_sandbox", "run_fs_op", "sandbox_host"]
+
+if TYPE_CHECKING:
+    from execserver.server.rpc import RequestContext
 
 T = TypeVar("T")
 
@@ -79,6 +82,12 @@ def _spec(func: Callable[..., Any]) -> str:
     return f"{func.__module__}:{func.__name__}"
 
 
+def sandbox_host(ctx: RequestContext) -> SandboxHost:
+    """The server's sandboxing (backend probed at start-up, configured helper mode)."""
+    runtime = ctx.runtime
+    return SandboxHost.of(runtime.sandbox_backend, runtime.config.sandbox)
+
+
 def needs_sandbox(sandbox: FileSystemSandboxContext | None, *, write: bool) -> bool:
     """Whether this access must run in the sandbox helper.
 
@@ -98,6 +107,7 @@ async def run_fs_op(
     args: dict[str, Any],
     *,
     write: bool,
+    host: SandboxHost,
     cheap: bool = False,
 ) -> Any:
     """Run ``func(**args)`` (JSON-able args and result) under ``sandbox`` if it
@@ -105,7 +115,9 @@ async def run_fs_op(
     ``cheap`` metadata call when no mounted file system can block (local_mounts)."""
     if needs_sandbox(sandbox, write=write):
         assert sandbox is not None
-        return await run_sandboxed_fs_call(sandbox, func=_spec(func), args=args, write=write)
+        return await run_sandboxed_fs_call(
+            sandbox, func=_spec(func), args=args, write=write, host=host
+        )
     if cheap and LOCAL_MOUNTS.all_local():
         try:
             return func(**args)

@@ -18,7 +18,7 @@ from typing import Any
 from execserver.fs.dispatch import in_thread_to_completion, needs_sandbox
 from execserver.fs.handle_io import open_fd, open_for_handle
 from execserver.fs.mode import OpenMode
-from execserver.sandbox.fs import run_sandboxed_fs_call
+from execserver.sandbox.fs import SandboxHost, run_sandboxed_fs_call
 from execserver.wire.sandbox import FileSystemSandboxContext
 
 __all__ = ["open_handle_fd", "reopen_same_inode"]
@@ -34,7 +34,7 @@ def reopen_same_inode(path: str, mode: str, dev: int, ino: int) -> int:
 
 
 async def open_handle_fd(
-    sandbox: FileSystemSandboxContext | None, path: str, mode: OpenMode
+    sandbox: FileSystemSandboxContext | None, path: str, mode: OpenMode, host: SandboxHost
 ) -> int:
     write = mode == "replace"
     if not needs_sandbox(sandbox, write=write):
@@ -42,7 +42,7 @@ async def open_handle_fd(
     assert sandbox is not None
     spec = f"{open_for_handle.__module__}:{open_for_handle.__name__}"
     ident: Any = await run_sandboxed_fs_call(
-        sandbox, func=spec, args={"path": path, "mode": mode}, write=write
+        sandbox, func=spec, args={"path": path, "mode": mode}, write=write, host=host
     )
     dev, ino = int(ident["dev"]), int(ident["ino"])
     return await in_thread_to_completion(

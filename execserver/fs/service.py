@@ -13,7 +13,13 @@ from typing import Any
 
 from execserver.fs import handle_io, ops_read, ops_write
 from execserver.fs.b64 import decode_strict
-from execserver.fs.dispatch import in_thread, in_thread_to_completion, needs_sandbox, run_fs_op
+from execserver.fs.dispatch import (
+    in_thread,
+    in_thread_to_completion,
+    needs_sandbox,
+    run_fs_op,
+    sandbox_host,
+)
 from execserver.fs.handles import FileHandles
 from execserver.fs.mode import decode_open_mode
 from execserver.fs.params import (
@@ -128,7 +134,9 @@ def _audit(ctx: RequestContext, op: str, path: str, **fields: Any) -> None:
 
 async def read_file(ctx: RequestContext, params: ReadFileParams) -> ReadFileResponse:
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
-    data = await run_fs_op(_sandbox(params), ops_read.read_file, args, write=False)
+    data = await run_fs_op(
+        _sandbox(params), ops_read.read_file, args, write=False, host=sandbox_host(ctx)
+    )
     return ReadFileResponse(data_base64=data)
 
 
@@ -144,7 +152,9 @@ async def write_file(ctx: RequestContext, params: WriteFileParams) -> Empty:
     if needs_sandbox(sandbox, write=True):
         # Raw bytes: the persistent helper takes them as they are (no second base64).
         args = {"path": path, "data": data, "follow_symlinks": params.follow_symlinks}
-        await run_fs_op(sandbox, ops_write.write_file_bytes, args, write=True)
+        await run_fs_op(
+            sandbox, ops_write.write_file_bytes, args, write=True, host=sandbox_host(ctx)
+        )
     else:
         await in_thread(ops_write.write_file_bytes, path, data, params.follow_symlinks)
     _audit(ctx, "write", path, bytes=len(data))
@@ -154,7 +164,9 @@ async def write_file(ctx: RequestContext, params: WriteFileParams) -> Empty:
 async def create_directory(ctx: RequestContext, params: CreateDirectoryParams) -> Empty:
     path = native_path(params.path)
     args = {"path": path, "recursive": params.recursive, "follow_symlinks": params.follow_symlinks}
-    await run_fs_op(_sandbox(params), ops_write.create_directory, args, write=True)
+    await run_fs_op(
+        _sandbox(params), ops_write.create_directory, args, write=True, host=sandbox_host(ctx)
+    )
     _audit(ctx, "mkdir", path)
     return Empty()
 
@@ -162,20 +174,34 @@ async def create_directory(ctx: RequestContext, params: CreateDirectoryParams) -
 async def get_metadata(ctx: RequestContext, params: GetMetadataParams) -> dict[str, Any]:
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
     result: dict[str, Any] = await run_fs_op(
-        _sandbox(params), ops_read.get_metadata, args, write=False, cheap=True
+        _sandbox(params),
+        ops_read.get_metadata,
+        args,
+        write=False,
+        host=sandbox_host(ctx),
+        cheap=True,
     )
     return result
 
 
 async def canonicalize(ctx: RequestContext, params: CanonicalizeParams) -> dict[str, Any]:
     args = {"path": native_path(params.path)}
-    uri = await run_fs_op(_sandbox(params), ops_read.canonicalize, args, write=False, cheap=True)
+    uri = await run_fs_op(
+        _sandbox(params),
+        ops_read.canonicalize,
+        args,
+        write=False,
+        host=sandbox_host(ctx),
+        cheap=True,
+    )
     return {"path": uri}
 
 
 async def read_directory(ctx: RequestContext, params: ReadDirectoryParams) -> dict[str, Any]:
     args = {"path": native_path(params.path)}
-    entries = await run_fs_op(_sandbox(params), ops_read.read_directory, args, write=False)
+    entries = await run_fs_op(
+        _sandbox(params), ops_read.read_directory, args, write=False, host=sandbox_host(ctx)
+    )
     return {"entries": entries}
 
 
@@ -200,7 +226,9 @@ async def walk_tree(ctx: RequestContext, params: WalkParams) -> dict[str, Any]:
         "follow_directory_symlinks": opts.follow_directory_symlinks,
         "prune_hidden_directories": opts.prune_hidden_directories,
     }
-    result: dict[str, Any] = await run_fs_op(_sandbox(params), walk, args, write=False)
+    result: dict[str, Any] = await run_fs_op(
+        _sandbox(params), walk, args, write=False, host=sandbox_host(ctx)
+    )
     return result
 
 
@@ -212,7 +240,7 @@ async def remove(ctx: RequestContext, params: RemoveParams) -> Empty:
         "force": params.force,
         "follow_symlinks": params.follow_symlinks,
     }
-    await run_fs_op(_sandbox(params), ops_write.remove, args, write=True)
+    await run_fs_op(_sandbox(params), ops_write.remove, args, write=True, host=sandbox_host(ctx))
     _audit(ctx, "remove", path)
     return Empty()
 
@@ -220,7 +248,7 @@ async def remove(ctx: RequestContext, params: RemoveParams) -> Empty:
 async def copy(ctx: RequestContext, params: CopyParams) -> Empty:
     source, destination = native_path(params.source_path), native_path(params.destination_path)
     args = {"source_path": source, "destination_path": destination, "recursive": params.recursive}
-    await run_fs_op(_sandbox(params), ops_write.copy, args, write=True)
+    await run_fs_op(_sandbox(params), ops_write.copy, args, write=True, host=sandbox_host(ctx))
     _audit(ctx, "copy", destination, source=source)
     return Empty()
 
@@ -240,7 +268,9 @@ async def open_handle(ctx: RequestContext, params: OpenParams) -> OpenResponse:
     handles.reserve(params.handle_id)
     try:
         path = native_path(params.path)
-        fd = await open_handle_fd(_sandbox(params), path, decode_open_mode(params.mode))
+        fd = await open_handle_fd(
+            _sandbox(params), path, decode_open_mode(params.mode), sandbox_host(ctx)
+        )
     except BaseException:
         handles.unreserve(params.handle_id)
         raise

@@ -17,13 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-import msgspec
-
 from execserver.netproxy.guard import is_daemon_endpoint
 from execserver.netproxy.loopback import LoopbackBridge, loopback_proxy_ports
 from execserver.netproxy.proxy import ProcessNetworkProxy
-from execserver.netproxy.sandbox import ProxyRoutes
-from execserver.processes.envpolicy import build_environment
+from execserver.netproxy.resolver import Resolver
+from execserver.sandbox.proxy_routed import ProxyRoutes
 from execserver.wire import methods as m
 from execserver.wire.network import (
     NetworkPolicyDecisionNotification,
@@ -35,7 +33,11 @@ from execserver.wire.process import ExecParams, RemoteNetworkProxyLaunchConfig
 if TYPE_CHECKING:
     from execserver.server.sessions import Session
 
-__all__ = ["prepare_network"]
+__all__ = [
+    "NetworkHost",
+    "NetworkSetup",
+    "prepare_network",
+]
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +94,21 @@ def session_proxies(session: Session) -> SessionProxies:
     return session.state.get(SessionProxies, SessionProxies)
 
 
+@dataclass(frozen=True)
+class NetworkHost:
+    """What the daemon hands every process's proxy: its own environment (whose
+    proxy variables name the upstream proxy under ``allowUpstreamProxy``) and
+    the resolver's static name overrides (None: real DNS)."""
+
+    daemon_env: Mapping[str, str]
+    host_overrides: Mapping[str, str] | None = None
+
+    def resolver(self) -> Resolver:
+        return Resolver(self.host_overrides)
+
+
 async def start_process_proxy(
-    session: Session, process_id: str, config: RemoteNetworkProxyLaunchConfig
+    session: Session, process_id: str, config: RemoteNetworkProxyLaunchConfig, host: NetworkHost
 ) -> ProcessNetworkProxy:
     """Start the proxy for ``process_id``; registered with the session at once so a
     cancelled request never leaks its listeners."""
@@ -105,7 +120,14 @@ async def start_process_proxy(
         params = NetworkPolicyRequestParams(process_id, NetworkRequestTarget(protocol, host, port))
         return await session.request(m.NETWORK_POLICY_REQUEST, params, timeout)
 
-    proxy = ProcessNetworkProxy(config, process_id=process_id, notify=notify, ask=ask)
+    proxy = ProcessNetworkProxy(
+        config,
+        process_id=process_id,
+        notify=notify,
+        ask=ask,
+        resolver=host.resolver(),
+        upstream_environ=host.daemon_env,
+    )
     proxies = session_proxies(session)
     proxies.add(proxy)
     try:
@@ -125,11 +147,12 @@ async def start_process_proxy(
 
 @dataclass
 class NetworkSetup:
-    """What process/start launches with: params (proxy variables injected), the
-    sandbox bridge's routes, and what to stop when the process is gone."""
+    """What process/start launches with: the child's environment (proxy
+    variables injected, secrets masked), the sandbox bridge's routes, and what to
+    stop when the process is gone."""
 
     session: Session
-    params: ExecParams
+    env: dict[str, str]
     routes: ProxyRoutes | None = None
     owned: list[Resource] = field(default_factory=list)
 
@@ -143,24 +166,31 @@ class NetworkSetup:
 
 
 async def prepare_network(
-    session: Session, params: ExecParams, *, sandboxed: bool, daemon_env: Mapping[str, str]
+    session: Session,
+    params: ExecParams,
+    env: dict[str, str],
+    *,
+    sandboxed: bool,
+    host: NetworkHost,
 ) -> NetworkSetup:
-    setup = NetworkSetup(session, params)
+    """``env``: the child's environment as built from the request (env + envPolicy)."""
+    setup = NetworkSetup(session, env)
     try:
         if params.network_proxy is not None:
-            proxy = await start_process_proxy(session, params.process_id, params.network_proxy)
+            proxy = await start_process_proxy(
+                session, params.process_id, params.network_proxy, host
+            )
             setup.owned.append(proxy)
             # The proxy's variables win over the request's env (as on the reference).
-            env = {**params.env, **proxy.environment()}
+            final = {**env, **proxy.environment()}
             if proxy.credentials is not None:
                 # Masked secrets: the child gets placeholders (netproxy.credentials).
-                final = build_environment(params.env, params.env_policy, daemon_env)
-                env.update(proxy.credentials.mask_environment(final))
-            setup.params = msgspec.structs.replace(params, env=env)
+                final.update(proxy.credentials.mask_environment(env))
+            setup.env = final
             if sandboxed and params.enforce_managed_network:
                 setup.routes = await proxy.sandbox_routes()
         elif sandboxed and params.enforce_managed_network:
-            setup.routes = await _loopback_routes(setup, daemon_env)
+            setup.routes = await _loopback_routes(setup, params)
         managed = params.managed_network
         if setup.routes is not None and managed is not None:
             setup.routes = dataclasses.replace(
@@ -174,14 +204,10 @@ async def prepare_network(
     return setup
 
 
-async def _loopback_routes(
-    setup: NetworkSetup, daemon_env: Mapping[str, str]
-) -> ProxyRoutes | None:
+async def _loopback_routes(setup: NetworkSetup, params: ExecParams) -> ProxyRoutes | None:
     """Bridge a client-side loopback proxy; None (the sandbox refuses: fail closed)
     when the variables name no loopback proxy or something unreachable."""
-    params = setup.params
-    env = build_environment(params.env, params.env_policy, daemon_env)
-    ports, foreign = loopback_proxy_ports(env)
+    ports, foreign = loopback_proxy_ports(setup.env)
     if not ports or foreign:
         return None
     managed = params.managed_network

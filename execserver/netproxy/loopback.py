@@ -23,8 +23,8 @@ from execserver.netproxy.guard import (
     is_daemon_endpoint,
 )
 from execserver.netproxy.relay import close, relay
-from execserver.netproxy.sandbox import ProxyRoutes
 from execserver.sandbox.hidden import private_dir
+from execserver.sandbox.proxy_routed import ProxyRoutes
 
 __all__ = ["LoopbackBridge", "loopback_proxy_ports"]
 

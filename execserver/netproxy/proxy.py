@@ -3,7 +3,7 @@
 Listens on 127.0.0.1 (an ephemeral port) for HTTP and, with ``enableSocks5``,
 SOCKS5. For a sandboxed child, whose network namespace has its own loopback,
 the same front ends are also offered on unix sockets in a private directory
-that the sandbox binds in (see ``netproxy.sandbox``). Closing the proxy closes
+that the sandbox binds in (see ``execserver.sandbox.proxy_routed``). Closing the proxy closes
 the listeners and every open client connection.
 """
 
@@ -14,7 +14,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from execserver.netproxy import http_proxy, socks
 from execserver.netproxy.credentials import credential_vault
@@ -23,9 +23,9 @@ from execserver.netproxy.env import proxy_environment
 from execserver.netproxy.guard import accept_connection
 from execserver.netproxy.policy import NetworkPolicy
 from execserver.netproxy.resolver import Resolver
-from execserver.netproxy.sandbox import ProxyRoutes
 from execserver.netproxy.upstream import UpstreamProxies
 from execserver.sandbox.hidden import private_dir
+from execserver.sandbox.proxy_routed import ProxyRoutes
 from execserver.wire.process import RemoteNetworkProxyLaunchConfig
 
 __all__ = ["ProcessNetworkProxy"]
@@ -43,8 +43,12 @@ class ProcessNetworkProxy:
         process_id: str,
         notify: Notifier,
         ask: Asker | None,
-        resolver: Resolver | None = None,
+        resolver: Resolver,
+        upstream_environ: Mapping[str, str],
     ) -> None:
+        """``resolver``: how names are resolved (tests inject a static one);
+        ``upstream_environ``: the daemon's environment, whose proxy variables
+        name the upstream proxy under ``allowUpstreamProxy``."""
         timeout_ms = config.policy_decision_timeout_ms
         self.config = config
         self.credentials = credential_vault(config.proxy)
@@ -52,14 +56,14 @@ class ProcessNetworkProxy:
             notify = self.credentials.scrubbing(notify)
         self.engine = PolicyEngine(
             NetworkPolicy.from_config(config.proxy),
-            resolver or Resolver.from_environment(),
+            resolver,
             process_id=process_id,
             notify=notify,
             ask=ask,
             decision_timeout_s=timeout_ms / 1000 if timeout_ms else None,
         )
         if config.proxy.allow_upstream_proxy:
-            self.engine.upstream = UpstreamProxies.from_environment()
+            self.engine.upstream = UpstreamProxies.from_environment(upstream_environ)
         self.engine.udp_associate = config.proxy.enable_socks5_udp
         self.engine.credentials = self.credentials
         self.http_port = 0

@@ -1,17 +1,18 @@
-"""Name resolution for the proxy, with a static hook for tests and offline hosts.
+"""Name resolution for the proxy, with a static hook for tests.
 
-``EXECSERVER_NETPROXY_HOSTS="upstream.test=127.0.0.1,other.test=127.0.0.1"`` in the
-daemon's environment maps names to addresses without DNS. When the hook is set
-it is exclusive: a name it does not list fails to resolve instead of leaving
-the machine (tests must never send a DNS query). Addresses coming from the hook
-stand for "the internet": they are exempt from the local-address block, which
-is what lets a test's 127.0.0.1 upstream play a public server.
+``Resolver({"upstream.test": "127.0.0.1"})`` maps names to addresses without
+DNS. The mapping is given only by code that constructs the server
+(``ServerConfig.netproxy_host_overrides``, which no flag or environment
+variable sets): it is exclusive, a name it does not list fails to resolve
+instead of leaving the machine (tests must never send a DNS query), and the
+addresses it gives stand for "the internet": they are exempt from the
+local-address block, which is what lets a test's 127.0.0.1 upstream play a
+public server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,8 +20,6 @@ from dataclasses import dataclass
 from execserver.netproxy.policy import LOCAL_NAMES, is_ip_literal, normalize_host
 
 __all__ = ["Resolution", "ResolveError", "Resolver", "parse_hosts"]
-
-HOSTS_ENV = "EXECSERVER_NETPROXY_HOSTS"
 
 
 @dataclass(frozen=True)
@@ -48,11 +47,6 @@ class Resolver:
         self._overrides = {normalize_host(k): v for k, v in (overrides or {}).items()}
         self._exclusive = overrides is not None
 
-    @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Resolver:
-        text = (os.environ if environ is None else environ).get(HOSTS_ENV)
-        return cls(parse_hosts(text) if text is not None else None)
-
     async def resolve(self, host: str, port: int) -> Resolution:
         host = normalize_host(host)
         if is_ip_literal(host):
@@ -63,7 +57,7 @@ class Resolver:
         if self._exclusive:
             if host in LOCAL_NAMES:
                 return Resolution(("127.0.0.1",))
-            raise ResolveError(f"{host} is not listed in {HOSTS_ENV}")
+            raise ResolveError(f"{host} is not listed in the resolver's host overrides")
         loop = asyncio.get_running_loop()
         try:
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import ipaddress
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -174,8 +173,7 @@ class UpstreamProxies:
     bypass: tuple[_Bypass, ...] = ()
 
     @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None) -> UpstreamProxies:
-        env = os.environ if environ is None else environ
+    def from_environment(cls, env: Mapping[str, str]) -> UpstreamProxies:
         no_proxy = env.get("NO_PROXY", env.get("no_proxy", ""))
         entries = [e.strip() for e in no_proxy.split(",") if e.strip()]
         return cls(

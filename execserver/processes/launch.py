@@ -1,10 +1,11 @@
-"""From ``process/start`` params to a running child: the three launch shapes.
+"""From a ``LaunchRequest`` to a running child.
 
-``plan_launch`` is the one seam that turns params into what gets exec'd
-(program, argv, env, cwd, extra fds); the sandbox planner plugs in there.
-``spawn`` then starts it with pipes (stdin writable or /dev/null) or under a
-pseudo-terminal. Every child is the leader of a new session (and so of its own
-process group), which is what lets the daemon signal or kill its group.
+``plan_unsandboxed`` is the plan of a start without a sandbox (the sandboxed
+ones come from ``execserver.sandbox.plan_sandboxed``); both are the one
+``LaunchPlan`` type and use the one program lookup (``sandbox.program``).
+``spawn`` then starts a plan with pipes (stdin writable or /dev/null) or under
+a pseudo-terminal. Every child is the leader of a new session (and so of its
+own process group), which is what lets the daemon signal or kill its group.
 """
 
 from __future__ import annotations
@@ -17,31 +18,17 @@ import struct
 import subprocess
 import termios
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from execserver.processes.envpolicy import build_environment
+from execserver.sandbox.plan import LaunchPlan, LaunchRequest
+from execserver.sandbox.program import child_search_path, find_program
 from execserver.wire.errors import RpcError, os_error_text
-from execserver.wire.process import ExecParams, SandboxType
 
-__all__ = ["LaunchPlan", "Spawned", "plan_launch", "spawn"]
+__all__ = ["PTY_COLS", "PTY_ROWS", "Spawned", "plan_unsandboxed", "spawn"]
 
 # The reference's pseudo-terminal is 24 rows x 80 columns and cannot be resized.
 PTY_ROWS = 24
 PTY_COLS = 80
-
-
-@dataclass
-class LaunchPlan:
-    program: str  # what execve gets (a path, or a bare name resolved against PATH)
-    argv: list[str]  # what the program sees, argv[0] included
-    env: dict[str, str]
-    cwd: str
-    tty: bool
-    pipe_stdin: bool
-    pass_fds: tuple[int, ...] = ()
-    sandbox_type: SandboxType = "none"
-    # Releases planner resources (e.g. a seccomp program fd) once the child is spawned.
-    release: Callable[[], None] = field(default=lambda: None)
 
 
 @dataclass
@@ -71,22 +58,11 @@ def _login_shell() -> str:
         return os.environ.get("SHELL", "/bin/sh")
 
 
-def _search_path(name: str, path: str, cwd: str) -> str | None:
-    for entry in path.split(os.pathsep):
-        candidate = os.path.join(cwd, entry or ".", name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
 def _resolve_pipe_program(name: str, env: Mapping[str, str], cwd: str) -> str:
     """Non-tty lookup: the child's PATH when it has one, else the daemon's (as Rust's Command)."""
     if "/" in name:
         return name
-    path = env.get("PATH")
-    if path is None:
-        path = os.environ.get("PATH", os.defpath)
-    found = _search_path(name, path, cwd)
+    found = find_program(name, child_search_path(env), cwd)
     if found is None:
         raise RpcError.internal(os_error_text(2))
     return found
@@ -99,7 +75,7 @@ def _resolve_pty_program(name: str, env: Mapping[str, str], cwd: str) -> str:
     path = env.get("PATH")
     if path is None:
         raise RpcError.internal(f"Unable to spawn {name} because:\nUnable to resolve the PATH")
-    found = _search_path(name, path, cwd)
+    found = find_program(name, path, cwd)
     if found is None:
         raise RpcError.internal(
             f'Unable to spawn {name} because:\nNo viable candidates found in PATH "{path}"'
@@ -107,16 +83,17 @@ def _resolve_pty_program(name: str, env: Mapping[str, str], cwd: str) -> str:
     return found
 
 
-def plan_launch(params: ExecParams, cwd: str, daemon_env: Mapping[str, str]) -> LaunchPlan:
-    """What to exec for an unsandboxed ``process/start`` (argv already checked non-empty).
-
-    Raises RpcError (the reference's spawn error) when the program cannot be found."""
-    env = build_environment(params.env, params.env_policy, daemon_env)
-    argv = list(params.argv)
-    if params.tty:
+def plan_unsandboxed(request: LaunchRequest) -> LaunchPlan:
+    """What to exec for a ``process/start`` without a sandbox (argv already checked
+    non-empty). Raises RpcError (the reference's spawn error) when the program
+    cannot be found."""
+    env = dict(request.env)
+    argv = list(request.argv)
+    cwd = request.cwd
+    if request.tty:
         # The reference's pty path resolves *and shows* arg0 in place of argv[0].
-        if params.arg0 is not None:
-            argv[0] = params.arg0
+        if request.arg0 is not None:
+            argv[0] = request.arg0
         # A tty child whose cwd is not a directory starts in the home directory instead.
         if not os.path.isdir(cwd):
             cwd = _daemon_home()
@@ -124,15 +101,16 @@ def plan_launch(params: ExecParams, cwd: str, daemon_env: Mapping[str, str]) -> 
         program = _resolve_pty_program(argv[0], env, cwd)
     else:
         program = _resolve_pipe_program(argv[0], env, cwd)
-        if params.arg0 is not None:
-            argv[0] = params.arg0
+        if request.arg0 is not None:
+            argv[0] = request.arg0
     return LaunchPlan(
-        program=program,
         argv=argv,
         env=env,
+        sandbox_type="none",
+        program=program,
         cwd=cwd,
-        tty=params.tty,
-        pipe_stdin=params.pipe_stdin,
+        tty=request.tty,
+        pipe_stdin=request.pipe_stdin,
     )
 
 
@@ -164,7 +142,7 @@ def spawn(plan: LaunchPlan, place: Callable[[], None] | None = None) -> Spawned:
         # The placement failed in the child, which then never ran the command.
         raise RpcError.internal("cannot place the process in its resource-limit cgroup") from None
     finally:
-        plan.release()
+        plan.close()
 
 
 def _spawn_pipes(plan: LaunchPlan, place: Callable[[], None] | None) -> Spawned:
@@ -182,7 +160,7 @@ def _spawn_pipes(plan: LaunchPlan, place: Callable[[], None] | None) -> Spawned:
     try:
         popen = subprocess.Popen(
             plan.argv,
-            executable=plan.program,
+            executable=plan.executable,
             stdin=stdin_arg,
             stdout=out_w,
             stderr=err_w,
@@ -212,7 +190,7 @@ def _spawn_pty(plan: LaunchPlan, place: Callable[[], None] | None) -> Spawned:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", PTY_ROWS, PTY_COLS, 0, 0))
         popen = subprocess.Popen(
             plan.argv,
-            executable=plan.program,
+            executable=plan.executable,
             stdin=slave,
             stdout=slave,
             stderr=slave,

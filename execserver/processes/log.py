@@ -12,10 +12,10 @@ from __future__ import annotations
 import bisect
 from typing import NamedTuple
 
-__all__ = ["DEFAULT_RETAINED_BYTES", "Chunk", "OutputLog"]
+# ServerConfig.process_retained_bytes: the last 1 MiB of output, as the reference.
+from execserver.config import DEFAULT_RETAINED_BYTES
 
-# The reference keeps roughly the last 1 MiB of output per process.
-DEFAULT_RETAINED_BYTES = 1024 * 1024
+__all__ = ["DEFAULT_RETAINED_BYTES", "Chunk", "OutputLog"]
 
 
 class Chunk(NamedTuple):

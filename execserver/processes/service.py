@@ -8,19 +8,18 @@ writeId checks in the handler (after them).
 from __future__ import annotations
 
 import os
-from typing import Any
 
-from execserver.netproxy.launch import prepare_network
-from execserver.netproxy.sandbox import ProxyRoutes
+from execserver.netproxy.launch import NetworkHost, prepare_network
 from execserver.processes.envpolicy import build_environment
-from execserver.processes.launch import LaunchPlan, plan_launch
-from execserver.processes.log import DEFAULT_RETAINED_BYTES
+from execserver.processes.launch import plan_unsandboxed
 from execserver.processes.managed import DenialClassifier, ManagedProcess
 from execserver.processes.supervisor import Supervisor
 from execserver.processes.table import ProcessTable
 from execserver.processes.uuidcheck import check_uuid
-from execserver.sandbox import is_sandbox_denied, plan_process_launch
-from execserver.sandbox.plan import off_loop
+from execserver.sandbox.backend import SandboxBackend
+from execserver.sandbox.denial import is_sandbox_denied
+from execserver.sandbox.plan import LaunchPlan, LaunchRequest, off_loop
+from execserver.sandbox.planner import plan_sandboxed
 from execserver.server import audit
 from execserver.server.rpc import MethodTable, RequestContext
 from execserver.wire import methods as m
@@ -39,43 +38,40 @@ from execserver.wire.process import (
     WriteParams,
     WriteResponse,
 )
-from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_param
+from execserver.wire.sandbox import decode_sandbox_param
 from execserver.wire.uri import uri_to_path
 
 __all__ = ["register"]
 
-# A daemonised grandchild holding the pipes must not delay process/closed forever.
-DEFAULT_DRAIN_TIMEOUT_S = 5.0
 MAX_SNAPSHOT_SCOPE_BYTES = 256
-
-
-def _config_value(ctx: RequestContext, name: str, default: Any) -> Any:
-    config = ctx.runtime.config
-    if hasattr(config, name):
-        return getattr(config, name)
-    return config.extra.get(name, default)
 
 
 def _table(ctx: RequestContext) -> ProcessTable:
     session = ctx.session
-    supervisor = ctx.runtime.state.get(Supervisor, Supervisor)
+    runtime = ctx.runtime
+    config = runtime.config
+    supervisor = runtime.state.get(Supervisor, Supervisor)
     return session.state.get(
         ProcessTable,
         lambda: ProcessTable(
             session,
             supervisor,
-            retention_s=float(_config_value(ctx, "exited_process_retention_s", 80.0)),
-            retained_bytes=int(
-                _config_value(ctx, "process_retained_bytes", DEFAULT_RETAINED_BYTES)
-            ),
-            drain_timeout_s=float(
-                _config_value(ctx, "process_drain_timeout_s", DEFAULT_DRAIN_TIMEOUT_S)
-            ),
-            limits=getattr(ctx.runtime.config, "limits", None),
-            metrics=getattr(ctx.runtime, "metrics", None),
-            containment=getattr(ctx.runtime, "containment", None),
+            retention_s=config.exited_process_retention_s,
+            retained_bytes=config.process_retained_bytes,
+            drain_timeout_s=config.process_drain_timeout_s,
+            limits=config.limits,
+            metrics=runtime.metrics,
+            containment=runtime.containment,
         ),
     )
+
+
+def _backend(ctx: RequestContext) -> SandboxBackend:
+    """The backend probed at start-up; a server that never probed refuses (fail closed)."""
+    backend = ctx.runtime.sandbox_backend
+    if backend is None:
+        raise RpcError.internal("the sandbox backend was not probed at start-up")
+    return backend
 
 
 def _existing_table(ctx: RequestContext) -> ProcessTable | None:
@@ -116,37 +112,6 @@ def _check_start(params: ExecParams) -> None:
             )
 
 
-def _sandbox_plan(
-    sandbox: FileSystemSandboxContext,
-    params: ExecParams,
-    cwd: str,
-    proxy_routes: ProxyRoutes | None = None,
-) -> LaunchPlan:
-    """Wrap the command with the sandbox planner. Every failure is an RpcError raised
-    before anything is spawned: a sandboxed request never runs unsandboxed."""
-    planned = plan_process_launch(
-        sandbox,
-        argv=list(params.argv),
-        cwd=cwd,
-        env=build_environment(params.env, params.env_policy, os.environ),
-        tty=params.tty,
-        arg0=params.arg0,
-        enforce_managed_network=params.enforce_managed_network,
-        proxy_routes=proxy_routes,
-    )
-    return LaunchPlan(
-        program=planned.argv[0],
-        argv=list(planned.argv),
-        env=dict(planned.env),
-        cwd=cwd,
-        tty=params.tty,
-        pipe_stdin=params.pipe_stdin,
-        pass_fds=tuple(planned.pass_fds),
-        sandbox_type="linuxSeccomp",
-        release=planned.close,
-    )
-
-
 async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse:
     _check_start(params)
     table = _table(ctx)
@@ -154,19 +119,42 @@ async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse
     cwd = str(uri_to_path(params.cwd))
     sandbox = decode_sandbox_param(params.sandbox)
     classify: DenialClassifier | None = None
-    # Managed network: the process's proxy (its variables injected into env) and,
-    # for enforceManagedNetwork, the routes of the sandbox's bridge to a proxy.
+    config = ctx.runtime.config
+    # The daemon's own environment is what envPolicy inherits from.
+    env = build_environment(params.env, params.env_policy, os.environ)
+    # The process's proxy (its variables injected into env) and, for
+    # enforceManagedNetwork, the routes of the sandbox's bridge to a proxy.
+    network = NetworkHost(daemon_env=os.environ, host_overrides=config.netproxy_host_overrides)
     net = await prepare_network(
-        ctx.session, params, sandboxed=sandbox is not None, daemon_env=os.environ
+        ctx.session, params, env, sandboxed=sandbox is not None, host=network
     )
-    params = net.params
+    request = LaunchRequest(
+        argv=list(params.argv),
+        cwd=cwd,
+        env=net.env,
+        tty=params.tty,
+        pipe_stdin=params.pipe_stdin,
+        arg0=params.arg0,
+        enforce_managed_network=params.enforce_managed_network,
+    )
     try:
+        plan: LaunchPlan
         if sandbox is None:
-            plan = plan_launch(params, cwd, os.environ)
+            plan = plan_unsandboxed(request)
         else:
-            routes = net.routes
+            # Every failure is an RpcError raised before anything is spawned: a
+            # sandboxed request never runs unsandboxed.
+            backend, routes = _backend(ctx), net.routes
+            limit = config.sandbox.glob_scan_limit
             plan = await off_loop(
-                lambda: _sandbox_plan(sandbox, params, cwd, routes), lambda p: p.release()
+                lambda: plan_sandboxed(
+                    sandbox,
+                    request,
+                    backend=backend,
+                    proxy_routes=routes,
+                    glob_scan_limit=limit,
+                ),
+                lambda p: p.close(),
             )
             classify = is_sandbox_denied
         proc = table.start(params.process_id, plan, classify)
@@ -174,7 +162,7 @@ async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse
         await net.aclose()
         raise
     net.close_with(proc)
-    # Audit log (argv0 + argv hash, never env), exit audited at close.
+    # The audit log gets argv0 + an argv hash, never env; the exit is audited at close.
     audit.process_started(
         ctx.runtime,
         ctx.session.id,

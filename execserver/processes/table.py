@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 
 from execserver.config import LimitsConfig
 from execserver.containment import ProcessCgroups
-from execserver.processes.launch import LaunchPlan, spawn
+from execserver.processes.launch import spawn
 from execserver.processes.managed import DenialClassifier, ManagedProcess
 from execserver.processes.supervisor import Supervisor
 from execserver.processes.tree import ProcessTree
+from execserver.sandbox.plan import LaunchPlan
 from execserver.server.limits import check_below
 from execserver.server.metrics import Metrics
 from execserver.wire.errors import RpcError
@@ -106,7 +107,7 @@ class ProcessTable:
             session=self._session,
             supervisor=self._supervisor,
             tree=tree,
-            program=plan.program,
+            program=plan.executable,
             retained_bytes=self._retained_bytes,
             drain_timeout_s=self._drain_timeout_s,
             pipe_stdin=plan.pipe_stdin,

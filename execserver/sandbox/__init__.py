@@ -14,23 +14,28 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from execserver.sandbox.backend import SandboxBackend, detect_backend, probe_backend
+    from execserver.sandbox.backend import SandboxBackend, probe_backend
     from execserver.sandbox.denial import is_sandbox_denied
-    from execserver.sandbox.fs import needs_sandboxed_fs, run_sandboxed_fs_call
-    from execserver.sandbox.plan import SANDBOX_TYPE, LaunchPlan, plan_process_launch
+    from execserver.sandbox.fs import SandboxHost, needs_sandboxed_fs, run_sandboxed_fs_call
+    from execserver.sandbox.plan import SANDBOX_TYPE, LaunchPlan, LaunchRequest
+    from execserver.sandbox.planner import plan_process_launch, plan_sandboxed
     from execserver.sandbox.policy import ResolvedPolicy, resolve_policy
+    from execserver.sandbox.proxy_routed import ProxyRoutes
     from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_context
 
 _EXPORTS = {
     "SandboxBackend": "execserver.sandbox.backend",
-    "detect_backend": "execserver.sandbox.backend",
     "probe_backend": "execserver.sandbox.backend",
     "is_sandbox_denied": "execserver.sandbox.denial",
+    "SandboxHost": "execserver.sandbox.fs",
     "needs_sandboxed_fs": "execserver.sandbox.fs",
     "run_sandboxed_fs_call": "execserver.sandbox.fs",
     "SANDBOX_TYPE": "execserver.sandbox.plan",
     "LaunchPlan": "execserver.sandbox.plan",
-    "plan_process_launch": "execserver.sandbox.plan",
+    "LaunchRequest": "execserver.sandbox.plan",
+    "plan_process_launch": "execserver.sandbox.planner",
+    "plan_sandboxed": "execserver.sandbox.planner",
+    "ProxyRoutes": "execserver.sandbox.proxy_routed",
     "ResolvedPolicy": "execserver.sandbox.policy",
     "resolve_policy": "execserver.sandbox.policy",
     "FileSystemSandboxContext": "execserver.wire.sandbox",
@@ -41,13 +46,16 @@ __all__ = [
     "SANDBOX_TYPE",
     "FileSystemSandboxContext",
     "LaunchPlan",
+    "LaunchRequest",
+    "ProxyRoutes",
     "ResolvedPolicy",
     "SandboxBackend",
+    "SandboxHost",
     "decode_sandbox_context",
-    "detect_backend",
     "is_sandbox_denied",
     "needs_sandboxed_fs",
     "plan_process_launch",
+    "plan_sandboxed",
     "probe_backend",
     "resolve_policy",
     "run_sandboxed_fs_call",

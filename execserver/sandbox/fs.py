@@ -30,10 +30,17 @@ from collections.abc import Callable
 from typing import Final
 
 import execserver
+from execserver.config import DEFAULT_GLOB_SCAN_LIMIT, SandboxConfig
 from execserver.containment import contained_helper
-from execserver.sandbox.backend import SandboxBackend, detect_backend
+from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.route import call_persistent
-from execserver.sandbox.plan import LaunchPlan, interpreter_paths, off_loop, plan_for_policy
+from execserver.sandbox.plan import (
+    LaunchPlan,
+    LaunchRequest,
+    interpreter_paths,
+    off_loop,
+    plan_for_policy,
+)
 from execserver.sandbox.policy import (
     MINIMAL_READ_PATHS,
     ResolvedPolicy,
@@ -43,12 +50,33 @@ from execserver.sandbox.policy import (
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 from execserver.wire.sandbox import FileSystemSandboxContext
 
-__all__ = ["needs_sandboxed_fs", "run_sandboxed_fs_call"]
+__all__ = [
+    "SandboxHost",
+    "needs_sandboxed_fs",
+    "run_sandboxed_fs_call",
+]
 
 _RUNNER_MODULE: Final = "execserver.sandbox.fs_runner"
 _WRITE_BYTES: Final = "execserver.fs.ops_write:write_file_bytes"
 _WRITE_BASE64: Final = "execserver.fs.ops_write:write_file"
 _PACKAGE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(execserver.__file__)))
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxHost:
+    """The daemon's sandboxing as fs/* needs it: the backend probed at start-up
+    and the configured helper mode and glob limit (``SandboxConfig``)."""
+
+    backend: SandboxBackend
+    persistent_fs_helper: bool = True
+    glob_scan_limit: int = DEFAULT_GLOB_SCAN_LIMIT
+
+    @classmethod
+    def of(cls, backend: SandboxBackend | None, config: SandboxConfig) -> SandboxHost:
+        """The server's; a server that never probed its backend refuses (fail closed)."""
+        if backend is None:
+            raise RpcError.internal("the sandbox backend was not probed at start-up")
+        return cls(backend, config.persistent_fs_helper, config.glob_scan_limit)
 
 
 def needs_sandboxed_fs(context: FileSystemSandboxContext, *, write: bool) -> bool:
@@ -131,17 +159,21 @@ async def run_sandboxed_fs_call(
     func: str,
     args: dict[str, object],
     write: bool,
-    backend: SandboxBackend | None = None,
+    host: SandboxHost,
 ) -> object:
     """Run ``func(**args)`` (``"package.module:function"``, sync, JSON in and out)
     inside the sandbox of ``context``; its OSError/RpcError come back as RpcError."""
     del write  # the sandbox enforces both kinds of access alike
-    backend = backend or detect_backend()
+    backend = host.backend
     # fs/* has no process cwd to fall back to: dynamic entries need the context's cwd.
-    resolved = await off_loop(lambda: resolve_policy(context, fallback_cwd=None), _keep)
-    served, result = await call_persistent(resolved, backend, func, dict(args))
-    if served:
-        return result
+    resolved = await off_loop(
+        lambda: resolve_policy(context, fallback_cwd=None, glob_scan_limit=host.glob_scan_limit),
+        _keep,
+    )
+    if host.persistent_fs_helper:
+        served, result = await call_persistent(resolved, backend, func, dict(args))
+        if served:
+            return result
     func, args = _json_form(func, args)
 
     def build() -> tuple[LaunchPlan, dict[str, list[str]]]:
@@ -151,14 +183,10 @@ async def run_sandboxed_fs_call(
             # The helper's interpreter needs these to start; the view above keeps
             # the request itself out of them.
             policy = dataclasses.replace(policy, minimal_read=True)
-        plan = plan_for_policy(
-            policy,
-            argv=[sys.executable, "-P", "-s", "-m", _RUNNER_MODULE],
-            cwd="/",
-            env=_runner_env(),
-            backend=backend,
-            extra_read=interpreter_paths(),
+        request = LaunchRequest(
+            argv=[sys.executable, "-P", "-s", "-m", _RUNNER_MODULE], cwd="/", env=_runner_env()
         )
+        plan = plan_for_policy(policy, request, backend=backend, extra_read=interpreter_paths())
         return plan, view
 
     plan, view = await off_loop(build, lambda built: built[0].close())

@@ -1,7 +1,10 @@
-"""``plan_process_launch``: a sandbox context + a command -> exactly what to exec.
+"""Launch plans: one request in, exactly what to exec out.
 
-The plan is a different argv (plus fds to inherit); the process module spawns
-it like any other command. Which mechanism:
+``LaunchRequest`` is what ``process/start`` (or the sandboxed fs helper) asks
+for, with the child's environment already built; ``LaunchPlan`` is the one
+type every planner returns and ``processes.launch.spawn`` starts. The builders
+here are shared by every sandboxed shape (``planner.py`` picks one; the
+proxy-routed shape in ``proxy_routed.py`` uses the same bwrap builder):
 
 * ``disabled``: the command as is (``sandboxType`` is still ``linuxSeccomp``).
 * full filesystem access (``unrestricted``, ``external``, ``:root`` write
@@ -22,57 +25,59 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import Final, TypeVar
 
 from execserver.sandbox import seccomp
-from execserver.sandbox.backend import SandboxBackend, detect_backend
+from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.bwrap import BwrapLayout, build_layout, release_layout
 from execserver.sandbox.mounts import SyntheticMounts
-from execserver.sandbox.policy import (
-    MINIMAL_READ_PATHS,
-    ResolvedPolicy,
-    resolve_policy,
-    unenforceable,
-)
+from execserver.sandbox.policy import MINIMAL_READ_PATHS, ResolvedPolicy, unenforceable
+from execserver.sandbox.program import check_program_path, child_search_path, find_program
 from execserver.wire.errors import RpcError, os_error_text
-from execserver.wire.sandbox import FileSystemSandboxContext
-
-if TYPE_CHECKING:
-    from execserver.netproxy.sandbox import ProxyRoutes
+from execserver.wire.process import SandboxType
 
 __all__ = [
     "LAUNCHER",
     "SANDBOX_TYPE",
     "LaunchPlan",
+    "LaunchRequest",
+    "PlanResources",
+    "bwrap_plan",
     "interpreter_paths",
+    "launcher_argv",
     "off_loop",
     "plan_for_policy",
-    "plan_process_launch",
+    "refused_plan",
+    "resolve_sandboxed_program",
 ]
 
 SANDBOX_TYPE: Final = "linuxSeccomp"
 LAUNCHER: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
-_PROXY_ENV: Final = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
-_MANAGED_PROXY_MISSING: Final = (
-    "execserver-sandbox: failed to prepare host proxy routing bridge: managed proxy mode "
-    "requires proxy environment variables"
-)
-_MANAGED_PROXY_UNSUPPORTED: Final = (
-    "execserver-sandbox: managed proxy mode (enforceManagedNetwork) cannot be enforced by "
-    "this executor: routing the sandbox's traffic through the proxy is not implemented"
-)
 _LEGACY_LANDLOCK_REFUSAL: Final = (
     "execserver-sandbox: filesystem-restricted execution requires bubblewrap to isolate "
     "app-server sockets (useLegacyLandlock is not supported for restricted file systems)"
 )
 
 
-class _PlanResources:
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What to run, before any sandbox: ``env`` is the child's final environment
+    (built once by the caller, ``processes.envpolicy.build_environment``)."""
+
+    argv: Sequence[str]
+    cwd: str
+    env: dict[str, str]
+    tty: bool = False
+    pipe_stdin: bool = False
+    arg0: str | None = None  # what the program sees as argv[0] (argv[0] still locates it)
+    enforce_managed_network: bool = False
+
+
+class PlanResources:
     """fds and synthetic mount points owned by one plan.
 
     ``close()`` (after spawn) closes the daemon's copies of the child's fds; the
@@ -131,28 +136,59 @@ class _PlanResources:
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """What to exec for a sandboxed command; call ``close()`` once it was spawned
-    (or when spawning failed)."""
+    """What to exec, sandboxed or not; call ``close()`` once it was spawned (or
+    when spawning failed): it releases the plan's fds and mount points."""
 
-    argv: list[str]
+    argv: list[str]  # what the program sees, argv[0] included
     env: dict[str, str]
-    pass_fds: tuple[int, ...]
-    sandbox_type: str
+    pass_fds: tuple[int, ...] = ()
+    sandbox_type: SandboxType = SANDBOX_TYPE
     mechanism: str = "none"  # "none" | "seccomp" | "bwrap" | "landlock" | "refused"
-    _resources: _PlanResources = field(default_factory=_PlanResources, repr=False, compare=False)
+    # What execve gets when it differs from argv[0] (a resolved path under arg0).
+    program: str | None = None
+    cwd: str = "/"
+    tty: bool = False
+    pipe_stdin: bool = False
+    resources: PlanResources = field(default_factory=PlanResources, repr=False, compare=False)
+
+    @property
+    def executable(self) -> str:
+        return self.program if self.program is not None else self.argv[0]
 
     def close(self) -> None:
-        self._resources.close()
+        self.resources.close()
 
     def setup_failed(self) -> bool | None:
         """For bwrap plans after exit: True when the sandbox never came up (the exit
         status is bwrap's, not the command's). None while unknown / not bwrap."""
-        ok = self._resources.setup_ok
+        ok = self.resources.setup_ok
         return None if ok is None else not ok
 
     def wait_released(self, timeout: float | None = None) -> bool:
         """Block until the sandbox's host resources are released (tests, shutdown)."""
-        return self._resources.done.wait(timeout)
+        return self.resources.done.wait(timeout)
+
+
+def _plan(
+    request: LaunchRequest,
+    argv: list[str],
+    *,
+    mechanism: str,
+    pass_fds: tuple[int, ...] = (),
+    resources: PlanResources | None = None,
+) -> LaunchPlan:
+    """A sandboxed plan of ``request``: ``argv`` is the wrapped command."""
+    return LaunchPlan(
+        argv=argv,
+        env=request.env,
+        pass_fds=pass_fds,
+        sandbox_type=SANDBOX_TYPE,
+        mechanism=mechanism,
+        cwd=request.cwd,
+        tty=request.tty,
+        pipe_stdin=request.pipe_stdin,
+        resources=resources or PlanResources(),
+    )
 
 
 def interpreter_paths() -> tuple[str, ...]:
@@ -171,20 +207,14 @@ def interpreter_paths() -> tuple[str, ...]:
     return tuple(sorted(paths))
 
 
-def _search_path(env: dict[str, str]) -> str:
-    # Non-tty lookup uses the server's PATH when the child env has none.
-    return env.get("PATH") or os.environ.get("PATH") or os.defpath
-
-
-def _resolve_program(program: str, env: dict[str, str]) -> tuple[str | None, str | None]:
-    """(path, None) or (None, error text) for the program as the sandbox will see it."""
+def resolve_sandboxed_program(request: LaunchRequest) -> tuple[str | None, str | None]:
+    """(path, None) or (None, error text) for the program the sandbox will exec:
+    the same lookup as an unsandboxed start (``sandbox.program``)."""
+    program = request.argv[0]
     if "/" in program:
-        if not os.path.exists(program):
-            return None, os_error_text(2)
-        if os.path.isdir(program) or not os.access(program, os.X_OK):
-            return None, os_error_text(13)
-        return program, None
-    found = shutil.which(program, path=_search_path(env))
+        errno = check_program_path(program, request.cwd)
+        return (program, None) if errno is None else (None, os_error_text(errno))
+    found = find_program(program, child_search_path(request.env), request.cwd)
     if found is None:
         return None, os_error_text(2)
     return found, None
@@ -194,49 +224,43 @@ def _resolve_program(program: str, env: dict[str, str]) -> tuple[str | None, str
 _INTERPRETER_ADDED_ENV: Final = ("LC_CTYPE",)
 
 
-def _launcher_argv(options: list[str], argv: list[str], env: dict[str, str]) -> list[str]:
+def launcher_argv(options: list[str], argv: Sequence[str], env: dict[str, str]) -> list[str]:
+    """``python launcher.py OPTIONS -- ARGV``: the stdlib-only in-sandbox launcher."""
     for name in _INTERPRETER_ADDED_ENV:
         if name not in env:
             options = [*options, "--unset", name]
     return [sys.executable, "-I", "-S", LAUNCHER, *options, "--", *argv]
 
 
-def _refused_plan(env: dict[str, str], message: str) -> LaunchPlan:
+def refused_plan(request: LaunchRequest, message: str) -> LaunchPlan:
     """Runs nothing of the request: prints ``message`` and exits 101, which is what
     the reference's sandbox helper does when it cannot exec (so the outcome,
     exit code and ``sandboxDenied``, is the same as there)."""
-    return LaunchPlan(
-        argv=_launcher_argv(["--fail", message], ["false"], env),
-        env=env,
-        pass_fds=(),
-        sandbox_type=SANDBOX_TYPE,
-        mechanism="refused",
-    )
+    argv = launcher_argv(["--fail", message], ["false"], request.env)
+    return _plan(request, argv, mechanism="refused")
 
 
 def _launcher_plan(
     policy: ResolvedPolicy,
-    argv: list[str],
-    env: dict[str, str],
+    request: LaunchRequest,
     *,
     arg0: str | None,
     landlock_rules: str | None = None,
 ) -> LaunchPlan:
     fd = seccomp.program_fd(seccomp.build_program(network_restricted=policy.network_restricted))
-    resources = _PlanResources()
+    resources = PlanResources()
     resources.child_fds.append(fd)
-    options = ["--seccomp-fd", str(fd), "--path", _search_path(env)]
+    options = ["--seccomp-fd", str(fd), "--path", child_search_path(request.env)]
     if arg0 is not None:
         options += ["--argv0", arg0]
     if landlock_rules is not None:
         options += ["--landlock", landlock_rules]
-    return LaunchPlan(
-        argv=_launcher_argv(options, argv, env),
-        env=env,
-        pass_fds=(fd,),
-        sandbox_type=SANDBOX_TYPE,
+    return _plan(
+        request,
+        launcher_argv(options, request.argv, request.env),
         mechanism="seccomp" if landlock_rules is None else "landlock",
-        _resources=resources,
+        pass_fds=(fd,),
+        resources=resources,
     )
 
 
@@ -259,32 +283,40 @@ def _landlock_rules(policy: ResolvedPolicy, program: str) -> str:
     return json.dumps({"read": read, "write": []})
 
 
-def _bwrap_plan(
+def bwrap_plan(
     policy: ResolvedPolicy,
     backend: SandboxBackend,
-    argv: list[str],
-    cwd: str,
-    env: dict[str, str],
-    extra_read: tuple[str, ...],
+    request: LaunchRequest,
+    command: Callable[[int], list[str]],
+    *,
+    seccomp_program: bytes,
+    seccomp_by_bwrap: bool = True,
+    extra_read: tuple[str, ...] = (),
     runtime_binds: tuple[tuple[str, str], ...] = (),
+    private_binds: tuple[str, ...] = (),
 ) -> LaunchPlan:
-    assert backend.bwrap is not None
-    layout = build_layout(
-        policy,
-        cwd=cwd,
-        proc=backend.proc_ok,
-        mounts=backend.mounts,
-        extra_read=extra_read,
-        runtime_binds=runtime_binds,
-    )
-    resources = _PlanResources()
-    resources.layout, resources.mounts = layout, backend.mounts
+    """The one bwrap plan builder: ``bwrap <layout of policy> [--seccomp FD]
+    --json-status-fd FD -- command(FD of the seccomp program)``.
+
+    ``seccomp_by_bwrap``: bwrap installs the filter itself; when False the
+    command (the proxy-routed launcher) installs it from the fd, later."""
+    if backend.bwrap is None:
+        raise unenforceable(backend.unavailable_reason())
+    resources = PlanResources()
     try:
-        seccomp_fd = seccomp.program_fd(
-            seccomp.build_program(network_restricted=policy.network_restricted)
-        )
+        seccomp_fd = seccomp.program_fd(seccomp_program)
         resources.child_fds.append(seccomp_fd)
+        layout = build_layout(
+            policy,
+            cwd=request.cwd,
+            mounts=backend.mounts,
+            extra_read=extra_read,
+            runtime_binds=runtime_binds,
+            private_binds=private_binds,
+        )
+        resources.layout, resources.mounts = layout, backend.mounts
         status_read, status_write = os.pipe()
+        # Only bwrap gets the write end; the daemon keeps the read end to itself.
         os.set_inheritable(status_read, False)
         resources.status_read = status_read
         resources.child_fds.append(status_write)
@@ -293,23 +325,22 @@ def _bwrap_plan(
         raise
     resources.child_fds.extend(layout.data_fds)
     layout.data_fds = []  # now owned by resources.child_fds (closed after spawn)
+    seccomp_args = ["--seccomp", str(seccomp_fd)] if seccomp_by_bwrap else []
     full = [
         backend.bwrap,
         *layout.args,
-        "--seccomp",
-        str(seccomp_fd),
+        *seccomp_args,
         "--json-status-fd",
         str(status_write),
         "--",
-        *argv,
+        *command(seccomp_fd),
     ]
-    return LaunchPlan(
-        argv=full,
-        env=env,
-        pass_fds=tuple(resources.child_fds),
-        sandbox_type=SANDBOX_TYPE,
+    return _plan(
+        request,
+        full,
         mechanism="bwrap",
-        _resources=resources,
+        pass_fds=tuple(resources.child_fds),
+        resources=resources,
     )
 
 
@@ -332,59 +363,58 @@ async def off_loop(build: Callable[[], P], release: Callable[[P], None]) -> P:
 
 def plan_for_policy(
     policy: ResolvedPolicy,
+    request: LaunchRequest,
     *,
-    argv: list[str],
-    cwd: str,
-    env: dict[str, str],
     backend: SandboxBackend,
     extra_read: tuple[str, ...] = (),
-    arg0: str | None = None,
     runtime_binds: tuple[tuple[str, str], ...] = (),
 ) -> LaunchPlan:
     """The plan for an already resolved policy (shared by processes and fs calls).
-    ``arg0``: what the program sees as argv[0] (``argv[0]`` still locates it).
     ``runtime_binds``: read-only binds after every policy rule, bwrap plans only
     (a caller that needs them must check ``mechanism == "bwrap"``)."""
+    argv = list(request.argv)
     if not argv:
         raise RpcError.invalid_params("argv must not be empty")
-    if arg0 == argv[0]:
-        arg0 = None
+    arg0 = None if request.arg0 == argv[0] else request.arg0
     if policy.enforces_nothing:
         if arg0 is None:
-            return LaunchPlan(argv=list(argv), env=env, pass_fds=(), sandbox_type=SANDBOX_TYPE)
-        exec_only = ["--exec-only", "--argv0", arg0, "--path", _search_path(env)]
-        return LaunchPlan(
-            argv=_launcher_argv(exec_only, argv, env),
-            env=env,
-            pass_fds=(),
-            sandbox_type=SANDBOX_TYPE,
-        )
+            return _plan(request, argv, mechanism="none")
+        exec_only = ["--exec-only", "--argv0", arg0, "--path", child_search_path(request.env)]
+        return _plan(request, launcher_argv(exec_only, argv, request.env), mechanism="none")
     if not backend.seccomp_ok:
         raise unenforceable(backend.unavailable_reason())
     if policy.legacy_landlock and not policy.full_write:
-        return _refused_plan(env, _LEGACY_LANDLOCK_REFUSAL)
+        return refused_plan(request, _LEGACY_LANDLOCK_REFUSAL)
     mechanism = _choose_mechanism(policy, backend)
     program: str | None = argv[0]
     error: str | None = None
     if not runtime_binds:  # else the program lives under a runtime bind: no host path
-        program, error = _resolve_program(argv[0], env)
+        program, error = resolve_sandboxed_program(request)
     if program is None:
-        return _refused_plan(env, f"execserver-sandbox: failed to execvp {argv[0]}: {error}")
+        return refused_plan(request, f"execserver-sandbox: failed to execvp {argv[0]}: {error}")
     if mechanism == "seccomp":
-        return _launcher_plan(policy, argv, env, arg0=arg0)
+        return _launcher_plan(policy, request, arg0=arg0)
     if mechanism == "landlock":
         rules = _landlock_rules(policy, program)
-        return _launcher_plan(policy, argv, env, arg0=arg0, landlock_rules=rules)
-    # bwrap execvp()s with the child's PATH; without one, hand it the path we found
-    # with the server's PATH so lookup behaves as for unsandboxed commands.
-    command = argv if "PATH" in env else [program, *argv[1:]]
+        return _launcher_plan(policy, request, arg0=arg0, landlock_rules=rules)
+    # bwrap execvp()s in the request's cwd with the child's PATH: the lookup
+    # checked above. Without a PATH, hand it the path found above.
+    command = argv if "PATH" in request.env else [program, *argv[1:]]
     if arg0 is not None:
         # bwrap 0.8 has no --argv0: the launcher, already inside the sandbox, only
         # renames argv[0] and execs (+~20 ms, only for requests that set arg0).
-        exec_only = ["--exec-only", "--argv0", arg0, "--path", _search_path(env)]
-        command = _launcher_argv(exec_only, [program, *argv[1:]], env)
+        exec_only = ["--exec-only", "--argv0", arg0, "--path", child_search_path(request.env)]
+        command = launcher_argv(exec_only, command, request.env)
         extra_read = (*extra_read, *interpreter_paths())
-    return _bwrap_plan(policy, backend, command, cwd, env, extra_read, runtime_binds)
+    return bwrap_plan(
+        policy,
+        backend,
+        request,
+        lambda _fd: command,
+        seccomp_program=seccomp.build_program(network_restricted=policy.network_restricted),
+        extra_read=extra_read,
+        runtime_binds=runtime_binds,
+    )
 
 
 def _choose_mechanism(policy: ResolvedPolicy, backend: SandboxBackend) -> str:
@@ -402,52 +432,3 @@ def _choose_mechanism(policy: ResolvedPolicy, backend: SandboxBackend) -> str:
             f"this policy: {why_not}"
         )
     raise unenforceable(backend.unavailable_reason())
-
-
-def plan_process_launch(
-    context: FileSystemSandboxContext,
-    *,
-    argv: list[str],
-    cwd: str,
-    env: dict[str, str],
-    tty: bool,
-    arg0: str | None = None,
-    enforce_managed_network: bool = False,
-    backend: SandboxBackend | None = None,
-    proxy_routes: ProxyRoutes | None = None,
-) -> LaunchPlan:
-    """The launch plan for process/start with a ``sandbox``; raises RpcError when the
-    context is invalid or cannot be enforced here (nothing is spawned then).
-
-    ``tty`` needs nothing special: bwrap's ``--new-session`` leaves the command
-    without a controlling terminal (as under the reference), which also blocks
-    TIOCSTI injection into the daemon's terminal.
-
-    ``enforce_managed_network``: the request demands that all traffic goes through
-    a managed proxy. Like the reference, a request without proxy variables in its
-    env runs nothing and exits 101; with them we still refuse (exit 101), because
-    bridging the proxy into the sandbox is not implemented: fail closed."""
-    del tty
-    policy = resolve_policy(context, fallback_cwd=cwd)
-    if enforce_managed_network and not policy.enforces_nothing:
-        if proxy_routes is not None:
-            # Managed network: the executor launched this process's proxy; route
-            # the child's traffic through it (network namespace + bridge).
-            from execserver.netproxy.sandbox import plan_proxy_routed
-
-            return plan_proxy_routed(
-                policy,
-                argv=argv,
-                cwd=cwd,
-                env=env,
-                backend=backend or detect_backend(),
-                routes=proxy_routes,
-                arg0=arg0,
-            )
-        has_proxy = any(k.upper() in _PROXY_ENV for k in env)
-        return _refused_plan(
-            env, _MANAGED_PROXY_UNSUPPORTED if has_proxy else _MANAGED_PROXY_MISSING
-        )
-    return plan_for_policy(
-        policy, argv=argv, cwd=cwd, env=env, backend=backend or detect_backend(), arg0=arg0
-    )

@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from execserver.config import DEFAULT_GLOB_SCAN_LIMIT
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import (
     CwdSpecial,
@@ -135,17 +136,6 @@ def has_dynamic_entries(context: FileSystemSandboxContext) -> bool:
     return any(_is_dynamic(e.path) for e in fs.entries)
 
 
-GLOB_SCAN_LIMIT_ENV: Final = "EXECSERVER_SANDBOX_GLOB_SCAN_LIMIT"
-DEFAULT_GLOB_SCAN_LIMIT: Final = 200_000
-
-
-def glob_scan_limit() -> int:
-    try:
-        return max(1, int(os.environ.get(GLOB_SCAN_LIMIT_ENV, DEFAULT_GLOB_SCAN_LIMIT)))
-    except ValueError:
-        return DEFAULT_GLOB_SCAN_LIMIT
-
-
 class _GlobScan:
     """Expands one pattern (``*``, ``?``, ``[..]`` within a name, ``**`` for any
     number of directories up to ``max_depth``, hidden names included, symlinked
@@ -221,8 +211,8 @@ def unenforceable_glob(pattern: str, limit: int) -> RpcError:
     )
 
 
-def _expand_glob(pattern: str, max_depth: int) -> list[str]:
-    return _GlobScan(pattern, max_depth, glob_scan_limit()).run()
+def _expand_glob(pattern: str, max_depth: int, limit: int) -> list[str]:
+    return _GlobScan(pattern, max_depth, limit).run()
 
 
 _MAX_SYMLINK_HOPS: Final = 40  # the kernel's limit (ELOOP)
@@ -271,10 +261,14 @@ def _temporary_dirs(context: FileSystemSandboxContext) -> list[str]:
 
 
 def resolve_policy(
-    context: FileSystemSandboxContext, *, fallback_cwd: str | None
+    context: FileSystemSandboxContext,
+    *,
+    fallback_cwd: str | None,
+    glob_scan_limit: int = DEFAULT_GLOB_SCAN_LIMIT,
 ) -> ResolvedPolicy:
     """Resolve ``context``; ``fallback_cwd`` is used when the context names no cwd
-    (process/start passes the process cwd, fs/* passes None -> -32602 when needed)."""
+    (process/start passes the process cwd, fs/* passes None -> -32602 when needed).
+    ``glob_scan_limit``: directory entries one glob may read (else -32602)."""
     perms = context.permissions
     if isinstance(perms, DisabledPermissions):
         return ResolvedPolicy(kind="disabled", network_restricted=False)
@@ -316,7 +310,7 @@ def resolve_policy(
             if not pattern.startswith("/"):
                 assert cwd is not None  # has_dynamic_entries checked above
                 pattern = os.path.join(cwd, pattern)
-            targets = _expand_glob(pattern, depth)
+            targets = _expand_glob(pattern, depth, glob_scan_limit)
         else:
             special = path.value
             if isinstance(special, RootSpecial):

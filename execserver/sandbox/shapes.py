@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from execserver.sandbox.backend import SandboxBackend
-from execserver.sandbox.plan import LaunchPlan, plan_process_launch
+from execserver.sandbox.plan import LaunchPlan
+from execserver.sandbox.planner import plan_process_launch
+from execserver.sandbox.proxy_routed import ProxyRoutes
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_context
 
@@ -229,8 +231,6 @@ def _probe_network(ctx: FileSystemSandboxContext, d: _Dirs, backend: SandboxBack
 def _probe_managed(ctx: FileSystemSandboxContext, d: _Dirs, backend: SandboxBackend) -> ShapeResult:
     """The child's only way out is the proxy's unix socket, through the in-sandbox
     bridge: a byte it sends to the proxy port must arrive at our listener."""
-    from execserver.netproxy.sandbox import ProxyRoutes
-
     sock_path = str(d.sock / "http.sock")
     received: list[bytes] = []
     # A host port the child must NOT reach (its loopback is its own namespace's).

@@ -14,6 +14,7 @@ from execserver import REFERENCE_VERSION, __version__
 from execserver.config import ServerConfig
 from execserver.containment import open_process_cgroups
 from execserver.netproxy.guard import protect_listener, release_listener
+from execserver.sandbox.backend import SandboxBackend, log_backend, probe_backend
 from execserver.sandbox.keyring import isolate_session_keyring
 from execserver.server import auth, limits
 from execserver.server.audit import AuditLog
@@ -70,16 +71,24 @@ def operational_checks(
     return checks
 
 
-async def log_sandbox_report() -> None:
+async def probe_sandbox_backend(config: ServerConfig) -> SandboxBackend:
+    """The sandbox backend, probed once before serving: bwrap runs (seconds on a
+    loaded host) happen in a worker thread, so no request ever waits for them."""
+    backend = await asyncio.to_thread(
+        probe_backend, bwrap=config.sandbox.bwrap, allow_landlock=config.sandbox.landlock
+    )
+    log_backend(backend)
+    return backend
+
+
+async def log_sandbox_report(backend: SandboxBackend) -> None:
     """The doctor's policy-shape table, in the start-up log: an operator learns at
     once that e.g. workspace-write requests will be refused on this host. The probe
     spawns sandboxes, so it runs in a thread while the daemon already serves."""
     from execserver.doctor import build_report, shape_lines
-    from execserver.sandbox.backend import detect_backend
     from execserver.sandbox.shapes import DEFAULT_SHAPE
 
     try:
-        backend = await asyncio.to_thread(detect_backend)
         report = await asyncio.to_thread(build_report, backend)
     except Exception as exc:  # a broken probe must not take the daemon down
         log.warning("sandbox probe failed: %s", exc)
@@ -165,7 +174,13 @@ class Server:
             __version__,
             REFERENCE_VERSION,
         )
-        probe = asyncio.ensure_future(log_sandbox_report()) if self.config.startup_probe else None
+        backend = await probe_sandbox_backend(self.config)
+        self.runtime.sandbox_backend = backend
+        probe = (
+            asyncio.ensure_future(log_sandbox_report(backend))
+            if self.config.startup_probe
+            else None
+        )
         try:
             if self.address.kind == "stdio":
                 return await self._run_stdio()

@@ -4,6 +4,7 @@ operational hooks services use (``audit``, ``metrics``, ``limits``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from execserver.config import ServerConfig
 from execserver.containment import ProcessCgroups
@@ -15,6 +16,9 @@ from execserver.server.scoped import ScopedState
 from execserver.server.sessions import SessionRegistry
 
 __all__ = ["ServerRuntime"]
+
+if TYPE_CHECKING:
+    from execserver.sandbox.backend import SandboxBackend
 
 
 @dataclass
@@ -31,6 +35,9 @@ class ServerRuntime:
     limits: ServerLimits = field(init=False)
     # Per-process resource-limit cgroups (None without --process-*-max limits).
     containment: ProcessCgroups | None = None
+    # Probed once at start-up (Server.run, in a worker thread) before serving;
+    # None only while not yet probed, when sandboxed requests are refused.
+    sandbox_backend: SandboxBackend | None = None
     # Set once shutdown begins: /readyz turns 503, session closes are audited as shutdown.
     shutting_down: bool = False
     # Set when a drain begins: no new sessions (resumes still work), /readyz 503.

@@ -21,7 +21,6 @@ import msgspec
 import pytest
 
 from execserver.fs import ops_read
-from execserver.sandbox.backend import detect_backend
 from execserver.sandbox.fs import run_sandboxed_fs_call
 from execserver.sandbox.fs_helper.pool import HelperPool, close_loop_pool, loop_pool
 from execserver.sandbox.fs_helper.runtime import PRIVATE_DIR
@@ -29,7 +28,14 @@ from execserver.sandbox.policy import resolve_policy
 from execserver.wire.errors import INTERNAL_ERROR, RpcError
 from tests.support.procinfo import wait_until
 from tests.support.rpc import b64, connect, unb64, uri
-from tests.support.sandbox import ROOT_READ, context, entry, managed
+from tests.support.sandbox import (
+    ROOT_READ,
+    context,
+    entry,
+    host_backend,
+    managed,
+    sandbox_host,
+)
 from tests.support.servers import RunningServer
 
 NOT_FOUND = [-32004, "No such file or directory (os error 2)"]
@@ -165,26 +171,28 @@ async def test_one_helper_per_resolved_policy(tmp_path: Path, fresh_pool: None) 
     ctx_ws = context(managed([entry(ws, "read")]))
     ctx_other = context(managed([entry(other, "read")]))
     args_ws = {"path": str(ws / "f"), "follow_symlinks": True}
-    assert await run_sandboxed_fs_call(ctx_ws, func=READ_FILE, args=args_ws, write=False) == b64(
-        "ws"
-    )
+    assert await run_sandboxed_fs_call(
+        ctx_ws, func=READ_FILE, args=args_ws, write=False, host=sandbox_host()
+    ) == b64("ws")
     first = {h.process.pid for h in loop_pool().live()}
-    assert await run_sandboxed_fs_call(ctx_ws, func=READ_FILE, args=args_ws, write=False) == b64(
-        "ws"
-    )
+    assert await run_sandboxed_fs_call(
+        ctx_ws, func=READ_FILE, args=args_ws, write=False, host=sandbox_host()
+    ) == b64("ws")
     assert {h.process.pid for h in loop_pool().live()} == first  # reused
     # The other policy cannot see ws through its own helper, nor the reverse.
     with pytest.raises(RpcError) as info:
-        await run_sandboxed_fs_call(ctx_other, func=READ_FILE, args=args_ws, write=False)
+        await run_sandboxed_fs_call(
+            ctx_other, func=READ_FILE, args=args_ws, write=False, host=sandbox_host()
+        )
     assert info.value.message == NOT_FOUND[1]
     assert len(loop_pool().live()) == 2
     # ws deleted and re-created under the same name: a different policy (new inode).
     shutil.rmtree(ws)
     ws.mkdir()
     (ws / "f").write_text("new")
-    assert await run_sandboxed_fs_call(ctx_ws, func=READ_FILE, args=args_ws, write=False) == b64(
-        "new"
-    )
+    assert await run_sandboxed_fs_call(
+        ctx_ws, func=READ_FILE, args=args_ws, write=False, host=sandbox_host()
+    ) == b64("new")
 
 
 async def test_host_removing_a_protected_mount_point_retires_the_helper(
@@ -196,13 +204,15 @@ async def test_host_removing_a_protected_mount_point_retires_the_helper(
     ws.mkdir()
     ctx = context(managed([ROOT_READ, entry(ws, "write")]))
     write = {"path": str(ws / "a"), "data": b"a", "follow_symlinks": True}
-    await run_sandboxed_fs_call(ctx, func=WRITE_FILE, args=write, write=True)
+    await run_sandboxed_fs_call(ctx, func=WRITE_FILE, args=write, write=True, host=sandbox_host())
     (helper,) = loop_pool().live()
     assert (ws / ".codex").is_dir()  # the synthetic mount point, while the helper lives
     os.rmdir(ws / ".codex")
     inside = {"path": str(ws / ".codex" / "config.toml"), "data": b"x", "follow_symlinks": True}
     with pytest.raises(RpcError) as info:
-        await run_sandboxed_fs_call(ctx, func=WRITE_FILE, args=inside, write=True)
+        await run_sandboxed_fs_call(
+            ctx, func=WRITE_FILE, args=inside, write=True, host=sandbox_host()
+        )
     assert [info.value.code, info.value.message] == EROFS
     assert helper not in loop_pool().live()
     assert not (ws / ".codex" / "config.toml").exists()
@@ -232,13 +242,21 @@ async def test_crashed_helper_fails_the_call_in_flight_and_is_restarted(
     os.mkfifo(ws / "fifo")
     ctx = context(managed([ROOT_READ, entry(ws, "write")]))
     await run_sandboxed_fs_call(
-        ctx, func=WRITE_FILE, args={"path": str(ws / "a"), "data": b"a"}, write=True
+        ctx,
+        func=WRITE_FILE,
+        args={"path": str(ws / "a"), "data": b"a"},
+        write=True,
+        host=sandbox_host(),
     )
     (helper,) = loop_pool().live()
     # Opening a fifo for writing without a reader blocks: a call stays in flight.
     stuck = asyncio.create_task(
         run_sandboxed_fs_call(
-            ctx, func=WRITE_FILE, args={"path": str(ws / "fifo"), "data": b"x"}, write=True
+            ctx,
+            func=WRITE_FILE,
+            args={"path": str(ws / "fifo"), "data": b"x"},
+            write=True,
+            host=sandbox_host(),
         )
     )
     assert await wait_until(lambda: helper.in_flight > 0, 30)
@@ -252,7 +270,11 @@ async def test_crashed_helper_fails_the_call_in_flight_and_is_restarted(
     assert info.value.message.startswith("fs sandbox helper failed with status ")
     # The next call gets a new helper, still sandboxed.
     await run_sandboxed_fs_call(
-        ctx, func=WRITE_FILE, args={"path": str(ws / "b"), "data": b"b"}, write=True
+        ctx,
+        func=WRITE_FILE,
+        args={"path": str(ws / "b"), "data": b"b"},
+        write=True,
+        host=sandbox_host(),
     )
     (replacement,) = loop_pool().live()
     assert replacement is not helper and replacement.process.pid != helper.process.pid
@@ -262,6 +284,7 @@ async def test_crashed_helper_fails_the_call_in_flight_and_is_restarted(
             func=WRITE_FILE,
             args={"path": str(tmp_path / "outside"), "data": b"x"},
             write=True,
+            host=sandbox_host(),
         )
     assert [info.value.code, info.value.message] == EROFS
 
@@ -269,13 +292,13 @@ async def test_crashed_helper_fails_the_call_in_flight_and_is_restarted(
 def _is_python(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"execserver.sandbox.fs_helper.serve" in f.read()
+            return b"execserver.fs.sandbox_helper" in f.read()
     except OSError:
         return False
 
 
 async def test_lru_cap_and_idle_timeout_end_helpers(tmp_path: Path) -> None:
-    backend = detect_backend()
+    backend = host_backend()
     pool = HelperPool(max_helpers=1, idle_seconds=0.5)
     try:
         roots = []

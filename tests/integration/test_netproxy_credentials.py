@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from tests.support.netproxy import (
-    HOSTS_ENV,
+    SERVE_WITH_HOSTS,
     proxy_params,
     run_child,
     server_with_hosts,
@@ -71,10 +71,12 @@ for url, headers in json.loads(sys.argv[1]):
 async def logged_execserver(tmp: Path) -> AsyncIterator[tuple[RunningServer, Path, Path]]:
     """execserver with an audit log and its own log (DEBUG) in files."""
     audit, log = tmp / "audit.jsonl", tmp / "daemon.log"
-    env = {**os.environ, **HOSTS_ENV, "GHOST_TOKEN": GHOST_SECRET}
+    env = {**os.environ, "GHOST_TOKEN": GHOST_SECRET}
     flags = ["--audit-log", str(audit), "--log-level", "DEBUG"]
     with log.open("wb") as err:
-        async with start_server("execserver", flags, env=env, stderr=err) as server:
+        async with start_server(
+            "execserver", flags, env=env, stderr=err, serve=SERVE_WITH_HOSTS
+        ) as server:
             yield server, audit, log
 
 

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from tests.support.netproxy import (
-    HOSTS_ENV,
+    SERVE_WITH_HOSTS,
     Run,
     proxy_params,
     run_child,
@@ -27,11 +27,11 @@ from tests.support.upstream_proxy import UpstreamProxy, upstream_proxy
 async def _run(
     corp: UpstreamProxy, daemon_env: dict[str, str], ops: list[list[Any]], **proxy: Any
 ) -> Run:
-    env = {**os.environ, **HOSTS_ENV, **daemon_env}
+    env = {**os.environ, **daemon_env}
     for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy", "https_proxy"):
         if name not in daemon_env:
             env.pop(name, None)
-    async with start_server("execserver", env=env) as server:
+    async with start_server("execserver", env=env, serve=SERVE_WITH_HOSTS) as server:
         return await run_child(
             server.url,
             ops,

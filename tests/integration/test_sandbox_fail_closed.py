@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from execserver.sandbox import SandboxBackend, plan_process_launch, probe_backend
-from execserver.sandbox.backend import BWRAP_ENV, NO_LANDLOCK_ENV
 from execserver.wire.errors import INVALID_PARAMS, RpcError
 from tests.support.sandbox import (
     MINIMAL_READ,
@@ -76,24 +75,25 @@ async def test_unenforceable_policy_is_refused_and_nothing_runs(
     assert not (tree.outside / "ran").exists()
 
 
-def test_bwrap_path_env_var_points_detection_at_a_missing_binary(tmp_path: Path) -> None:
-    """detect_backend() honours EXECSERVER_BWRAP (and the Landlock switch)."""
+def test_the_bwrap_and_landlock_variables_reach_the_probe() -> None:
+    """EXECSERVER_BWRAP and EXECSERVER_SANDBOX_NO_LANDLOCK, mapped onto the config by
+    cli.py, decide what is probed (here by `execserver doctor`, as serve would)."""
     env = {
         **os.environ,
-        BWRAP_ENV: MISSING_BWRAP,
-        NO_LANDLOCK_ENV: "1",
+        "EXECSERVER_BWRAP": MISSING_BWRAP,
+        "EXECSERVER_SANDBOX_NO_LANDLOCK": "1",
         "PYTHONPATH": str(PROJECT_ROOT),
     }
-    code = (
-        "import json; from execserver.sandbox import detect_backend as d; b = d(); "
-        "print(json.dumps([b.kind, b.bwrap_error]))"
-    )
     done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "execserver", "doctor", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    kind, error = json.loads(done.stdout)
-    assert kind == "none"
-    assert MISSING_BWRAP in error
+    report = json.loads(done.stdout)
+    assert report["backend"] == "none"
+    assert MISSING_BWRAP in report["backendDetail"]
 
 
 async def test_probe_on_a_host_without_user_namespaces_selects_landlock() -> None:

@@ -25,6 +25,7 @@ from tests.support.sandbox import (
     entry,
     make_tree,
     managed,
+    sandbox_host,
     special,
     uri,
 )
@@ -39,7 +40,11 @@ async def test_write_inside_writable_root_succeeds(tmp_path: Path) -> None:
     ctx = context(managed([ROOT_READ, entry(tree.ws, "write")]))
     target = str(tree.ws / "f.txt")
     result = await run_sandboxed_fs_call(
-        ctx, func=f"{HERE}:write_text", args={"path": target, "text": "hello"}, write=True
+        ctx,
+        func=f"{HERE}:write_text",
+        args={"path": target, "text": "hello"},
+        write=True,
+        host=sandbox_host(),
     )
     assert result == 5
     assert (tree.ws / "f.txt").read_text() == "hello"
@@ -55,6 +60,7 @@ async def test_write_outside_writable_root_is_erofs(tmp_path: Path) -> None:
                 func=f"{HERE}:write_text",
                 args={"path": str(target), "text": "x"},
                 write=True,
+                host=sandbox_host(),
             )
         assert (info.value.code, info.value.message) == (
             INTERNAL_ERROR,
@@ -69,7 +75,11 @@ async def test_read_of_denied_file_is_eacces_and_missing_is_not_found(tmp_path: 
     ctx = context(managed([ROOT_READ, entry(tree.secret_file, "deny")]))
     with pytest.raises(RpcError) as info:
         await run_sandboxed_fs_call(
-            ctx, func=f"{HERE}:read_text", args={"path": str(tree.secret_file)}, write=False
+            ctx,
+            func=f"{HERE}:read_text",
+            args={"path": str(tree.secret_file)},
+            write=False,
+            host=sandbox_host(),
         )
     assert (info.value.code, info.value.message) == (
         PARSE_OR_INVALID_REQUEST,
@@ -77,7 +87,11 @@ async def test_read_of_denied_file_is_eacces_and_missing_is_not_found(tmp_path: 
     )
     with pytest.raises(RpcError) as info:
         await run_sandboxed_fs_call(
-            ctx, func=f"{HERE}:read_text", args={"path": str(tree.ws / "nope")}, write=False
+            ctx,
+            func=f"{HERE}:read_text",
+            args={"path": str(tree.ws / "nope")},
+            write=False,
+            host=sandbox_host(),
         )
     assert (info.value.code, info.value.message) == (
         NOT_FOUND,
@@ -89,12 +103,16 @@ async def test_restricted_read_view_shows_protected_mount_points(tmp_path: Path)
     tree = make_tree(tmp_path)
     ctx = context(managed([MINIMAL_READ, entry(tree.ws, "write")]))
     listing = await run_sandboxed_fs_call(
-        ctx, func=f"{HERE}:list_dir", args={"path": str(tree.ws)}, write=False
+        ctx, func=f"{HERE}:list_dir", args={"path": str(tree.ws)}, write=False, host=sandbox_host()
     )
     assert listing == [".agents", ".aws", ".codex", ".git", "link_out"]
     with pytest.raises(RpcError) as info:
         await run_sandboxed_fs_call(
-            ctx, func=f"{HERE}:read_text", args={"path": str(tree.secret / "s.txt")}, write=False
+            ctx,
+            func=f"{HERE}:read_text",
+            args={"path": str(tree.secret / "s.txt")},
+            write=False,
+            host=sandbox_host(),
         )
     assert info.value.code == NOT_FOUND
     assert not (tree.ws / ".codex").exists()
@@ -104,7 +122,11 @@ async def test_rpc_error_raised_by_the_operation_keeps_code_and_message(tmp_path
     ctx = context(managed([ROOT_READ]))
     with pytest.raises(RpcError) as info:
         await run_sandboxed_fs_call(
-            ctx, func=f"{HERE}:raise_rpc", args={"message": "path `/x` is not a file"}, write=False
+            ctx,
+            func=f"{HERE}:raise_rpc",
+            args={"message": "path `/x` is not a file"},
+            write=False,
+            host=sandbox_host(),
         )
     assert (info.value.code, info.value.message) == (
         PARSE_OR_INVALID_REQUEST,
@@ -116,7 +138,11 @@ async def test_dynamic_entries_without_cwd_are_rejected_for_fs(tmp_path: Path) -
     ctx = context(managed([ROOT_READ, entry(special("current_working_directory"), "write")]))
     with pytest.raises(RpcError) as info:
         await run_sandboxed_fs_call(
-            ctx, func=f"{HERE}:read_text", args={"path": "/etc/hostname"}, write=False
+            ctx,
+            func=f"{HERE}:read_text",
+            args={"path": "/etc/hostname"},
+            write=False,
+            host=sandbox_host(),
         )
     assert (info.value.code, info.value.message) == (
         INVALID_PARAMS,
@@ -136,6 +162,7 @@ async def test_cwd_in_context_satisfies_dynamic_entries(tmp_path: Path) -> None:
         func=f"{HERE}:write_text",
         args={"path": str(tree.ws / "p"), "text": "x"},
         write=True,
+        host=sandbox_host(),
     )
     assert (tree.ws / "p").exists()
 
@@ -176,6 +203,7 @@ async def test_cancelled_fs_call_kills_its_helper(tmp_path: Path) -> None:
             func=f"{HERE}:sleep_forever",
             args={"marker": str(marker), "seconds": seconds},
             write=True,
+            host=sandbox_host(),
         )
     )
     assert await asyncio.to_thread(marker.read_text) == "started"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from execserver.sandbox import detect_backend, is_sandbox_denied, plan_process_launch
+from execserver.sandbox import is_sandbox_denied, plan_process_launch
 from execserver.wire.errors import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from execserver.wire.sandbox import FileSystemSandboxContext
 from tests.support.sandbox import (
@@ -21,6 +21,7 @@ from tests.support.sandbox import (
     child_env,
     context,
     entry,
+    host_backend,
     make_tree,
     managed,
     run_plan,
@@ -34,7 +35,7 @@ from tests.support.sandbox import (
 
 def test_host_backend_is_bwrap() -> None:
     # Everything below assumes the primary backend; bwrap must work on CI hosts.
-    backend = detect_backend()
+    backend = host_backend()
     assert backend.kind == "bwrap", backend.describe()
 
 
@@ -112,9 +113,16 @@ async def test_synthetic_mount_points_survive_until_the_last_sandbox_exits(
     tree = make_tree(tmp_path)
     ctx = workspace_write(tree.ws)
     env = child_env(tree)
-    first = plan_process_launch(ctx, argv=["sleep", "0"], cwd=str(tree.ws), env=env, tty=False)
+    first = plan_process_launch(
+        ctx, argv=["sleep", "0"], cwd=str(tree.ws), env=env, tty=False, backend=host_backend()
+    )
     second = plan_process_launch(
-        ctx, argv=["bash", "-c", f"mkdir {tree.ws}/.codex/x"], cwd=str(tree.ws), env=env, tty=False
+        ctx,
+        argv=["bash", "-c", f"mkdir {tree.ws}/.codex/x"],
+        cwd=str(tree.ws),
+        env=env,
+        tty=False,
+        backend=host_backend(),
     )
     # While the second plan is alive, the first one's exit must not remove .codex.
     out1 = await run_plan(first, tree.ws)
@@ -135,6 +143,7 @@ async def test_git_symlink_inside_writable_root_is_refused(tmp_path: Path) -> No
             cwd=str(tree.ws),
             env=child_env(tree),
             tty=False,
+            backend=host_backend(),
         )
     assert info.value.code == INTERNAL_ERROR
     assert "symlink" in info.value.message
@@ -319,6 +328,7 @@ async def test_missing_program_fails_like_the_reference_helper(tmp_path: Path) -
         cwd=str(tree.ws),
         env=child_env(tree),
         tty=False,
+        backend=host_backend(),
     )
     out = await run_plan(plan, tree.ws)
     assert out.exit_code == 101 and out.denied is True
@@ -328,7 +338,12 @@ async def test_missing_program_fails_like_the_reference_helper(tmp_path: Path) -
 async def test_program_found_on_server_path_when_env_has_none(tmp_path: Path) -> None:
     tree = make_tree(tmp_path)
     plan = plan_process_launch(
-        context(managed([ROOT_READ])), argv=["echo", "hi"], cwd=str(tree.ws), env={}, tty=False
+        context(managed([ROOT_READ])),
+        argv=["echo", "hi"],
+        cwd=str(tree.ws),
+        env={},
+        tty=False,
+        backend=host_backend(),
     )
     out = await run_plan(plan, tree.ws)
     assert out.exit_code == 0 and out.output == "hi\n"
@@ -342,14 +357,21 @@ async def test_namespace_setup_failure_is_told_apart_from_command_failure(
     env = child_env(tree)
     # Same plan, but bwrap runs where namespaces are refused: the command never runs.
     failed = plan_process_launch(
-        ctx, argv=["bash", "-c", f"echo ran > {tree.ws}/ran"], cwd=str(tree.ws), env=env, tty=False
+        ctx,
+        argv=["bash", "-c", f"echo ran > {tree.ws}/ran"],
+        cwd=str(tree.ws),
+        env=env,
+        tty=False,
+        backend=host_backend(),
     )
     failed = dataclasses.replace(failed, argv=without_user_namespaces(failed.argv))
     out = await run_plan(failed, tree.ws)
     assert out.exit_code == 1 and failed.setup_failed() is True
     assert not (tree.ws / "ran").exists()
     assert out.denied is False  # as the reference: "No permissions to create new namespace"
-    ok = plan_process_launch(ctx, argv=["false"], cwd=str(tree.ws), env=env, tty=False)
+    ok = plan_process_launch(
+        ctx, argv=["false"], cwd=str(tree.ws), env=env, tty=False, backend=host_backend()
+    )
     out = await run_plan(ok, tree.ws)
     assert out.exit_code == 1 and ok.setup_failed() is False
 
@@ -369,7 +391,12 @@ def test_plan_rejects_empty_argv(tmp_path: Path) -> None:
     tree = make_tree(tmp_path)
     with pytest.raises(RpcError) as info:
         plan_process_launch(
-            context(managed([ROOT_READ])), argv=[], cwd=str(tree.ws), env={}, tty=False
+            context(managed([ROOT_READ])),
+            argv=[],
+            cwd=str(tree.ws),
+            env={},
+            tty=False,
+            backend=host_backend(),
         )
     assert info.value.code == INVALID_PARAMS
 
@@ -378,7 +405,12 @@ def test_plan_close_releases_fds_even_when_never_spawned(tmp_path: Path) -> None
     tree = make_tree(tmp_path)
     before = set(os.listdir("/proc/self/fd"))
     plan = plan_process_launch(
-        workspace_write(tree.ws), argv=["true"], cwd=str(tree.ws), env={}, tty=False
+        workspace_write(tree.ws),
+        argv=["true"],
+        cwd=str(tree.ws),
+        env={},
+        tty=False,
+        backend=host_backend(),
     )
     assert plan.pass_fds
     plan.close()
@@ -398,6 +430,7 @@ async def test_tty_command_runs_inside_the_sandbox_without_controlling_terminal(
         cwd=str(tree.ws),
         env=child_env(tree),
         tty=True,
+        backend=host_backend(),
     )
     try:
         proc = await asyncio.create_subprocess_exec(

@@ -14,6 +14,7 @@ from tests.support.sandbox import (
     child_env,
     commands,
     context_json,
+    host_backend,
     make_tree,
     markers,
     policies,
@@ -153,6 +154,7 @@ async def test_matrix_case_matches_recorded_reference_outcome(
             cwd=str(tree.ws),
             env=child_env(tree),
             tty=False,
+            backend=host_backend(),
         )
         out = await run_plan(plan, tree.ws)
     assert (out.exit_code, out.denied) == (exit_code, denied), out.output

@@ -26,11 +26,13 @@ from tests.support.sandbox import (
     commands,
     context_json,
     entry,
+    host_backend,
     make_tree,
     managed,
     markers,
     policies,
     run_plan,
+    sandbox_host,
     tcp_listener,
     uri,
 )
@@ -130,6 +132,7 @@ async def test_sandbox_matrix_matches_reference(reference: RunningServer, tmp_pa
                         cwd=str(tree.ws),
                         env=env,
                         tty=False,
+                        backend=host_backend(),
                     )
                     ours = await run_plan(plan, tree.ws)
                     ref = (ref_code, ref_denied, markers(ref_out), _texts(ref_out))
@@ -166,6 +169,7 @@ async def test_unrunnable_commands_match_reference(
                 env=env,
                 tty=False,
                 enforce_managed_network=bool(extra.get("enforceManagedNetwork")),
+                backend=host_backend(),
             )
             ours = await run_plan(plan, tree.ws)
             assert (ours.exit_code, ours.denied) == (ref_code, ref_denied), (argv, ours.output)
@@ -209,10 +213,15 @@ async def test_fs_errors_under_sandbox_match_reference(
                         func=f"{helpers}:write_text",
                         args={"path": str(path), "text": "x"},
                         write=True,
+                        host=sandbox_host(),
                     )
                 else:
                     await run_sandboxed_fs_call(
-                        ctx, func=f"{helpers}:read_text", args={"path": str(path)}, write=False
+                        ctx,
+                        func=f"{helpers}:read_text",
+                        args={"path": str(path)},
+                        write=False,
+                        host=sandbox_host(),
                     )
                 ours = None
             except RpcError as exc:
@@ -238,6 +247,7 @@ async def test_child_environment_matches_reference(
                 cwd=str(tree.ws),
                 env=env,
                 tty=False,
+                backend=host_backend(),
             )
             ours = await run_plan(plan, tree.ws)
             assert sorted(ours.output.splitlines()) == sorted(ref_out.splitlines()), perms
@@ -264,6 +274,7 @@ async def test_arg0_is_what_the_program_sees_under_every_policy(
                 env=env,
                 tty=False,
                 arg0="MYARG0",
+                backend=host_backend(),
             )
             ours = await run_plan(plan, tree.ws)
             assert ours.output == ref_out, perms

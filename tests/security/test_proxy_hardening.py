@@ -72,7 +72,9 @@ async def test_a_name_that_resolves_only_at_connect_time_is_not_connected() -> N
 
     resolver = FlippingResolver()
     launch = RemoteNetworkProxyLaunchConfig(proxy=config(domains={"*": "allow"}))
-    proxy = ProcessNetworkProxy(launch, process_id="p", notify=notify, ask=None, resolver=resolver)
+    proxy = ProcessNetworkProxy(
+        launch, process_id="p", notify=notify, ask=None, resolver=resolver, upstream_environ={}
+    )
     async with upstream_server() as local:
         await proxy.start()
         try:
@@ -262,7 +264,7 @@ async def test_proxy_still_serves_after_refusing_a_flood() -> None:
         del note
 
     proxy = ProcessNetworkProxy(
-        launch, process_id="p", notify=notify, ask=None, resolver=Resolver({})
+        launch, process_id="p", notify=notify, ask=None, resolver=Resolver({}), upstream_environ={}
     )
     await proxy.start()
     try:

@@ -2,8 +2,9 @@
 
 Everything stays on 127.0.0.1: an aiohttp "upstream" stands for the internet,
 and the policy names it by made-up domains that execserver's proxy resolves
-through ``EXECSERVER_NETPROXY_HOSTS`` (no DNS). Tests that also run against the
-reference use ``localhost`` (resolved from /etc/hosts) instead.
+through the resolver overrides tests/support/netproxy_serve.py injects (no DNS). Tests
+that also run against the reference use ``localhost`` (resolved from /etc/hosts)
+instead.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -20,11 +20,13 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support import netproxy_serve
 from tests.support.rpc import RpcClient, connect
 from tests.support.servers import RunningServer, start_server
 
 MADE_UP = ("upstream.test", "other.test", "review.test", "slow.test")
-HOSTS_ENV = {"EXECSERVER_NETPROXY_HOSTS": ",".join(f"{h}=127.0.0.1" for h in MADE_UP)}
+# execserver with the made-up names resolving to 127.0.0.1 (start_server's ``serve``).
+SERVE_WITH_HOSTS = netproxy_serve.command(dict.fromkeys(MADE_UP, "127.0.0.1"))
 
 BASE_PROXY: dict[str, Any] = {
     "enabled": True,
@@ -177,7 +179,7 @@ async def upstream_server() -> AsyncIterator[Upstream]:
 
 @asynccontextmanager
 async def server_with_hosts(kind: str) -> AsyncIterator[RunningServer]:
-    async with start_server(kind, env={**os.environ, **HOSTS_ENV}) as server:
+    async with start_server(kind, serve=SERVE_WITH_HOSTS) as server:
         yield server
 
 

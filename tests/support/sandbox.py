@@ -5,6 +5,7 @@ broken helper cannot hide failures."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
 import sys
@@ -17,12 +18,25 @@ from typing import Any
 from execserver.sandbox import (
     LaunchPlan,
     SandboxBackend,
+    SandboxHost,
     is_sandbox_denied,
     plan_process_launch,
+    probe_backend,
 )
 from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_context
 
 PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@functools.cache
+def host_backend() -> SandboxBackend:
+    """This host's backend, probed once for the test run (as serve does at start-up)."""
+    return probe_backend()
+
+
+def sandbox_host() -> SandboxHost:
+    """What a server hands the sandboxed fs path: the probed backend, default settings."""
+    return SandboxHost(host_backend())
 
 
 def uri(path: str | Path) -> str:
@@ -138,7 +152,7 @@ async def run_sandboxed(
         cwd=str(where),
         env=child_env(tree),
         tty=False,
-        backend=backend,
+        backend=backend or host_backend(),
     )
     return await run_plan(plan, where)
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from execserver.cli import _config_from_args, build_parser
+from execserver.cli import build_parser, config_from_args
 from execserver.config import ServerConfig
 from execserver.server import auth
 from execserver.server.listen import parse_listen
@@ -26,7 +26,7 @@ UNIT = ROOT / "deploy" / "systemd" / "execserver.service"
 
 def serve_config(args: list[str]) -> ServerConfig:
     """Parse ``execserver serve ARGS`` and run every start-up check that reads no file."""
-    config = _config_from_args(build_parser().parse_args(["serve", *args]))
+    config = config_from_args(build_parser().parse_args(["serve", *args]))
     auth.validate_flags(config.ws_auth)
     address = parse_listen(config.listen)
     auth.check_exposure(config, address)

@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from execserver.fs.sandbox_helper import OPERATIONS, run
 from execserver.sandbox.fs_helper.helper import exit_status_text
 from execserver.sandbox.fs_helper.protocol import (
     HEADER,
@@ -20,7 +21,6 @@ from execserver.sandbox.fs_helper.protocol import (
     response_decoder,
 )
 from execserver.sandbox.fs_helper.runtime import PRIVATE_DIR, elf_interpreter, helper_runtime
-from execserver.sandbox.fs_helper.serve import OPERATIONS, run
 
 
 def test_frame_carries_bytes_raw_with_a_length_prefix() -> None:

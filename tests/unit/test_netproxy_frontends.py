@@ -15,11 +15,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from execserver.netproxy import bridge
 from execserver.netproxy.loopback import LoopbackBridge
 from execserver.netproxy.proxy import ProcessNetworkProxy
 from execserver.netproxy.resolver import Resolver
-from execserver.sandbox import seccomp
+from execserver.sandbox import bridge, seccomp
 from execserver.sandbox.plan import LAUNCHER
 from execserver.wire.network import NetworkPolicyDecisionNotification
 from execserver.wire.process import RemoteNetworkProxyLaunchConfig
@@ -65,7 +64,12 @@ async def started(
 
     launch = RemoteNetworkProxyLaunchConfig(proxy=config(**proxy))
     p = ProcessNetworkProxy(
-        launch, process_id="p", notify=notify, ask=None, resolver=Resolver({"up.test": "127.0.0.1"})
+        launch,
+        process_id="p",
+        notify=notify,
+        ask=None,
+        resolver=Resolver({"up.test": "127.0.0.1"}),
+        upstream_environ={},
     )
     await p.start()
     return p

@@ -125,9 +125,14 @@ async def test_resolver_hook_is_exclusive_and_marks_its_answers() -> None:
         await resolver.resolve("unlisted.test", 80)  # never a DNS query
 
 
-def test_resolver_from_environment() -> None:
-    assert Resolver.from_environment({"EXECSERVER_NETPROXY_HOSTS": "x.test=127.0.0.1"})._exclusive
-    assert not Resolver.from_environment({})._exclusive
+async def test_a_resolver_without_overrides_does_not_use_the_hook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The old environment hook must be inert: only a constructor argument maps names.
+    monkeypatch.setenv("EXECSERVER_NETPROXY_HOSTS", "localhost=192.0.2.1")
+    resolution = await Resolver().resolve("localhost", 80)
+    assert not resolution.from_hook and "192.0.2.1" not in resolution.addresses
+    assert Resolver({"x.test": "127.0.0.1"})._exclusive and not Resolver()._exclusive
 
 
 def test_proxy_environment_shapes() -> None:

@@ -7,7 +7,7 @@ requests over its stdin/stdout pipes.
 * ``runtime``: how the helper's interpreter is reachable without widening the
   policy's view (read-only binds under a private directory the helper locks
   before serving).
-* ``serve``: the program that runs inside the sandbox.
+* ``execserver.fs.sandbox_helper``: the program that runs inside the sandbox.
 * ``helper``: one helper process seen from the daemon (the single spawn point).
 * ``pool``: which helper serves a call; LRU cap, idle timeout, restart after a
   crash.

@@ -38,7 +38,7 @@ from execserver.sandbox.fs_helper.protocol import (
     response_decoder,
 )
 from execserver.sandbox.fs_helper.runtime import HelperRuntime
-from execserver.sandbox.plan import LaunchPlan, plan_for_policy
+from execserver.sandbox.plan import LaunchPlan, LaunchRequest, plan_for_policy
 from execserver.sandbox.policy import ResolvedPolicy
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 
@@ -211,9 +211,7 @@ async def spawn_helper(
     helper). Raises RpcError when the policy cannot be enforced here."""
     plan = plan_for_policy(
         policy,
-        argv=list(runtime.argv),
-        cwd="/",
-        env=dict(runtime.env),
+        LaunchRequest(argv=list(runtime.argv), cwd="/", env=dict(runtime.env)),
         backend=backend,
         runtime_binds=runtime.binds,
     )

@@ -4,14 +4,14 @@
 ``(False, None)`` for anything it does not serve — a function outside the fs
 service's operations (tests run their own functions through the one-shot
 helper), a policy only the one-shot helper can enforce (see
-``pool.eligible``), or ``EXECSERVER_FS_HELPER=oneshot`` in the daemon's
-environment — and the one-shot helper runs the call instead.
+``pool.eligible``), or a daemon configured for one-shot helpers only
+(``SandboxConfig.persistent_fs_helper``) — and the one-shot helper runs the
+call instead.
 """
 
 from __future__ import annotations
 
 import binascii
-import os
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -20,8 +20,6 @@ from execserver.sandbox.fs_helper.pool import eligible, loop_pool
 from execserver.sandbox.policy import ResolvedPolicy
 
 __all__ = ["call_persistent"]
-
-MODE_VARIABLE: Final = "EXECSERVER_FS_HELPER"
 
 
 def _b64(data: Any) -> str:
@@ -60,15 +58,12 @@ _ROUTES: Final[
 }
 
 
-def persistent_enabled() -> bool:
-    return os.environ.get(MODE_VARIABLE, "persistent") != "oneshot"
-
-
 async def call_persistent(
     policy: ResolvedPolicy, backend: SandboxBackend, func: str, args: dict[str, Any]
 ) -> tuple[bool, Any]:
+    """Serve the call in a persistent helper when one can: ``(True, result)``."""
     route = _ROUTES.get(func)
-    if route is None or not persistent_enabled() or not eligible(policy, backend):
+    if route is None or not eligible(policy, backend):
         return False, None
     op, prepare, finish = route
     served, result = await loop_pool().call(policy, backend, op, prepare(args))

@@ -10,10 +10,10 @@ so nothing is created on the host), and the dynamic loader is run explicitly
 from there:
 
     <private>/ld/ld-linux-x86-64.so.2 --library-path <private>/ld:<private>/home/lib
-        <private>/home/bin/python3.11 -S -s -B -m execserver.sandbox.fs_helper.serve <private>
+        <private>/home/bin/python3.11 -S -s -B -m execserver.fs.sandbox_helper <private>
 
 with ``PYTHONHOME`` and ``PYTHONPATH`` pointing under it. The helper locks
-the directory (mode 000) before it serves anything (see ``serve``).
+the directory (mode 000) before it serves anything (see ``execserver.fs.sandbox_helper``).
 
 ``None`` from ``helper_runtime()`` means this interpreter cannot be moved that
 way (not a 64-bit little-endian ELF with a loader, say); callers then use the
@@ -126,7 +126,7 @@ def helper_runtime() -> HelperRuntime | None:
         "-s",
         "-B",
         "-m",
-        "execserver.sandbox.fs_helper.serve",
+        "execserver.fs.sandbox_helper",
         PRIVATE_DIR,
     )
     env = {

@@ -1,5 +1,6 @@
 """The persistent fs helper program (runs inside the sandbox; ``python -m
-execserver.sandbox.fs_helper.serve <private dir>``).
+execserver.fs.sandbox_helper <private dir>``), started and spoken to by
+``execserver.sandbox.fs_helper``.
 
 Start-up order is the security argument:
 
@@ -16,8 +17,8 @@ So what a request can reach is exactly the policy's mount view. The kernel
 does every access check (EROFS outside writable roots, EACCES on denied
 files, symlinks resolved inside the view), as in the one-shot helper.
 
-Protocol: see ``protocol``. Only the operations in ``OPERATIONS`` exist; the
-request cannot name code to import.
+Protocol: see ``execserver.sandbox.fs_helper.protocol``. Only the operations
+in ``OPERATIONS`` exist; the request cannot name code to import.
 """
 
 from __future__ import annotations

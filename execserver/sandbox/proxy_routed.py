@@ -1,7 +1,7 @@
 """Launch plan for a sandboxed child whose network must go through its proxy
 (``enforceManagedNetwork`` + ``networkProxy``), the reference's "host proxy
-routing bridge" (observed: the child reaches the proxy through
-the port in HTTP_PROXY, a direct connect to any host port is refused).
+routing bridge" (observed on the reference: the child reaches the proxy
+through the port in HTTP_PROXY, a direct connect to any host port is refused).
 
 Shape::
 
@@ -23,8 +23,8 @@ Shape::
   back in, so no sandbox reaches another one's proxy.
 
 Without bubblewrap (no network namespace) this cannot be enforced: refused.
-This reuses the sandbox planner's internals on purpose (one layout builder,
-one resource lifecycle); keep in step with execserver/sandbox/plan.py.
+Built by ``plan.bwrap_plan``, the builder of every bwrap plan (one layout, one
+resource lifecycle); ``netproxy`` only produces the ``ProxyRoutes``.
 """
 
 from __future__ import annotations
@@ -32,22 +32,22 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Sequence
 
 from execserver.sandbox import seccomp
 from execserver.sandbox.backend import SandboxBackend
-from execserver.sandbox.bwrap import build_layout
 from execserver.sandbox.plan import (
-    SANDBOX_TYPE,
     LaunchPlan,
-    _launcher_argv,
-    _PlanResources,
-    _refused_plan,
-    _resolve_program,
-    _search_path,
+    LaunchRequest,
+    bwrap_plan,
     interpreter_paths,
+    launcher_argv,
+    refused_plan,
+    resolve_sandboxed_program,
 )
 from execserver.sandbox.policy import ResolvedPolicy, unenforceable
+from execserver.sandbox.program import child_search_path
+
+__all__ = ["BRIDGE", "ProxyRoutes", "plan_proxy_routed"]
 
 __all__ = ["ProxyRoutes", "plan_proxy_routed"]
 
@@ -77,80 +77,49 @@ class ProxyRoutes:
 
 def plan_proxy_routed(
     policy: ResolvedPolicy,
+    request: LaunchRequest,
     *,
-    argv: Sequence[str],
-    cwd: str,
-    env: dict[str, str],
     backend: SandboxBackend,
     routes: ProxyRoutes,
-    arg0: str | None = None,
 ) -> LaunchPlan:
     if backend.bwrap is None or not backend.seccomp_ok:
         raise unenforceable(
             "managed network needs a network namespace (bubblewrap) and seccomp: "
             + backend.unavailable_reason()
         )
-    program, error = _resolve_program(argv[0], env)
+    argv = list(request.argv)
+    program, error = resolve_sandboxed_program(request)
     if program is None:
-        return _refused_plan(env, f"execserver-sandbox: failed to execvp {argv[0]}: {error}")
+        return refused_plan(request, f"execserver-sandbox: failed to execvp {argv[0]}: {error}")
     if routes.allow_unix_sockets and not routes.all_unix_sockets:
         # seccomp cannot see which path a connect() names, and the view shows every
         # host socket: a per-path allow-list is not enforceable, so nothing runs.
-        return _refused_plan(env, _UNIX_ALLOW_LIST_REFUSAL)
-    if arg0 == argv[0]:
-        arg0 = None
+        return refused_plan(request, _UNIX_ALLOW_LIST_REFUSAL)
+    arg0 = None if request.arg0 == argv[0] else request.arg0
+    bridge = [sys.executable, "-I", "-S", BRIDGE]
+    for port, path in routes.routes:
+        bridge += ["--route", f"{port}={path}"]
+
+    def command(seccomp_fd: int) -> list[str]:
+        # The launcher installs the filter once the bridge is listening.
+        options = ["--seccomp-fd", str(seccomp_fd), "--path", child_search_path(request.env)]
+        if arg0 is not None:
+            options += ["--argv0", arg0]
+        return [*bridge, "--", *launcher_argv(options, argv, request.env)]
+
     # Whatever the policy says about network, the namespace is what routes traffic.
-    policy = dataclasses.replace(policy, network_restricted=True)
-    program_fd = seccomp.program_fd(
-        seccomp.build_program(
+    return bwrap_plan(
+        dataclasses.replace(policy, network_restricted=True),
+        backend,
+        request,
+        command,
+        seccomp_program=seccomp.build_program(
             network_restricted=True,
             proxy_routed=True,
             allow_local_binding=routes.allow_local_binding,
             allow_unix_sockets=routes.all_unix_sockets,
-        )
-    )
-    resources = _PlanResources()
-    resources.child_fds.append(program_fd)
-    try:
-        layout = build_layout(
-            policy,
-            cwd=cwd,
-            proc=backend.proc_ok,
-            mounts=backend.mounts,
-            extra_read=interpreter_paths(),
-            private_binds=routes.socket_dirs,
-        )
-        resources.layout, resources.mounts = layout, backend.mounts
-        status_read, status_write = os.pipe()
-        resources.status_read = status_read
-        resources.child_fds.append(status_write)
-    except BaseException:
-        resources.close()
-        raise
-    resources.child_fds.extend(layout.data_fds)
-    layout.data_fds = []
-    options = ["--seccomp-fd", str(program_fd), "--path", _search_path(env)]
-    if arg0 is not None:
-        options += ["--argv0", arg0]
-    launcher = _launcher_argv(options, list(argv), env)
-    bridge = [sys.executable, "-I", "-S", BRIDGE]
-    for port, path in routes.routes:
-        bridge += ["--route", f"{port}={path}"]
-    full = [
-        backend.bwrap,
-        *layout.args,
-        "--json-status-fd",
-        str(status_write),
-        "--",
-        *bridge,
-        "--",
-        *launcher,
-    ]
-    return LaunchPlan(
-        argv=full,
-        env=env,
-        pass_fds=tuple(resources.child_fds),
-        sandbox_type=SANDBOX_TYPE,
-        mechanism="bwrap",
-        _resources=resources,
+        ),
+        seccomp_by_bwrap=False,
+        extra_read=interpreter_paths(),
+        private_binds=routes.socket_dirs,
     )
