@@ -22,7 +22,7 @@ import time
 import msgspec
 from jsonrpcserver import Result, Success, async_dispatch, method
 
-from execserver.server.rpc import MethodTable
+from execserver.kernel.methods import MethodTable
 from execserver.wire.envelope import (
     IncomingRequest,
     ResponseMessage,

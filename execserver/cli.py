@@ -165,7 +165,7 @@ def _add_auth_flags(p: argparse.ArgumentParser) -> None:
 def _add_ops_flags(p: argparse.ArgumentParser) -> None:
     """Limits (0 = unlimited), audit log, log format, metrics."""
     defaults = LimitsConfig()
-    from execserver.server.limits import LIMIT_FLAGS
+    from execserver.kernel.limits import LIMIT_FLAGS
 
     for name, flag in LIMIT_FLAGS.items():
         default = getattr(defaults, name)
@@ -197,7 +197,7 @@ def config_from_args(
     args: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> ServerConfig:
     """``serve``'s flags + the environment variables it honours -> the one config."""
-    from execserver.server.limits import LIMIT_FLAGS
+    from execserver.kernel.limits import LIMIT_FLAGS
 
     env = os.environ if environ is None else environ
     limits = {name: getattr(args, name) or None for name in LIMIT_FLAGS}

@@ -65,7 +65,7 @@ class WsAuthConfig:
 
 @dataclass(frozen=True)
 class LimitsConfig:
-    """Resource limits (None = unlimited). Refusals name the limit (execserver.server.limits).
+    """Resource limits (None = unlimited). Refusals name the limit (execserver.kernel.limits).
     The defaults are far above what one agent uses, so they only stop runaways."""
 
     max_connections: int | None = 1024

@@ -10,7 +10,8 @@ from execserver.discovery.config import check_paths, read_config
 from execserver.discovery.skills import scan_root
 from execserver.fs.dispatch import in_thread, run_fs_op, sandbox_host
 from execserver.fs.paths import native_path, validate_path_uri
-from execserver.server.rpc import MethodTable, RequestContext
+from execserver.kernel.context import RequestContext
+from execserver.kernel.methods import MethodTable
 from execserver.wire import methods as m
 from execserver.wire.discovery import (
     CapabilitiesDiscoverV2Params,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from execserver.fs.errors import fs_error
 from execserver.fs.local_mounts import LOCAL_MOUNTS
+from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs import SandboxHost, needs_sandboxed_fs, run_sandboxed_fs_call
 from execserver.sandbox.policy import DYNAMIC_CWD_MESSAGE, has_dynamic_entries
 from execserver.wire.errors import RpcError
@@ -25,7 +26,7 @@ from execserver.wire.sandbox import FileSystemSandboxContext
 __all__ = ["in_thread", "in_thread_to_completion", "needs_sandbox", "run_fs_op", "sandbox_host"]
 
 if TYPE_CHECKING:
-    from execserver.server.rpc import RequestContext
+    from execserver.kernel.context import RequestContext
 
 T = TypeVar("T")
 
@@ -84,8 +85,7 @@ def _spec(func: Callable[..., Any]) -> str:
 
 def sandbox_host(ctx: RequestContext) -> SandboxHost:
     """The server's sandboxing (backend probed at start-up, configured helper mode)."""
-    runtime = ctx.runtime
-    return SandboxHost.of(runtime.sandbox_backend, runtime.config.sandbox)
+    return SandboxHost.of(ctx.server.resources.get(SandboxBackend), ctx.server.config.sandbox)
 
 
 def needs_sandbox(sandbox: FileSystemSandboxContext | None, *, write: bool) -> bool:

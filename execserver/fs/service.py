@@ -37,9 +37,9 @@ from execserver.fs.paths import native_path, validate_path_uri
 from execserver.fs.sandboxed_open import open_handle_fd
 from execserver.fs.walk import walk
 from execserver.fs.watch import MissingWatch
-from execserver.server import audit
-from execserver.server.limits import check_below
-from execserver.server.rpc import MethodTable, RequestContext
+from execserver.kernel.context import RequestContext
+from execserver.kernel.limits import check_below
+from execserver.kernel.methods import MethodTable
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
 from execserver.wire.base64 import Base64Error
@@ -128,8 +128,8 @@ def _validate_watch(params: WatchMissingParams) -> None:
 
 def _audit(ctx: RequestContext, op: str, path: str, **fields: Any) -> None:
     """Record a successful change in the audit log (paths and sizes, never contents)."""
-    session = ctx.connection.session
-    audit.fs_changed(ctx.runtime, session.id if session else None, op, path, **fields)
+    session = ctx.peer.session
+    ctx.server.telemetry.fs_changed(session.id if session else None, op, path, **fields)
 
 
 async def read_file(ctx: RequestContext, params: ReadFileParams) -> ReadFileResponse:
@@ -257,14 +257,14 @@ async def copy(ctx: RequestContext, params: CopyParams) -> Empty:
 
 
 def _handles(ctx: RequestContext) -> FileHandles:
-    return ctx.connection.state.get(FileHandles, FileHandles)
+    return ctx.peer.state.get(FileHandles, FileHandles)
 
 
 async def open_handle(ctx: RequestContext, params: OpenParams) -> OpenResponse:
     handles = _handles(ctx)
     # --max-open-files, an operator's cap below the protocol's 128.
     what = "too many open file handles on this connection"
-    check_below(ctx.runtime.config.limits, "max_open_files", len(handles), what)
+    check_below(ctx.server.config.limits, "max_open_files", len(handles), what)
     handles.reserve(params.handle_id)
     try:
         path = native_path(params.path)
@@ -327,7 +327,7 @@ async def write_block(ctx: RequestContext, params: WriteBlockParams) -> Empty:
 
 
 async def close_handle(ctx: RequestContext, params: CloseParams) -> Empty:
-    handles = ctx.connection.state.peek(FileHandles)
+    handles = ctx.peer.state.peek(FileHandles)
     if handles is not None:
         handles.discard(params.handle_id)
     return Empty()
@@ -337,7 +337,7 @@ async def close_handle(ctx: RequestContext, params: CloseParams) -> Empty:
 
 
 async def watch_missing(ctx: RequestContext, params: WatchMissingParams) -> WatchMissingResponse:
-    connection = ctx.connection
+    connection = ctx.peer
 
     async def notify(watch_id: int) -> None:
         note = MissingChangedNotification(watch_id=watch_id)

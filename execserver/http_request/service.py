@@ -14,7 +14,8 @@ from execserver.http_request.client import (
 )
 from execserver.http_request.streams import BODY_ERROR, HttpStreams
 from execserver.http_request.validate import check_method, grouped, parse_url, resolve_headers
-from execserver.server.rpc import MethodTable, RequestContext
+from execserver.kernel.context import RequestContext
+from execserver.kernel.methods import MethodTable
 from execserver.wire import methods as m
 from execserver.wire.base64 import Base64Error, decode_base64
 from execserver.wire.errors import RpcError
@@ -51,7 +52,7 @@ def _prepare(params: HttpRequestParams) -> PreparedRequest:
 async def http_request(ctx: RequestContext, params: HttpRequestParams) -> HttpRequestResponse:
     # --max-concurrent-http-requests, held until the answer (for a
     # streamed response: until its headers; the body then streams outside the cap).
-    with ctx.runtime.limits.http.hold():
+    with ctx.server.limits.http.hold():
         return await _http_request(ctx, params)
 
 
@@ -62,8 +63,8 @@ async def _http_request(ctx: RequestContext, params: HttpRequestParams) -> HttpR
         raise RpcError.internal("http/request failed: route-aware request timed out")
     loop = asyncio.get_running_loop()
     deadline = None if params.timeout_ms is None else loop.time() + params.timeout_ms / 1000
-    client = ctx.runtime.state.get(HttpClient, HttpClient)
-    streams = ctx.connection.state.get(HttpStreams, HttpStreams)
+    client = ctx.server.state.get(HttpClient, HttpClient)
+    streams = ctx.peer.state.get(HttpStreams, HttpStreams)
     if params.stream_response:
         streams.claim(params.request_id)
     try:
@@ -78,12 +79,11 @@ async def _http_request(ctx: RequestContext, params: HttpRequestParams) -> HttpR
         raise
     headers = [ResponseHeader(name, value) for name, value in response_headers(response)]
     if params.stream_response:
-        connection = ctx.connection
-
-        http_bytes = ctx.runtime.metrics.bytes_streamed.labels("http")
+        connection = ctx.peer
+        count_http_bytes = ctx.server.telemetry.stream_counter("http")
 
         async def send(delta: HttpRequestBodyDeltaNotification) -> None:
-            http_bytes.inc(len(delta.delta_base64))
+            count_http_bytes(len(delta.delta_base64))
             await connection.send_notification(m.HTTP_REQUEST_BODY_DELTA, delta)
 
         streams.start(params.request_id, response, deadline, send)
@@ -97,7 +97,7 @@ async def _http_request(ctx: RequestContext, params: HttpRequestParams) -> HttpR
         ) from None
     finally:
         response.release()
-    ctx.runtime.metrics.bytes_streamed.labels("http").inc(len(body))
+    ctx.server.telemetry.stream_counter("http")(len(body))
     return HttpRequestResponse(response.status, headers, body)
 
 

@@ -31,7 +31,7 @@ from execserver.wire.network import (
 from execserver.wire.process import ExecParams, RemoteNetworkProxyLaunchConfig
 
 if TYPE_CHECKING:
-    from execserver.server.sessions import Session
+    from execserver.kernel.peer import SessionHandle
 
 __all__ = [
     "NetworkHost",
@@ -90,7 +90,7 @@ class SessionProxies:
         await asyncio.gather(*(r.aclose() for r in live), return_exceptions=True)
 
 
-def session_proxies(session: Session) -> SessionProxies:
+def session_proxies(session: SessionHandle) -> SessionProxies:
     return session.state.get(SessionProxies, SessionProxies)
 
 
@@ -108,7 +108,10 @@ class NetworkHost:
 
 
 async def start_process_proxy(
-    session: Session, process_id: str, config: RemoteNetworkProxyLaunchConfig, host: NetworkHost
+    session: SessionHandle,
+    process_id: str,
+    config: RemoteNetworkProxyLaunchConfig,
+    host: NetworkHost,
 ) -> ProcessNetworkProxy:
     """Start the proxy for ``process_id``; registered with the session at once so a
     cancelled request never leaks its listeners."""
@@ -151,7 +154,7 @@ class NetworkSetup:
     variables injected, secrets masked), the sandbox bridge's routes, and what to
     stop when the process is gone."""
 
-    session: Session
+    session: SessionHandle
     env: dict[str, str]
     routes: ProxyRoutes | None = None
     owned: list[Resource] = field(default_factory=list)
@@ -166,7 +169,7 @@ class NetworkSetup:
 
 
 async def prepare_network(
-    session: Session,
+    session: SessionHandle,
     params: ExecParams,
     env: dict[str, str],
     *,

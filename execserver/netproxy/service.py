@@ -7,7 +7,7 @@ launch it must advertise ``networkProxyLaunch: false``).
 
 from __future__ import annotations
 
-from execserver.server.rpc import MethodTable
+from execserver.kernel.methods import MethodTable
 
 __all__ = ["register"]
 

@@ -37,9 +37,9 @@ from execserver.wire.process import (
 )
 
 if TYPE_CHECKING:
+    from execserver.kernel.peer import Notifier
     from execserver.processes.supervisor import Supervisor
     from execserver.processes.tree import ProcessTree
-    from execserver.server.sessions import Session
 
 __all__ = ["CHUNKS_PER_READ", "PAUSE_BACKLOG", "DenialClassifier", "ManagedProcess"]
 
@@ -126,7 +126,7 @@ class ManagedProcess:
         process_id: str,
         spawned: Spawned,
         *,
-        session: Session,
+        session: Notifier,
         supervisor: Supervisor,
         tree: ProcessTree,
         program: str,
@@ -276,9 +276,7 @@ class ManagedProcess:
         Reading more would let the log evict chunks the client has not been sent
         (a detached session has no such reader: its output only feeds the log).
         """
-        return (
-            self.log.last_seq - self._sent > PAUSE_BACKLOG and self._session.connection is not None
-        )
+        return self.log.last_seq - self._sent > PAUSE_BACKLOG and self._session.attached
 
     def _on_readable(self, fd: int, stream: str) -> None:
         self._read_into_log(fd, stream, READS_PER_WAKEUP)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 
+from execserver.containment import ProcessCgroups
+from execserver.kernel.context import RequestContext
+from execserver.kernel.methods import MethodTable
 from execserver.netproxy.launch import NetworkHost, prepare_network
 from execserver.processes.envpolicy import build_environment
 from execserver.processes.launch import plan_unsandboxed
@@ -20,8 +23,6 @@ from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.denial import is_sandbox_denied
 from execserver.sandbox.plan import LaunchPlan, LaunchRequest, off_loop
 from execserver.sandbox.planner import plan_sandboxed
-from execserver.server import audit
-from execserver.server.rpc import MethodTable, RequestContext
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
 from execserver.wire.base64 import Base64Error, decode_base64
@@ -48,9 +49,8 @@ MAX_SNAPSHOT_SCOPE_BYTES = 256
 
 def _table(ctx: RequestContext) -> ProcessTable:
     session = ctx.session
-    runtime = ctx.runtime
-    config = runtime.config
-    supervisor = runtime.state.get(Supervisor, Supervisor)
+    config = ctx.server.config
+    supervisor = ctx.server.state.get(Supervisor, Supervisor)
     return session.state.get(
         ProcessTable,
         lambda: ProcessTable(
@@ -60,15 +60,16 @@ def _table(ctx: RequestContext) -> ProcessTable:
             retained_bytes=config.process_retained_bytes,
             drain_timeout_s=config.process_drain_timeout_s,
             limits=config.limits,
-            metrics=runtime.metrics,
-            containment=runtime.containment,
+            telemetry=ctx.server.telemetry,
+            # Opened by the runner at start-up; absent without --process-*-max limits.
+            containment=ctx.server.resources.get(ProcessCgroups),
         ),
     )
 
 
 def _backend(ctx: RequestContext) -> SandboxBackend:
     """The backend probed at start-up; a server that never probed refuses (fail closed)."""
-    backend = ctx.runtime.sandbox_backend
+    backend = ctx.server.resources.get(SandboxBackend)
     if backend is None:
         raise RpcError.internal("the sandbox backend was not probed at start-up")
     return backend
@@ -119,7 +120,7 @@ async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse
     cwd = str(uri_to_path(params.cwd))
     sandbox = decode_sandbox_param(params.sandbox)
     classify: DenialClassifier | None = None
-    config = ctx.runtime.config
+    config = ctx.server.config
     # The daemon's own environment is what envPolicy inherits from.
     env = build_environment(params.env, params.env_policy, os.environ)
     # The process's proxy (its variables injected into env) and, for
@@ -162,9 +163,9 @@ async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse
         await net.aclose()
         raise
     net.close_with(proc)
-    # The audit log gets argv0 + an argv hash, never env; the exit is audited at close.
-    audit.process_started(
-        ctx.runtime,
+    # Audit log (argv0 + argv hash, never env), exit audited at close.
+    telemetry = ctx.server.telemetry
+    telemetry.process_started(
         ctx.session.id,
         proc.process_id,
         params.argv,
@@ -172,7 +173,8 @@ async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse
         tty=params.tty,
         sandbox=sandbox,
     )
-    proc.close_hooks.append(audit.process_close_hook(ctx.runtime, ctx.session.id))
+    session_id = ctx.session.id
+    proc.close_hooks.append(lambda closed: telemetry.process_closed(session_id, closed))
     return ExecResponse(params.process_id, plan.sandbox_type)
 
 

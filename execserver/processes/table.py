@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from execserver.config import LimitsConfig
 from execserver.containment import ProcessCgroups
+from execserver.kernel.limits import check_below
+from execserver.kernel.peer import SessionHandle
+from execserver.kernel.telemetry import Telemetry
 from execserver.processes.launch import spawn
 from execserver.processes.managed import DenialClassifier, ManagedProcess
 from execserver.processes.supervisor import Supervisor
 from execserver.processes.tree import ProcessTree
 from execserver.sandbox.plan import LaunchPlan
-from execserver.server.limits import check_below
-from execserver.server.metrics import Metrics
 from execserver.wire.errors import RpcError
-
-if TYPE_CHECKING:
-    from execserver.server.sessions import Session
 
 __all__ = ["ProcessTable"]
 
@@ -34,14 +31,14 @@ log = logging.getLogger(__name__)
 class ProcessTable:
     def __init__(
         self,
-        session: Session,
+        session: SessionHandle,
         supervisor: Supervisor,
         *,
         retention_s: float,
         retained_bytes: int,
         drain_timeout_s: float,
         limits: LimitsConfig | None,
-        metrics: Metrics | None = None,
+        telemetry: Telemetry | None = None,
         containment: ProcessCgroups | None = None,
     ) -> None:
         self._session = session
@@ -50,7 +47,7 @@ class ProcessTable:
         self._retained_bytes = retained_bytes
         self._drain_timeout_s = drain_timeout_s
         self._limits = limits
-        self._metrics = metrics
+        self._telemetry = telemetry
         self._containment = containment
         self._procs: dict[str, ManagedProcess] = {}
         self._expiry: dict[str, asyncio.TimerHandle] = {}
@@ -116,19 +113,13 @@ class ProcessTable:
             on_exited=self._on_exited,
         )
         self._procs[process_id] = proc
-        if self._metrics is not None:
-            self._metrics.process_started()
+        if self._telemetry is not None:
+            self._telemetry.process_spawned()
         return proc
 
     def _on_exited(self, proc: ManagedProcess) -> None:
-        if self._metrics is not None:
-            acct = proc.accounting
-            wall = acct.wall_s if acct is not None else 0.0
-            self._metrics.process_exited(wall, proc.sandbox_denied)
-            if acct is not None:
-                self._metrics.process_usage(
-                    acct.cpu_s, acct.peak_memory_bytes, acct.oom_kills, acct.pids_refused
-                )
+        if self._telemetry is not None:
+            self._telemetry.process_exited(proc)
 
     def _on_closed(self, proc: ManagedProcess) -> None:
         if self._closed:

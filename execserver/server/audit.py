@@ -8,7 +8,9 @@ argv (arguments often carry credentials; the hash still lets an operator
 match a known command).
 
 Lines are written by one background thread, so a slow disk never blocks the
-event loop; ``aclose`` flushes everything before the daemon exits.
+event loop; ``aclose`` flushes everything before the daemon exits. Services
+report through the runtime's telemetry (execserver.server.telemetry), which
+writes the process and fs records here.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Callable, Sequence
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+from typing import IO, TYPE_CHECKING, Any
 
 import msgspec
 
@@ -33,9 +35,7 @@ __all__ = [
     "AuditLog",
     "AuditLogError",
     "argv_digest",
-    "fs_changed",
-    "process_close_hook",
-    "process_started",
+    "process_start_fields",
     "sandbox_summary",
     "session_attached",
     "session_detached",
@@ -143,101 +143,6 @@ def sandbox_summary(sandbox: object | None) -> dict[str, Any] | None:
         "entries": len(file_system.get("entries") or []),
         "network": permissions.get("network"),
     }
-
-
-# ---- service hooks: one call each from processes/ and fs/ -----------------------
-
-
-def process_started(
-    runtime: ServerRuntime,
-    session_id: str,
-    process_id: str,
-    argv: Sequence[str],
-    *,
-    cwd: str | None,
-    tty: bool,
-    sandbox: object | None,
-) -> None:
-    """Audit a start (the process table counts starts and exits in the metrics)."""
-    runtime.audit.emit(
-        "process.start",
-        session=session_id,
-        processId=process_id,
-        **process_start_fields(argv, cwd, tty),
-        sandbox=sandbox_summary(sandbox),
-    )
-
-
-class _Accounting(Protocol):
-    wall_s: float
-    cpu_s: float
-    max_rss_kib: int | None
-    peak_memory_bytes: int | None
-    oom_kills: int
-    pids_refused: int
-
-
-class ClosedProcess(Protocol):
-    """What the close hook reads of a managed process (execserver.processes.managed)."""
-
-    process_id: str
-    exit_code: int | None
-    sandbox_denied: bool
-    output_bytes: dict[str, int]
-
-    @property
-    def accounting(self) -> _Accounting | None: ...
-
-
-def process_close_hook(runtime: ServerRuntime, session_id: str) -> Callable[[ClosedProcess], None]:
-    """A callback for ManagedProcess.close_hooks: audits the exit and counts the
-    process's output bytes per stream."""
-
-    def closed(proc: ClosedProcess) -> None:
-        acct = proc.accounting
-        for stream, count in proc.output_bytes.items():
-            runtime.metrics.bytes_streamed.labels(stream).inc(count)
-        runtime.audit.emit(
-            "process.exit",
-            session=session_id,
-            processId=proc.process_id,
-            exitCode=proc.exit_code,
-            sandboxDenied=proc.sandbox_denied,
-            wallS=round(acct.wall_s, 3) if acct else None,
-            cpuS=round(acct.cpu_s, 3) if acct else None,
-            # The command's peak, never the daemon's (None when it cannot be told).
-            peakRssKib=acct.max_rss_kib if acct else None,
-            peakMemoryBytes=acct.peak_memory_bytes if acct else None,
-        )
-        if acct is not None and acct.oom_kills:
-            limits = runtime.config.process_limits
-            runtime.audit.emit(
-                "process.limit",
-                session=session_id,
-                processId=proc.process_id,
-                limit="--process-memory-max",
-                maxBytes=limits.memory_max_bytes,
-                oomKills=acct.oom_kills,
-                exitCode=proc.exit_code,
-            )
-        if acct is not None and acct.pids_refused:
-            runtime.audit.emit(
-                "process.limit",
-                session=session_id,
-                processId=proc.process_id,
-                limit="--process-pids-max",
-                max=runtime.config.process_limits.pids_max,
-                forksRefused=acct.pids_refused,
-            )
-
-    return closed
-
-
-def fs_changed(
-    runtime: ServerRuntime, session_id: str | None, op: str, path: str, **fields: Any
-) -> None:
-    """``op``: write, remove, copy, mkdir, writeBlock. Never file contents."""
-    runtime.audit.emit(f"fs.{op}", session=session_id, path=path, **fields)
 
 
 # ---- session lifecycle (called by the connection) ------------------------------

@@ -21,12 +21,12 @@ from typing import Any
 
 import msgspec
 
+from execserver.kernel.context import RequestContext
+from execserver.kernel.limits import LimitExceeded
+from execserver.kernel.scoped import ScopedState
 from execserver.server import audit
-from execserver.server.limits import LimitExceeded
 from execserver.server.metrics import UNKNOWN_METHOD
-from execserver.server.rpc import RequestContext
 from execserver.server.runtime import ServerRuntime
-from execserver.server.scoped import ScopedState
 from execserver.server.sessions import Session
 from execserver.wire import methods as m
 from execserver.wire.envelope import (

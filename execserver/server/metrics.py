@@ -2,7 +2,8 @@
 
 Each runtime has its own registry rather than prometheus-client's global one,
 so several servers in one process (tests) never share counters. Services
-reach the metric objects through ``ctx.runtime.metrics``.
+never touch these objects: they report events to ``ctx.server.telemetry``
+(execserver.server.telemetry), which counts them here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""Start-up -> serve -> graceful shutdown (one owner for the daemon's lifetime)."""
+"""Start-up -> serve -> graceful shutdown (one owner for the daemon's lifetime).
+
+This is the composition root: the only module that imports every service. It
+registers their methods in one table, builds the runtime they are served from,
+and hands each service the start-up objects it needs.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +16,21 @@ import sys
 from aiohttp import web
 
 from execserver import REFERENCE_VERSION, __version__
-from execserver.config import ServerConfig
-from execserver.containment import open_process_cgroups
+from execserver.config import LimitsConfig, ServerConfig
+from execserver.containment import ProcessCgroups, open_process_cgroups
+from execserver.discovery import service as discovery
+from execserver.fs import service as fs
+from execserver.http_request import service as http_request
+from execserver.kernel.limits import describe_limit
+from execserver.kernel.methods import MethodTable
+from execserver.netproxy import service as netproxy
 from execserver.netproxy.guard import protect_listener, release_listener
+from execserver.processes import service as processes
 from execserver.sandbox.backend import SandboxBackend, log_backend, probe_backend
 from execserver.sandbox.keyring import isolate_session_keyring
-from execserver.server import auth, limits
+from execserver.server import auth, lifecycle
 from execserver.server.audit import AuditLog
 from execserver.server.listen import ListenAddress, parse_listen
-from execserver.server.methods import build_method_table
 from execserver.server.runtime import ServerRuntime
 from execserver.server.sessions import SessionRegistry
 from execserver.server.transport_stdio import serve_stdio
@@ -34,8 +45,31 @@ SHUTDOWN_GRACE_S = 10.0
 EXIT_STATUS_STDIN_CLOSED = 2
 
 
+__all__ = [
+    "EXIT_STATUS_STDIN_CLOSED",
+    "SHUTDOWN_GRACE_S",
+    "Server",
+    "build_method_table",
+    "build_runtime",
+    "operational_checks",
+    "too_many_connections",
+]
+
+
+def build_method_table() -> MethodTable:
+    """Every method the daemon serves: the server's lifecycle methods and each service's."""
+    table = MethodTable()
+    lifecycle.register(table)
+    processes.register(table)
+    fs.register(table)
+    http_request.register(table)
+    discovery.register(table)
+    netproxy.register(table)
+    return table
+
+
 def build_runtime(config: ServerConfig) -> ServerRuntime:
-    return ServerRuntime(
+    runtime = ServerRuntime(
         config=config,
         methods=build_method_table(),
         sessions=SessionRegistry(config.session_ttl_s),
@@ -43,6 +77,19 @@ def build_runtime(config: ServerConfig) -> ServerRuntime:
         # Raises ContainmentError when limits are set and cannot be applied.
         containment=open_process_cgroups(config.process_limits),
     )
+    if runtime.containment is not None:
+        runtime.resources.provide(ProcessCgroups, runtime.containment)
+    return runtime
+
+
+def too_many_connections(limits: LimitsConfig, open_connections: int) -> web.Response | None:
+    """The refusal of a websocket upgrade over --max-connections: 503 before any session
+    exists (there is no JSON-RPC request to answer yet), so load balancers retry elsewhere."""
+    maximum = limits.max_connections
+    if maximum is None or open_connections < maximum:
+        return None
+    text = f"too many connections ({describe_limit('max_connections', maximum)} reached)"
+    return web.Response(status=503, text=text, headers={"Retry-After": "1"})
 
 
 def operational_checks(
@@ -61,7 +108,7 @@ def operational_checks(
         checks.append(auth.make_upgrade_check(verifier, rejected))
 
     async def connection_limit(request: web.Request) -> web.StreamResponse | None:
-        refusal = limits.too_many_connections(runtime.config.limits, len(runtime.connections))
+        refusal = too_many_connections(runtime.config.limits, len(runtime.connections))
         if refusal is not None:
             runtime.metrics.connections_rejected.labels("limit").inc()
             runtime.metrics.limit_rejections.labels("max_connections").inc()
@@ -176,6 +223,8 @@ class Server:
         )
         backend = await probe_sandbox_backend(self.config)
         self.runtime.sandbox_backend = backend
+        # Services find it by class, as they find the cgroups (kernel.resources).
+        self.runtime.resources.provide(SandboxBackend, backend)
         probe = (
             asyncio.ensure_future(log_sandbox_report(backend))
             if self.config.startup_probe
@@ -210,12 +259,11 @@ class Server:
         await runner.setup()
         site = web.TCPSite(runner, self.address.host, self.address.port, reuse_address=True)
         await site.start()
-        server = site._server
-        assert server is not None
-        sockets = getattr(server, "sockets", None) or []
-        port = sockets[0].getsockname()[1] if sockets else self.address.port
+        # Every listening socket's (host, port): one per address family the host resolves to.
+        listening = [address[:2] for address in runner.addresses]
+        port = listening[0][1] if listening else self.address.port
         # No sandbox may reach this listener through a managed proxy or bridge.
-        bound = [s.getsockname()[:2] for s in sockets] or [(self.address.host, port)]
+        bound = listening or [(self.address.host, port)]
         for host, bound_port in bound:
             protect_listener(host, bound_port)
         self.url = self.address.url(port)

@@ -1,5 +1,6 @@
 """Server-wide state shared by all connections: config, sessions, methods, and the
-operational hooks services use (``audit``, ``metrics``, ``limits``)."""
+facilities services use (``state``, ``telemetry``, ``limits``, ``resources``; see
+:class:`execserver.kernel.ServiceHost`)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ from typing import TYPE_CHECKING
 
 from execserver.config import ServerConfig
 from execserver.containment import ProcessCgroups
+from execserver.kernel.limits import ServerLimits
+from execserver.kernel.methods import MethodTable
+from execserver.kernel.resources import Resources
+from execserver.kernel.scoped import ScopedState
 from execserver.server.audit import AuditLog
-from execserver.server.limits import ServerLimits
 from execserver.server.metrics import Metrics
-from execserver.server.rpc import MethodTable
-from execserver.server.scoped import ScopedState
 from execserver.server.sessions import SessionRegistry
+from execserver.server.telemetry import ServerTelemetry
+
+__all__ = ["ServerRuntime"]
 
 __all__ = ["ServerRuntime"]
 
@@ -29,11 +34,16 @@ class ServerRuntime:
     # Server-wide service state (e.g. the sandbox backend), closed at shutdown.
     state: ScopedState = field(default_factory=lambda: ScopedState("server"))
     connections: set[object] = field(default_factory=set)
-    # `runtime.audit.emit("process.start", ...)`: a no-op unless --audit-log is set.
+    # `runtime.audit.emit(...)`: a no-op unless --audit-log is set.
     audit: AuditLog = field(default_factory=AuditLog)
     metrics: Metrics = field(default_factory=Metrics)
     limits: ServerLimits = field(init=False)
-    # Per-process resource-limit cgroups (None without --process-*-max limits).
+    # What services report to: writes `audit` and `metrics`.
+    telemetry: ServerTelemetry = field(init=False)
+    # Start-up objects for the services, stored by the runner under their class.
+    resources: Resources = field(default_factory=Resources)
+    # Per-process resource-limit cgroups (None without --process-*-max limits); the
+    # runner also provides them to the processes service through `resources`.
     containment: ProcessCgroups | None = None
     # Probed once at start-up (Server.run, in a worker thread) before serving;
     # None only while not yet probed, when sandboxed requests are refused.
@@ -45,6 +55,7 @@ class ServerRuntime:
 
     def __post_init__(self) -> None:
         self.limits = ServerLimits(self.config.limits)
+        self.telemetry = ServerTelemetry(self.audit, self.metrics, self.config.process_limits)
         self.metrics.track_sessions(lambda: len(self.sessions))
 
     async def aclose(self) -> None:

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from execserver.server.scoped import ScopedState
+from execserver.kernel.scoped import ScopedState
 from execserver.wire.errors import SESSION_ALREADY_ATTACHED, RpcError
 
 if TYPE_CHECKING:

@@ -634,7 +634,8 @@ async def test_changes_are_audited(tmp_path: Path) -> None:
         start_server("execserver", ["--audit-log", str(log)]) as running,
         connect(running.url) as client,
     ):
-        await client.ok("fs/writeFile", {"path": uri(work / "a"), "dataBase64": b64("abc")})
+        # Contents that cannot turn up in a record by chance (a session id is hex).
+        await client.ok("fs/writeFile", {"path": uri(work / "a"), "dataBase64": b64("SECRET")})
         await client.ok("fs/createDirectory", {"path": uri(work / "d")})
         await client.ok(
             "fs/copy",
@@ -657,5 +658,5 @@ async def test_changes_are_audited(tmp_path: Path) -> None:
         ("fs.remove", str(work / "b")),
     ]
     write = next(e for e in events if e["event"] == "fs.write")
-    assert write["bytes"] == 3
-    assert "abc" not in log.read_text()  # sizes, never contents
+    assert write["bytes"] == 6
+    assert "SECRET" not in log.read_text()  # sizes, never contents

@@ -12,7 +12,7 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from execserver.server.methods import build_method_table
+    from execserver.server.runner import build_method_table
     from execserver.wire.envelope import IncomingRequest, decode_incoming
     from execserver.wire.errors import RpcError
 

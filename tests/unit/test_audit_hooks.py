@@ -1,4 +1,5 @@
-"""The audit/metrics hooks services call: what a record holds, and what it never holds."""
+"""The telemetry services report to (audit + metrics): what a record holds, and what it
+never holds."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from execserver.config import ServerConfig
 from execserver.server import audit
 from execserver.server.audit import AuditLog
-from execserver.server.methods import build_method_table
+from execserver.server.runner import build_method_table
 from execserver.server.runtime import ServerRuntime
 from execserver.server.sessions import SessionRegistry
 from execserver.wire.sandbox import (
@@ -58,10 +59,13 @@ async def test_process_records_keep_argv0_and_a_digest_but_not_the_arguments(
     log = tmp_path / "audit.jsonl"
     runtime = runtime_with_audit(log)
     argv = ["curl", "-H", "Authorization: Bearer SUPERSECRET", "https://example.test"]
-    audit.process_started(runtime, "s1", "p1", argv, cwd="/work", tty=False, sandbox=None)
-    hook = audit.process_close_hook(runtime, "s1")
-    hook(FakeProcess("p1", 0, True, {"stdout": 5, "stderr": 2}, FakeAccounting(1.23456, 0.5, 2048)))
-    hook(FakeProcess("p2", None, False, {}, None))
+    telemetry = runtime.telemetry
+    telemetry.process_started("s1", "p1", argv, cwd="/work", tty=False, sandbox=None)
+    closed = FakeProcess(
+        "p1", 0, True, {"stdout": 5, "stderr": 2}, FakeAccounting(1.23456, 0.5, 2048)
+    )
+    telemetry.process_closed("s1", closed)
+    telemetry.process_closed("s1", FakeProcess("p2", None, False, {}, None))
     await runtime.aclose()
     start, exit_, bare = read(log)
     assert "SUPERSECRET" not in log.read_text()
@@ -108,7 +112,7 @@ def test_sandbox_summary_names_the_profile_without_paths() -> None:
 async def test_fs_records_name_the_operation_and_path(tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
     runtime = runtime_with_audit(log)
-    audit.fs_changed(runtime, "s1", "write", "/work/a.txt", bytes=3)
+    runtime.telemetry.fs_changed("s1", "write", "/work/a.txt", bytes=3)
     await runtime.aclose()
     (record,) = read(log)
     assert record["event"] == "fs.write"

@@ -460,7 +460,7 @@ def test_systemd_unit_is_hardened_but_lets_bwrap_build_its_namespaces() -> None:
 
 
 def test_deploying_doc_names_every_limit_flag_and_metric() -> None:
-    from execserver.server.limits import LIMIT_FLAGS
+    from execserver.kernel.limits import LIMIT_FLAGS
     from execserver.server.metrics import Metrics
 
     doc = (ROOT / "docs" / "deploying.md").read_text()

@@ -11,10 +11,10 @@ import msgspec
 import pytest
 
 from execserver.config import LimitsConfig, ServerConfig
+from execserver.kernel.context import RequestContext
+from execserver.kernel.limits import LIMIT_EXCEEDED, LimitExceeded, Slots, check_below
 from execserver.server.connection import Connection
-from execserver.server.limits import LIMIT_EXCEEDED, LimitExceeded, Slots, check_below
-from execserver.server.methods import build_method_table
-from execserver.server.rpc import RequestContext
+from execserver.server.runner import build_method_table
 from execserver.server.runtime import ServerRuntime
 from execserver.server.sessions import SessionRegistry
 

@@ -20,7 +20,7 @@ class FakeSession:
     id = "test"
 
     def __init__(self) -> None:
-        self.connection: object | None = object()  # "attached"
+        self.attached = True
         self.notes: list[tuple[str, Any]] = []
         self.gate: asyncio.Event | None = None
 

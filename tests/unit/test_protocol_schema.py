@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from execserver.server.methods import build_method_table
+from execserver.server.runner import build_method_table
 from execserver.wire import contract
 from execserver.wire import methods as m
 from execserver.wire.schema import SCHEMA_FILE, render_schema

@@ -7,56 +7,18 @@ returns a msgspec-encodable result or raises ``RpcError``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from execserver.kernel.context import RequestContext
 from execserver.wire.decode import ParamsDecoder
 
-if TYPE_CHECKING:
-    from execserver.server.connection import Connection
-    from execserver.server.runtime import ServerRuntime
-    from execserver.server.sessions import Session
+__all__ = ["Handler", "MethodSpec", "MethodTable"]
 
 __all__ = ["MethodTable", "RequestContext"]
 
 P = TypeVar("P")
-
-
-@dataclass
-class RequestContext:
-    """What a handler may touch: its connection, its session and the server."""
-
-    connection: Connection
-    runtime: ServerRuntime
-    _slot: asyncio.Semaphore
-    _holding: bool = True
-
-    @property
-    def session(self) -> Session:
-        session = self.connection.session
-        if session is None:  # lifecycle checks make this unreachable for handlers
-            raise RuntimeError("no session")
-        return session
-
-    @contextlib.asynccontextmanager
-    async def waiting(self) -> AsyncIterator[None]:
-        """Give up this request's concurrency slot while waiting (e.g. a long-poll read).
-
-        The reference serialises requests by default, so a long-poll
-        ``process/read`` blocks everything behind it; we release the slot so
-        other requests on the connection go on (README.md, "Design notes").
-        """
-        if self._holding:
-            self._slot.release()
-            self._holding = False
-        try:
-            yield
-        finally:
-            await self._slot.acquire()
-            self._holding = True
 
 
 Handler = Callable[[RequestContext, P], Awaitable[Any]]

@@ -1,4 +1,8 @@
-"""initialize, environment/info and environment/status."""
+"""initialize, environment/info and environment/status: the server's own methods.
+
+Unlike a service, these bind the connection to a session and read the method
+table's capabilities, so they work on the server's concrete Connection.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ import sys
 import tempfile
 
 from execserver import REFERENCE_VERSION, __version__
-from execserver.server.rpc import MethodTable, RequestContext
+from execserver.kernel.context import RequestContext
+from execserver.kernel.methods import MethodTable
+from execserver.server.connection import Connection
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
 from execserver.wire.errors import DRAINING_MESSAGE, EXECUTOR_DRAINING, RpcError
@@ -27,6 +33,8 @@ __all__ = ["register"]
 
 # Clients gate features on executorVersion; we speak the 0.169.0 protocol.
 EXECUTOR_VERSION = REFERENCE_VERSION
+__all__ = ["EXECUTOR_VERSION", "PROVIDER_ID", "build_environment_info", "detect_shell", "register"]
+
 PROVIDER_ID = "sha256:" + hashlib.sha256(f"execserver {__version__}".encode()).hexdigest()
 
 
@@ -74,26 +82,34 @@ def build_environment_info(capabilities: set[str]) -> EnvironmentInfo:
     )
 
 
+def _connection(ctx: RequestContext) -> Connection:
+    peer = ctx.peer
+    if not isinstance(peer, Connection):  # the server dispatches only on its own connections
+        raise TypeError(f"lifecycle methods need a server Connection, not {type(peer).__name__}")
+    return peer
+
+
 async def initialize(ctx: RequestContext, params: InitializeParams) -> InitializeResponse:
-    conn = ctx.connection
+    conn = _connection(ctx)
     if conn.session is not None:
         raise RpcError.invalid_request("initialize may only be sent once per connection")
-    sessions = ctx.runtime.sessions
+    runtime = conn.runtime
+    sessions = runtime.sessions
     if params.resume_session_id is not None:
         session = sessions.resume(params.resume_session_id, conn)
-    elif ctx.runtime.draining:
+    elif runtime.draining:
         raise RpcError(EXECUTOR_DRAINING, DRAINING_MESSAGE)
     else:
         session = sessions.create(conn)
     conn.bind_session(session)
     for hook in list(session.on_attach):
         await hook(session)
-    info = build_environment_info(ctx.runtime.methods.capabilities)
+    info = build_environment_info(runtime.methods.capabilities)
     return InitializeResponse(session_id=session.id, environment_info=info)
 
 
 async def environment_info(ctx: RequestContext, params: Empty) -> EnvironmentInfo:
-    return build_environment_info(ctx.runtime.methods.capabilities)
+    return build_environment_info(_connection(ctx).runtime.methods.capabilities)
 
 
 async def environment_status(ctx: RequestContext, params: Empty) -> EnvironmentStatusResponse:

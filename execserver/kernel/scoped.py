@@ -1,9 +1,9 @@
 """Per-session and per-connection state owned by services.
 
 Services (processes, fs handles, watches, http streams) keep their state in
-the scope it belongs to without the server knowing their
-types: ``scope.get(ProcessTable, factory)``. Closing the scope closes every
-piece of state in reverse creation order.
+the scope it belongs to (a session's processes outlive its connection)
+without the server knowing their types: ``scope.get(ProcessTable, factory)``.
+Closing the scope closes every piece of state in reverse creation order.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-__all__ = ["ScopedState"]
+__all__ = ["Closeable", "ScopedState"]
 
 log = logging.getLogger(__name__)
 

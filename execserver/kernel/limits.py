@@ -5,6 +5,7 @@ client cannot exhaust a shared executor. Every refusal names the CLI flag
 that sets the limit and its value, so an operator reading a client's error
 knows which knob to turn. Services call :func:`check_below` or hold a
 :class:`Slots` around the limited work; the dispatcher counts refusals.
+The refusal of a websocket upgrade over --max-connections is the runner's.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final
-
-from aiohttp import web
 
 from execserver.config import LimitsConfig
 from execserver.wire.errors import RpcError
@@ -26,7 +25,7 @@ __all__ = [
     "ServerLimits",
     "Slots",
     "check_below",
-    "too_many_connections",
+    "describe_limit",
 ]
 
 # JSON-RPC reserves -32000..-32099 for implementation-defined server errors; the
@@ -99,13 +98,3 @@ class ServerLimits:
             self.config.max_concurrent_http_requests,
             "too many concurrent http/request calls on this server",
         )
-
-
-def too_many_connections(limits: LimitsConfig, open_connections: int) -> web.Response | None:
-    """The refusal of a websocket upgrade over --max-connections: 503 before any session
-    exists (there is no JSON-RPC request to answer yet), so load balancers retry elsewhere."""
-    maximum = limits.max_connections
-    if maximum is None or open_connections < maximum:
-        return None
-    text = f"too many connections ({describe_limit('max_connections', maximum)} reached)"
-    return web.Response(status=503, text=text, headers={"Retry-After": "1"})
