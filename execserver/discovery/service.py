@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -13,20 +13,25 @@ from execserver.fs.paths import native_path, validate_path_uri
 from execserver.kernel.context import RequestContext
 from execserver.kernel.methods import MethodTable
 from execserver.wire import methods as m
+from execserver.wire.contract import EncodesAs
 from execserver.wire.discovery import (
     CapabilitiesDiscoverV2Params,
     CapabilitiesDiscoverV2Response,
     CapabilityRootsDiscoverV1Params,
+    CapabilityRootsDiscoverV1Response,
     EnvironmentConfigReadParams,
+    EnvironmentConfigReadResponse,
 )
 from execserver.wire.errors import RpcError
+from execserver.wire.rust import serde
 from execserver.wire.sandbox import decode_sandbox_param
 
 __all__ = ["register"]
 
 
-def _validate_config(params: EnvironmentConfigReadParams) -> None:
+def _validate_config(params: EnvironmentConfigReadParams) -> EnvironmentConfigReadParams:
     validate_path_uri(params.cwd)
+    return params
 
 
 def _decode_v2_sandbox(raw: msgspec.Raw) -> None:
@@ -35,26 +40,30 @@ def _decode_v2_sandbox(raw: msgspec.Raw) -> None:
     value = msgspec.json.decode(bytes(raw)) if len(raw) else None
     if isinstance(value, dict) and "permissions" in value:
         if "cwd" not in value:
-            raise RpcError.invalid_params("missing field `cwd`")
+            raise RpcError.invalid_params(serde.missing_field("cwd"))
         if value["cwd"] is None:
-            raise RpcError.invalid_params("invalid type: null, expected a string")
+            raise RpcError.invalid_params(
+                serde.invalid_type(None, "a string", arbitrary_precision=True)
+            )
     decode_sandbox_param(raw)
 
 
-def _validate_v2(params: CapabilitiesDiscoverV2Params) -> None:
+def _validate_v2(params: CapabilitiesDiscoverV2Params) -> CapabilitiesDiscoverV2Params:
     validate_path_uri(params.cwd)
     _decode_v2_sandbox(params.sandbox)
+    return params
 
 
-def _validate_v1(params: CapabilityRootsDiscoverV1Params) -> None:
+def _validate_v1(params: CapabilityRootsDiscoverV1Params) -> CapabilityRootsDiscoverV1Params:
     for root in params.roots:
         validate_path_uri(root.path)
         decode_sandbox_param(root.sandbox)
+    return params
 
 
 async def environment_config_read(
     ctx: RequestContext, params: EnvironmentConfigReadParams
-) -> dict[str, Any]:
+) -> Annotated[dict[str, Any], EncodesAs(EnvironmentConfigReadResponse)]:
     check_paths(params.config_paths, params.requirements_paths)
     native_path(params.cwd)
     result: dict[str, Any] = await in_thread(
@@ -74,7 +83,7 @@ async def discover_v2(
 
 async def discover_roots_v1(
     ctx: RequestContext, params: CapabilityRootsDiscoverV1Params
-) -> dict[str, Any]:
+) -> Annotated[dict[str, Any], EncodesAs(CapabilityRootsDiscoverV1Response)]:
     roots = []
     for root in params.roots:
         path = native_path(root.path)
@@ -99,24 +108,21 @@ async def discover_roots_v1(
 def register(table: MethodTable) -> None:
     table.add(
         m.ENVIRONMENT_CONFIG_READ,
-        EnvironmentConfigReadParams,
         environment_config_read,
         family="environment config",
-        validate=_validate_config,
+        prepare=_validate_config,
     )
     table.add(
         m.CAPABILITIES_DISCOVER_V2,
-        CapabilitiesDiscoverV2Params,
         discover_v2,
         family="capability discovery",
-        validate=_validate_v2,
+        prepare=_validate_v2,
     )
     table.add(
         m.CAPABILITY_ROOTS_DISCOVER_V1,
-        CapabilityRootsDiscoverV1Params,
         discover_roots_v1,
         family="capability discovery",
-        validate=_validate_v1,
+        prepare=_validate_v1,
     )
     table.capabilities.update(
         {"environment_config_read", "capability_discovery_v2", "capability_discovery_sandbox"}

@@ -13,7 +13,7 @@ import os
 import stat
 from typing import Any
 
-from execserver.wire.errors import os_error_text
+from execserver.wire.rust.io_error import os_error_text
 from execserver.wire.uri import path_to_uri
 
 __all__ = ["scan_root"]

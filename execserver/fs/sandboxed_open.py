@@ -17,8 +17,8 @@ from typing import Any
 
 from execserver.fs.dispatch import in_thread_to_completion, needs_sandbox
 from execserver.fs.handle_io import open_fd, open_for_handle
-from execserver.fs.mode import OpenMode
 from execserver.sandbox.fs import SandboxHost, run_sandboxed_fs_call
+from execserver.wire.fs import OpenMode
 from execserver.wire.sandbox import FileSystemSandboxContext
 
 __all__ = ["open_handle_fd", "reopen_same_inode"]

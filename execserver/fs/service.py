@@ -2,17 +2,17 @@
 and the connection-scoped handle table and watch.
 
 Checks the reference makes while decoding params (URI syntax, sandbox shape,
-base64 of fs/writeBlock, unsigned integers) run in ``validate`` so they come
-before lifecycle errors; everything else runs in the handler.
+base64 of fs/writeBlock) run in the ``prepare`` step of the params decoder (see
+fs/requests.py) so they come before lifecycle errors; everything else runs in
+the handler.
 """
 
 from __future__ import annotations
 
 import binascii
-from typing import Any
+from typing import Annotated, Any
 
 from execserver.fs import handle_io, ops_read, ops_write
-from execserver.fs.b64 import decode_strict
 from execserver.fs.dispatch import (
     in_thread,
     in_thread_to_completion,
@@ -21,19 +21,15 @@ from execserver.fs.dispatch import (
     sandbox_host,
 )
 from execserver.fs.handles import FileHandles
-from execserver.fs.mode import decode_open_mode
-from execserver.fs.params import (
-    OpenParams,
-    ReadBlockParams,
-    ReadBlockResponse,
-    ReadFileResponse,
-    WalkParams,
-    WatchMissingParams,
-    WriteBlockParams,
-    decoded_chunk,
-    keep_decoded,
+from execserver.fs.paths import native_path
+from execserver.fs.requests import (
+    BlockWrite,
+    PathRequest,
+    check_copy,
+    check_path,
+    check_watch,
+    decode_block,
 )
-from execserver.fs.paths import native_path, validate_path_uri
 from execserver.fs.sandboxed_open import open_handle_fd
 from execserver.fs.walk import walk
 from execserver.fs.watch import MissingWatch
@@ -42,85 +38,42 @@ from execserver.kernel.limits import check_below
 from execserver.kernel.methods import MethodTable
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
-from execserver.wire.base64 import Base64Error
+from execserver.wire.contract import EncodesAs
 from execserver.wire.errors import RpcError
 from execserver.wire.fs import (
     CanonicalizeParams,
+    CanonicalizeResponse,
     CloseParams,
     CopyParams,
     CreateDirectoryParams,
+    FileMetadata,
     GetMetadataParams,
     MissingChangedNotification,
+    OpenParams,
     OpenResponse,
+    ReadBlockParams,
+    ReadBlockResponse,
     ReadDirectoryParams,
+    ReadDirectoryResponse,
     ReadFileParams,
+    ReadFileResponse,
     RemoveParams,
+    WalkOutcome,
+    WalkParams,
+    WatchMissingParams,
     WatchMissingResponse,
     WriteFileParams,
 )
-from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_param
+from execserver.wire.rust.base64 import Base64Error, decode_base64
 
 __all__ = ["register"]
 
 FAMILY = "filesystem"
-_U64_MAX = (1 << 64) - 1
 WALK_MAX_DEPTH, WALK_MAX_DIRECTORIES, WALK_MAX_ENTRIES = 64, 10_000, 50_000
 
-
-# ---- validation (before the lifecycle check) --------------------------------------
-
-
-def _unsigned(*values: int | float) -> None:
-    # serde reads these as u64/usize from an arbitrary-precision number.
-    if any(isinstance(v, float) or v < 0 or v > _U64_MAX for v in values):
-        raise RpcError.invalid_params("invalid number")
-
-
-def _sandbox(params: Any) -> FileSystemSandboxContext | None:
-    return decode_sandbox_param(params.sandbox)
-
-
-def _validate_path(params: Any) -> None:
-    validate_path_uri(params.path)
-    _sandbox(params)
-
-
-def _validate_open(params: OpenParams) -> None:
-    validate_path_uri(params.path)
-    decode_open_mode(params.mode)
-    _sandbox(params)
-
-
-def _validate_copy(params: CopyParams) -> None:
-    validate_path_uri(params.source_path)
-    validate_path_uri(params.destination_path)
-    _sandbox(params)
-
-
-def _validate_walk(params: WalkParams) -> None:
-    opts = params.options
-    _unsigned(opts.max_depth, opts.max_directories, opts.max_entries)
-    _validate_path(params)
-
-
-def _validate_read_block(params: ReadBlockParams) -> None:
-    _unsigned(params.offset, params.len)
-
-
-def _validate_write_block(params: WriteBlockParams) -> None:
-    _unsigned(params.offset)
-    try:
-        keep_decoded(params, decode_strict(params.chunk))
-    except Base64Error as exc:
-        raise RpcError.invalid_params(str(exc)) from None
-
-
-def _validate_watch(params: WatchMissingParams) -> None:
-    _unsigned(params.watch_id)
-    for uri in params.missing:
-        validate_path_uri(uri)
-    if params.present is not None:
-        validate_path_uri(params.present)
+# Results built as dicts by a worker thread or the sandbox helper (the reference's
+# JSON, without a second pass through a Struct); base64 made off the event loop.
+MetadataResult = Annotated[dict[str, Any], EncodesAs(FileMetadata)]
 
 
 # ---- whole-path operations ------------------------------------------------------------
@@ -132,23 +85,28 @@ def _audit(ctx: RequestContext, op: str, path: str, **fields: Any) -> None:
     ctx.server.telemetry.fs_changed(session.id if session else None, op, path, **fields)
 
 
-async def read_file(ctx: RequestContext, params: ReadFileParams) -> ReadFileResponse:
+async def read_file(
+    ctx: RequestContext, req: PathRequest[ReadFileParams]
+) -> Annotated[dict[str, str], EncodesAs(ReadFileResponse)]:
+    params = req.params
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
-    data = await run_fs_op(
-        _sandbox(params), ops_read.read_file, args, write=False, host=sandbox_host(ctx)
+    data: str = await run_fs_op(
+        req.sandbox, ops_read.read_file, args, write=False, host=sandbox_host(ctx)
     )
-    return ReadFileResponse(data_base64=data)
+    return {"dataBase64": data}
 
 
-async def write_file(ctx: RequestContext, params: WriteFileParams) -> Empty:
+async def write_file(ctx: RequestContext, req: PathRequest[WriteFileParams]) -> Empty:
+    params = req.params
     path = native_path(params.path)
     try:
-        data = await in_thread(decode_strict, params.data_base64)
+        # Decoded in the handler (after the lifecycle check) with -32600: as the reference.
+        data = await in_thread(decode_base64, params.data_base64)
     except Base64Error as exc:
         raise RpcError.invalid_request(
             f"fs/writeFile requires valid base64 dataBase64: {exc}"
         ) from None
-    sandbox = _sandbox(params)
+    sandbox = req.sandbox
     if needs_sandbox(sandbox, write=True):
         # Raw bytes: the persistent helper takes them as they are (no second base64).
         args = {"path": path, "data": data, "follow_symlinks": params.follow_symlinks}
@@ -161,51 +119,50 @@ async def write_file(ctx: RequestContext, params: WriteFileParams) -> Empty:
     return Empty()
 
 
-async def create_directory(ctx: RequestContext, params: CreateDirectoryParams) -> Empty:
+async def create_directory(ctx: RequestContext, req: PathRequest[CreateDirectoryParams]) -> Empty:
+    params = req.params
     path = native_path(params.path)
     args = {"path": path, "recursive": params.recursive, "follow_symlinks": params.follow_symlinks}
     await run_fs_op(
-        _sandbox(params), ops_write.create_directory, args, write=True, host=sandbox_host(ctx)
+        req.sandbox, ops_write.create_directory, args, write=True, host=sandbox_host(ctx)
     )
     _audit(ctx, "mkdir", path)
     return Empty()
 
 
-async def get_metadata(ctx: RequestContext, params: GetMetadataParams) -> dict[str, Any]:
+async def get_metadata(ctx: RequestContext, req: PathRequest[GetMetadataParams]) -> MetadataResult:
+    params = req.params
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
     result: dict[str, Any] = await run_fs_op(
-        _sandbox(params),
-        ops_read.get_metadata,
-        args,
-        write=False,
-        host=sandbox_host(ctx),
-        cheap=True,
+        req.sandbox, ops_read.get_metadata, args, write=False, host=sandbox_host(ctx), cheap=True
     )
     return result
 
 
-async def canonicalize(ctx: RequestContext, params: CanonicalizeParams) -> dict[str, Any]:
-    args = {"path": native_path(params.path)}
+async def canonicalize(
+    ctx: RequestContext, req: PathRequest[CanonicalizeParams]
+) -> CanonicalizeResponse:
+    args = {"path": native_path(req.params.path)}
     uri = await run_fs_op(
-        _sandbox(params),
-        ops_read.canonicalize,
-        args,
-        write=False,
-        host=sandbox_host(ctx),
-        cheap=True,
+        req.sandbox, ops_read.canonicalize, args, write=False, host=sandbox_host(ctx), cheap=True
     )
-    return {"path": uri}
+    return CanonicalizeResponse(path=uri)
 
 
-async def read_directory(ctx: RequestContext, params: ReadDirectoryParams) -> dict[str, Any]:
-    args = {"path": native_path(params.path)}
+async def read_directory(
+    ctx: RequestContext, req: PathRequest[ReadDirectoryParams]
+) -> Annotated[dict[str, Any], EncodesAs(ReadDirectoryResponse)]:
+    args = {"path": native_path(req.params.path)}
     entries = await run_fs_op(
-        _sandbox(params), ops_read.read_directory, args, write=False, host=sandbox_host(ctx)
+        req.sandbox, ops_read.read_directory, args, write=False, host=sandbox_host(ctx)
     )
     return {"entries": entries}
 
 
-async def walk_tree(ctx: RequestContext, params: WalkParams) -> dict[str, Any]:
+async def walk_tree(
+    ctx: RequestContext, req: PathRequest[WalkParams]
+) -> Annotated[dict[str, Any], EncodesAs(WalkOutcome)]:
+    params = req.params
     opts = params.options
     if opts.max_directories == 0 or opts.max_entries == 0:
         raise RpcError.invalid_request("filesystem walk limits must be greater than zero")
@@ -220,19 +177,20 @@ async def walk_tree(ctx: RequestContext, params: WalkParams) -> dict[str, Any]:
         )
     args = {
         "path": native_path(params.path),
-        "max_depth": int(opts.max_depth),
-        "max_directories": int(opts.max_directories),
-        "max_entries": int(opts.max_entries),
+        "max_depth": opts.max_depth,
+        "max_directories": opts.max_directories,
+        "max_entries": opts.max_entries,
         "follow_directory_symlinks": opts.follow_directory_symlinks,
         "prune_hidden_directories": opts.prune_hidden_directories,
     }
     result: dict[str, Any] = await run_fs_op(
-        _sandbox(params), walk, args, write=False, host=sandbox_host(ctx)
+        req.sandbox, walk, args, write=False, host=sandbox_host(ctx)
     )
     return result
 
 
-async def remove(ctx: RequestContext, params: RemoveParams) -> Empty:
+async def remove(ctx: RequestContext, req: PathRequest[RemoveParams]) -> Empty:
+    params = req.params
     path = native_path(params.path)
     args = {
         "path": path,
@@ -240,15 +198,16 @@ async def remove(ctx: RequestContext, params: RemoveParams) -> Empty:
         "force": params.force,
         "follow_symlinks": params.follow_symlinks,
     }
-    await run_fs_op(_sandbox(params), ops_write.remove, args, write=True, host=sandbox_host(ctx))
+    await run_fs_op(req.sandbox, ops_write.remove, args, write=True, host=sandbox_host(ctx))
     _audit(ctx, "remove", path)
     return Empty()
 
 
-async def copy(ctx: RequestContext, params: CopyParams) -> Empty:
+async def copy(ctx: RequestContext, req: PathRequest[CopyParams]) -> Empty:
+    params = req.params
     source, destination = native_path(params.source_path), native_path(params.destination_path)
     args = {"source_path": source, "destination_path": destination, "recursive": params.recursive}
-    await run_fs_op(_sandbox(params), ops_write.copy, args, write=True, host=sandbox_host(ctx))
+    await run_fs_op(req.sandbox, ops_write.copy, args, write=True, host=sandbox_host(ctx))
     _audit(ctx, "copy", destination, source=source)
     return Empty()
 
@@ -260,7 +219,8 @@ def _handles(ctx: RequestContext) -> FileHandles:
     return ctx.peer.state.get(FileHandles, FileHandles)
 
 
-async def open_handle(ctx: RequestContext, params: OpenParams) -> OpenResponse:
+async def open_handle(ctx: RequestContext, req: PathRequest[OpenParams]) -> OpenResponse:
+    params = req.params
     handles = _handles(ctx)
     # --max-open-files, an operator's cap below the protocol's 128.
     what = "too many open file handles on this connection"
@@ -268,9 +228,7 @@ async def open_handle(ctx: RequestContext, params: OpenParams) -> OpenResponse:
     handles.reserve(params.handle_id)
     try:
         path = native_path(params.path)
-        fd = await open_handle_fd(
-            _sandbox(params), path, decode_open_mode(params.mode), sandbox_host(ctx)
-        )
+        fd = await open_handle_fd(req.sandbox, path, params.mode, sandbox_host(ctx))
     except BaseException:
         handles.unreserve(params.handle_id)
         raise
@@ -289,8 +247,10 @@ def _read_block_b64(fd: int, offset: int, length: int) -> tuple[str, int]:
     return binascii.b2a_base64(data, newline=False).decode("ascii"), len(data)
 
 
-async def read_block(ctx: RequestContext, params: ReadBlockParams) -> ReadBlockResponse:
-    length, offset = int(params.len), int(params.offset)
+async def read_block(
+    ctx: RequestContext, params: ReadBlockParams
+) -> Annotated[dict[str, Any], EncodesAs(ReadBlockResponse)]:
+    length, offset = params.len, params.offset
     if not 1 <= length <= handle_io.MAX_BLOCK:
         raise _block_length_error("read")
     handles = _handles(ctx)
@@ -304,12 +264,12 @@ async def read_block(ctx: RequestContext, params: ReadBlockParams) -> ReadBlockR
     finally:
         handles.release(handle)
     # eof only on a short read: a block ending exactly at EOF is not eof yet.
-    return ReadBlockResponse(chunk=chunk, eof=size < length)
+    return {"chunk": chunk, "eof": size < length}
 
 
-async def write_block(ctx: RequestContext, params: WriteBlockParams) -> Empty:
-    data = decoded_chunk(params)
-    length, offset = len(data), int(params.offset)
+async def write_block(ctx: RequestContext, block: BlockWrite) -> Empty:
+    params, data = block.params, block.data
+    length, offset = len(data), params.offset
     if not 1 <= length <= handle_io.MAX_BLOCK:
         raise _block_length_error("write")
     if offset + length > handle_io.MAX_FILE_OFFSET:
@@ -346,73 +306,26 @@ async def watch_missing(ctx: RequestContext, params: WatchMissingParams) -> Watc
     watch = connection.state.get(MissingWatch, lambda: MissingWatch(notify))
     missing = [native_path(uri) for uri in params.missing]
     present = native_path(params.present) if params.present is not None else None
-    watching = await watch.watch(int(params.watch_id), missing, present)
+    watching = await watch.watch(params.watch_id, missing, present)
     return WatchMissingResponse(watching=watching)
 
 
 def register(table: MethodTable) -> None:
     add = table.add
-    add(m.FS_READ_FILE, ReadFileParams, read_file, family=FAMILY, validate=_validate_path)
-    add(m.FS_WRITE_FILE, WriteFileParams, write_file, family=FAMILY, validate=_validate_path)
-    add(
-        m.FS_CREATE_DIRECTORY,
-        CreateDirectoryParams,
-        create_directory,
-        family=FAMILY,
-        validate=_validate_path,
-    )
-    add(m.FS_GET_METADATA, GetMetadataParams, get_metadata, family=FAMILY, validate=_validate_path)
-    add(m.FS_CANONICALIZE, CanonicalizeParams, canonicalize, family=FAMILY, validate=_validate_path)
-    add(
-        m.FS_READ_DIRECTORY,
-        ReadDirectoryParams,
-        read_directory,
-        family=FAMILY,
-        validate=_validate_path,
-    )
-    add(
-        m.FS_WALK,
-        WalkParams,
-        walk_tree,
-        family=FAMILY,
-        rust_name="WalkParams",
-        validate=_validate_walk,
-    )
-    add(m.FS_REMOVE, RemoveParams, remove, family=FAMILY, validate=_validate_path)
-    add(m.FS_COPY, CopyParams, copy, family=FAMILY, validate=_validate_copy)
-    add(
-        m.FS_OPEN,
-        OpenParams,
-        open_handle,
-        family=FAMILY,
-        rust_name="OpenParams",
-        validate=_validate_open,
-    )
-    add(
-        m.FS_READ_BLOCK,
-        ReadBlockParams,
-        read_block,
-        family=FAMILY,
-        rust_name="ReadBlockParams",
-        validate=_validate_read_block,
-    )
-    add(
-        m.FS_WRITE_BLOCK,
-        WriteBlockParams,
-        write_block,
-        family=FAMILY,
-        rust_name="WriteBlockParams",
-        validate=_validate_write_block,
-    )
-    add(m.FS_CLOSE, CloseParams, close_handle, family=FAMILY)
-    add(
-        m.FS_WATCH_MISSING,
-        WatchMissingParams,
-        watch_missing,
-        family=FAMILY,
-        rust_name="WatchMissingParams",
-        validate=_validate_watch,
-    )
+    add(m.FS_READ_FILE, read_file, family=FAMILY, prepare=check_path)
+    add(m.FS_WRITE_FILE, write_file, family=FAMILY, prepare=check_path)
+    add(m.FS_CREATE_DIRECTORY, create_directory, family=FAMILY, prepare=check_path)
+    add(m.FS_GET_METADATA, get_metadata, family=FAMILY, prepare=check_path)
+    add(m.FS_CANONICALIZE, canonicalize, family=FAMILY, prepare=check_path)
+    add(m.FS_READ_DIRECTORY, read_directory, family=FAMILY, prepare=check_path)
+    add(m.FS_WALK, walk_tree, family=FAMILY, prepare=check_path)
+    add(m.FS_REMOVE, remove, family=FAMILY, prepare=check_path)
+    add(m.FS_COPY, copy, family=FAMILY, prepare=check_copy)
+    add(m.FS_OPEN, open_handle, family=FAMILY, prepare=check_path)
+    add(m.FS_READ_BLOCK, read_block, family=FAMILY)
+    add(m.FS_WRITE_BLOCK, write_block, family=FAMILY, prepare=decode_block)
+    add(m.FS_CLOSE, close_handle, family=FAMILY)
+    add(m.FS_WATCH_MISSING, watch_missing, family=FAMILY, prepare=check_watch)
     # fs/open "replace" + fs/writeBlock, and fs/open under a sandbox, both work.
     table.capabilities.update(
         {"fs_watch_missing", "file_write_streaming", "sandboxed_file_streaming"}

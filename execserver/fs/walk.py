@@ -22,7 +22,7 @@ from collections import deque
 from typing import Any
 
 from execserver.fs.ops_read import lossy_name
-from execserver.wire.errors import os_error_text
+from execserver.wire.rust.io_error import os_error_text
 from execserver.wire.uri import path_to_uri
 
 __all__ = ["walk"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import msgspec
 
 from execserver.http_request.client import (
     HttpClient,
@@ -17,7 +18,6 @@ from execserver.http_request.validate import check_method, grouped, parse_url, r
 from execserver.kernel.context import RequestContext
 from execserver.kernel.methods import MethodTable
 from execserver.wire import methods as m
-from execserver.wire.base64 import Base64Error, decode_base64
 from execserver.wire.errors import RpcError
 from execserver.wire.http import (
     HttpRequestBodyDeltaNotification,
@@ -25,39 +25,50 @@ from execserver.wire.http import (
     HttpRequestResponse,
     ResponseHeader,
 )
+from execserver.wire.rust.base64 import Base64Error, decode_base64
 
 __all__ = ["register"]
 
 FAMILY = "http"
 
 
-def _validate(params: HttpRequestParams) -> None:
-    # The reference decodes bodyBase64 while parsing params: bare decoder text, -32602.
-    if params.body_base64 is not None:
-        try:
-            decode_base64(params.body_base64)
-        except Base64Error as exc:
-            raise RpcError.invalid_params(str(exc)) from None
+class HttpCall(msgspec.Struct, frozen=True, gc=False):
+    """http/request params with the body already decoded."""
+
+    params: HttpRequestParams
+    body: bytes | None
 
 
-def _prepare(params: HttpRequestParams) -> PreparedRequest:
+def decode_body(params: HttpRequestParams) -> HttpCall:
+    """The reference decodes bodyBase64 while parsing params: bare decoder text, -32602."""
+    if not params.body_base64:
+        return HttpCall(params, None)
+    try:
+        return HttpCall(params, decode_base64(params.body_base64))
+    except Base64Error as exc:
+        raise RpcError.invalid_params(str(exc)) from None
+
+
+def _prepare(call: HttpCall) -> PreparedRequest:
+    # URL, method and header checks come after the lifecycle check (in the handler).
+    params = call.params
     url = parse_url(params.url)
     check_method(params.method)
     headers = grouped(resolve_headers(params.headers))
-    body = decode_base64(params.body_base64) if params.body_base64 else None
     follow = params.redirect_policy == "follow"
-    return PreparedRequest(params.method, url, headers, body, follow)
+    return PreparedRequest(params.method, url, headers, call.body, follow)
 
 
-async def http_request(ctx: RequestContext, params: HttpRequestParams) -> HttpRequestResponse:
+async def http_request(ctx: RequestContext, call: HttpCall) -> HttpRequestResponse:
     # --max-concurrent-http-requests, held until the answer (for a
     # streamed response: until its headers; the body then streams outside the cap).
     with ctx.server.limits.http.hold():
-        return await _http_request(ctx, params)
+        return await _http_request(ctx, call)
 
 
-async def _http_request(ctx: RequestContext, params: HttpRequestParams) -> HttpRequestResponse:
-    request = _prepare(params)
+async def _http_request(ctx: RequestContext, call: HttpCall) -> HttpRequestResponse:
+    request = _prepare(call)
+    params = call.params
     if params.timeout_ms == 0:
         # The reference's outer (route-aware) timer wins over reqwest's at zero.
         raise RpcError.internal("http/request failed: route-aware request timed out")
@@ -102,5 +113,5 @@ async def _http_request(ctx: RequestContext, params: HttpRequestParams) -> HttpR
 
 
 def register(table: MethodTable) -> None:
-    table.add(m.HTTP_REQUEST, HttpRequestParams, http_request, family=FAMILY, validate=_validate)
+    table.add(m.HTTP_REQUEST, http_request, family=FAMILY, prepare=decode_body)
     table.capabilities.add("http_header_env_vars")

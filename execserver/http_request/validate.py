@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from execserver.wire.errors import RpcError
 from execserver.wire.http import HttpHeader
+from execserver.wire.rust import url as url_texts
 
 __all__ = ["TargetUrl", "check_method", "grouped", "parse_url", "resolve_headers"]
 
@@ -65,7 +66,7 @@ def parse_url(url: str) -> TargetUrl:
     text = url.strip()
     match = _SCHEME_RE.match(text)
     if match is None:
-        raise _invalid_url("relative URL without a base")
+        raise _invalid_url(url_texts.RELATIVE_URL_WITHOUT_BASE)
     scheme = match.group(1).lower()
     if scheme not in _DEFAULT_PORTS:
         raise RpcError.invalid_params(
@@ -77,7 +78,7 @@ def parse_url(url: str) -> TargetUrl:
     host_port = authority.rsplit("@", 1)[-1]
     host, port = _split_port(host_port)
     if not host:
-        raise _invalid_url("empty host")
+        raise _invalid_url(url_texts.EMPTY_HOST)
     tail = tail.split("#", 1)[0]
     path, query = tail.split("?", 1) if "?" in tail else (tail, None)
     rest = _normalize_path(path.replace("\\", "/"))

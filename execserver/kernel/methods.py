@@ -1,4 +1,4 @@
-"""The method table: method name -> (params type, lifecycle family, handler).
+"""The method table: method name -> (params decoder, lifecycle family, handler).
 
 Services register their methods here; they never see JSON-RPC framing or
 the transport. A handler takes the request context and typed params and
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from execserver.kernel.context import RequestContext
+from execserver.wire.contract import REQUESTS
 from execserver.wire.decode import ParamsDecoder
 
 __all__ = ["Handler", "MethodSpec", "MethodTable"]
@@ -27,12 +28,12 @@ Handler = Callable[[RequestContext, P], Awaitable[Any]]
 @dataclass(frozen=True)
 class MethodSpec(Generic[P]):
     name: str
+    # Decodes the params (serde's texts) and runs the method's own checks that the
+    # reference makes while decoding, i.e. before the lifecycle check.
     decoder: ParamsDecoder[P]
     handler: Handler[P]
     # The lifecycle family named in "client must call initialize before using <family> methods".
     family: str
-    # Validation that the reference performs while decoding params (before lifecycle checks).
-    validate: Callable[[P], None] | None = None
 
 
 @dataclass
@@ -44,17 +45,28 @@ class MethodTable:
     def add(
         self,
         name: str,
-        params_type: type[P],
         handler: Handler[P],
         *,
         family: str,
-        rust_name: str | None = None,
-        validate: Callable[[P], None] | None = None,
+        prepare: Callable[[Any], P] | None = None,
+        params_type: type | None = None,
     ) -> None:
+        """Register ``handler`` for ``name``. The params type is the protocol
+        contract's (wire/contract.py), looked up by method name; ``prepare`` takes
+        the decoded params and returns what the handler receives (raising
+        ``RpcError`` for what the reference refuses while decoding).
+        ``params_type`` is only for methods outside the contract (tests)."""
         if name in self.methods:
             raise ValueError(f"method {name} registered twice")
-        decoder = ParamsDecoder(params_type, rust_name)
-        self.methods[name] = MethodSpec(name, decoder, handler, family, validate)
+        contract = REQUESTS.get(name)
+        if contract is not None:
+            if params_type is not None:
+                raise ValueError(f"{name}: the params type comes from the contract")
+            params_type = contract[0]
+        elif params_type is None:
+            raise ValueError(f"{name} is not in the contract: give its params_type")
+        decoder: ParamsDecoder[Any] = ParamsDecoder(params_type, prepare)
+        self.methods[name] = MethodSpec(name, decoder, handler, family)
 
     def get(self, name: str) -> MethodSpec[Any] | None:
         return self.methods.get(name)

@@ -18,14 +18,12 @@ from execserver.processes.launch import plan_unsandboxed
 from execserver.processes.managed import DenialClassifier, ManagedProcess
 from execserver.processes.supervisor import Supervisor
 from execserver.processes.table import ProcessTable
-from execserver.processes.uuidcheck import check_uuid
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.denial import is_sandbox_denied
 from execserver.sandbox.plan import LaunchPlan, LaunchRequest, off_loop
 from execserver.sandbox.planner import plan_sandboxed
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
-from execserver.wire.base64 import Base64Error, decode_base64
 from execserver.wire.errors import RpcError
 from execserver.wire.process import (
     ExecParams,
@@ -39,6 +37,8 @@ from execserver.wire.process import (
     WriteParams,
     WriteResponse,
 )
+from execserver.wire.rust.base64 import Base64Error, decode_base64
+from execserver.wire.rust.uuid import check_uuid
 from execserver.wire.sandbox import decode_sandbox_param
 from execserver.wire.uri import uri_to_path
 
@@ -87,11 +87,12 @@ def _lookup(ctx: RequestContext, process_id: str) -> ManagedProcess | None:
 # ---- process/start ---------------------------------------------------------------------
 
 
-def validate_start(params: ExecParams) -> None:
+def validate_start(params: ExecParams) -> ExecParams:
     uri_to_path(params.cwd)  # raises the reference's -32602 URI errors
     if params.metadata is not None and params.metadata.thread_id is not None:
         check_uuid(params.metadata.thread_id)
     decode_sandbox_param(params.sandbox)
+    return params
 
 
 def _check_start(params: ExecParams) -> None:
@@ -232,11 +233,11 @@ async def process_terminate(ctx: RequestContext, params: TerminateParams) -> Ter
 
 
 def register(table: MethodTable) -> None:
-    table.add(m.PROCESS_START, ExecParams, process_start, family="exec", validate=validate_start)
-    table.add(m.PROCESS_READ, ReadParams, process_read, family="exec")
-    table.add(m.PROCESS_WRITE, WriteParams, process_write, family="exec")
-    table.add(m.PROCESS_SIGNAL, SignalParams, process_signal, family="exec")
-    table.add(m.PROCESS_TERMINATE, TerminateParams, process_terminate, family="exec")
+    table.add(m.PROCESS_START, process_start, family="exec", prepare=validate_start)
+    table.add(m.PROCESS_READ, process_read, family="exec")
+    table.add(m.PROCESS_WRITE, process_write, family="exec")
+    table.add(m.PROCESS_SIGNAL, process_signal, family="exec")
+    table.add(m.PROCESS_TERMINATE, process_terminate, family="exec")
     # shellSnapshot is accepted and validated; the protocol lets an executor treat it
     # as a pure caching hint (outputs are identical with and without it).
     table.capabilities.add("shell_snapshot_v2")

@@ -259,8 +259,6 @@ class Connection:
                 METHOD_NOT_FOUND, f"exec-server stub does not implement `{request.method}` yet"
             )
         params = spec.decoder.decode(request.params)
-        if spec.validate is not None:
-            spec.validate(params)
         async with self._slots:
             if request.method != m.INITIALIZE:
                 self._check_lifecycle(spec.family)

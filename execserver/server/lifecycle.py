@@ -117,6 +117,6 @@ async def environment_status(ctx: RequestContext, params: Empty) -> EnvironmentS
 
 
 def register(table: MethodTable) -> None:
-    table.add(m.INITIALIZE, InitializeParams, initialize, family="initialize")
-    table.add(m.ENVIRONMENT_INFO, Empty, environment_info, family="environment info")
-    table.add(m.ENVIRONMENT_STATUS, Empty, environment_status, family="environment status")
+    table.add(m.INITIALIZE, initialize, family="initialize")
+    table.add(m.ENVIRONMENT_INFO, environment_info, family="environment info")
+    table.add(m.ENVIRONMENT_STATUS, environment_status, family="environment status")

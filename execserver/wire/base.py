@@ -35,5 +35,6 @@ def absent_raw() -> msgspec.Raw:
 
 
 # Rust u64 fields: serde names them "u64" in its errors and rejects negatives.
-# msgspec bounds must fit in int64, so values in 2**63..2**64-1 are refused too (rare).
+# msgspec bounds must fit in int64; the params decoder (wire/decode.py) still takes
+# 2**63..2**64-1 as serde does, on its slow path.
 U64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]

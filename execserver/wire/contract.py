@@ -4,13 +4,32 @@ type, every notification with its params type. The JSON Schemas in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from execserver.wire import discovery, fs, http, lifecycle, network, process
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
 
-__all__ = ["CLIENT_NOTIFICATIONS", "REQUESTS", "SERVER_NOTIFICATIONS", "SERVER_REQUESTS"]
+__all__ = [
+    "CLIENT_NOTIFICATIONS",
+    "REQUESTS",
+    "SERVER_NOTIFICATIONS",
+    "SERVER_REQUESTS",
+    "EncodesAs",
+]
+
+
+@dataclass(frozen=True)
+class EncodesAs:
+    """Marks a handler's result annotation whose value is not the contract type
+    itself but encodes to the same JSON, e.g.
+    ``Annotated[dict[str, Any], EncodesAs(FileMetadata)]`` for a result built as a
+    dict in a worker thread or by the sandbox helper, or base64 text made off the
+    event loop (building the Struct would cost a second pass over the data)."""
+
+    type: type
+
 
 # method -> (params type, result type)
 REQUESTS: Final[dict[str, tuple[type, type]]] = {

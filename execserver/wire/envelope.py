@@ -14,6 +14,9 @@ from typing import Any
 
 import msgspec
 
+from execserver.wire.rust import serde
+from execserver.wire.rust.serde_json import serde_syntax_error
+
 __all__ = [
     "PARSE_ERROR_ID",
     "ErrorMessage",
@@ -26,7 +29,6 @@ __all__ = [
     "RequestMessage",
     "ResponseMessage",
     "decode_incoming",
-    "describe_value",
     "encode_error",
     "encode_message",
 ]
@@ -102,13 +104,13 @@ def decode_incoming(frame: bytes | str) -> Incoming:
         return IncomingRequest(msg.id, msg.method, msg.params)
     if isinstance(msg.id, msgspec.UnsetType):
         if _present(msg.result):
-            return MalformedMessage("missing field `id`")
-        return MalformedMessage("missing field `error`")
+            return MalformedMessage(serde.missing_field("id"))
+        return MalformedMessage(serde.missing_field("error"))
     if _present(msg.error):
         return IncomingResponse(msg.id, msgspec.Raw(), msg.error)
     if _present(msg.result):
         return IncomingResponse(msg.id, msg.result, msgspec.Raw())
-    return MalformedMessage("missing field `error`")
+    return MalformedMessage(serde.missing_field("error"))
 
 
 def _present(raw: msgspec.Raw) -> bool:
@@ -134,7 +136,7 @@ def _slow_classify(frame: bytes | str) -> MalformedMessage:
         return MalformedMessage("data did not match any variant of untagged enum RequestId")
     if "method" in value and not isinstance(value["method"], str):
         return MalformedMessage(
-            f"invalid type: {describe_value(value['method'])}, expected a string"
+            serde.invalid_type(value["method"], "a string", arbitrary_precision=False)
         )
     # Python accepted what msgspec refused (NaN, huge integers, ...): serde refuses it too.
     return MalformedMessage("expected value at line 1 column 1")
@@ -146,90 +148,6 @@ def _valid_id(value: Any) -> bool:
     if isinstance(value, int):
         return -(2**63) <= value < 2**63
     return isinstance(value, str)
-
-
-def describe_value(value: Any) -> str:
-    """serde's ``Unexpected`` wording for a JSON value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"boolean `{'true' if value else 'false'}`"
-    if isinstance(value, int):
-        return f"integer `{value}`"
-    if isinstance(value, float):
-        return f"floating point `{value}`"
-    if isinstance(value, str):
-        return f"string {json.dumps(value, ensure_ascii=False)}"
-    if isinstance(value, list):
-        return "sequence"
-    return "map"
-
-
-def _line_col(text: str, pos: int, at_eof: bool) -> tuple[int, int]:
-    line = text.count("\n", 0, pos) + 1
-    line_start = text.rfind("\n", 0, pos) + 1
-    col_bytes = len(text[line_start:pos].encode("utf-8"))
-    return line, col_bytes if at_eof else col_bytes + 1
-
-
-def serde_syntax_error(text: str, exc: json.JSONDecodeError) -> str:
-    """Translate Python's JSON error into serde_json's wording and position."""
-    pos = exc.pos
-    at_eof = text[pos:].strip() == ""
-    msg = exc.msg
-    if msg.startswith("Expecting value"):
-        reason = "EOF while parsing a value" if at_eof else "expected value"
-        if not at_eof and text[pos] in "]}" and text[:pos].rstrip().endswith(","):
-            reason = "trailing comma"
-    elif msg.startswith("Extra data"):
-        reason = "trailing characters"
-    elif msg.startswith("Expecting ',' delimiter"):
-        in_object = _innermost_container(text, pos) == "{"
-        if at_eof:
-            reason = "EOF while parsing an object" if in_object else "EOF while parsing a list"
-        else:
-            reason = "expected `,` or `}`" if in_object else "expected `,` or `]`"
-    elif msg.startswith("Expecting ':' delimiter"):
-        reason = "EOF while parsing an object" if at_eof else "expected `:`"
-    elif msg.startswith("Expecting property name"):
-        if at_eof:
-            reason = "EOF while parsing an object"
-        elif text[pos] == "}":
-            reason = "trailing comma"
-        else:
-            reason = "key must be a string"
-    elif msg.startswith("Unterminated string"):
-        reason = "EOF while parsing a string"
-        pos, at_eof = len(text), True
-    elif msg.startswith("Invalid control character"):
-        reason = "control character (\\u0000-\\u001F) found while parsing a string"
-    elif msg.startswith("Invalid \\escape") or msg.startswith("Invalid \\uXXXX"):
-        reason = "invalid escape"
-    else:
-        reason = "expected value"
-    line, col = _line_col(text, pos, at_eof)
-    return f"{reason} at line {line} column {col}"
-
-
-def _innermost_container(text: str, pos: int) -> str:
-    """Best-effort: which bracket encloses ``pos`` (ignores brackets inside strings)."""
-    stack: list[str] = []
-    in_string = escaped = False
-    for ch in text[:pos]:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            stack.append(ch)
-        elif ch in "]}" and stack:
-            stack.pop()
-    return stack[-1] if stack else "{"
 
 
 # ---- outgoing -----------------------------------------------------------------

@@ -10,6 +10,9 @@ from __future__ import annotations
 import errno
 from typing import Final
 
+# Re-exported: the fs, process and sandbox code pairs it with rpc_error_from_os_error.
+from execserver.wire.rust.io_error import os_error_text
+
 __all__ = [
     "DRAINING_MESSAGE",
     "EXECUTOR_DRAINING",
@@ -68,41 +71,6 @@ class RpcError(Exception):
     @classmethod
     def not_found(cls, message: str) -> RpcError:
         return cls(NOT_FOUND, message)
-
-
-# The reference prints OS errors the way Rust's std::io::Error does:
-# "<strerror text> (os error N)". Rust's strerror texts differ from glibc's in
-# a few places, so the common ones are spelled here as Rust spells them.
-_RUST_OS_ERROR_TEXT: Final[dict[int, str]] = {
-    errno.ENOENT: "No such file or directory",
-    errno.EACCES: "Permission denied",
-    errno.EPERM: "Operation not permitted",
-    errno.EROFS: "Read-only file system",
-    errno.EEXIST: "File exists",
-    errno.ENOTDIR: "Not a directory",
-    errno.EISDIR: "Is a directory",
-    errno.ENOTEMPTY: "Directory not empty",
-    errno.ELOOP: "Symbolic link loop",
-    errno.EBADF: "Bad file descriptor",
-    errno.EINVAL: "Invalid argument",
-    errno.ENOSPC: "No space left on device",
-    errno.EXDEV: "Invalid cross-device link",
-    errno.ENAMETOOLONG: "File name too long",
-    errno.ETXTBSY: "Text file busy",
-    errno.ENOEXEC: "Exec format error",
-    errno.E2BIG: "Argument list too long",
-    errno.EMFILE: "Too many open files",
-    errno.ENOMEM: "Out of memory",
-    errno.EAGAIN: "Resource temporarily unavailable",
-}
-
-
-def os_error_text(err: int) -> str:
-    """``"No such file or directory (os error 2)"`` for errno 2, as Rust prints it."""
-    import os
-
-    text = _RUST_OS_ERROR_TEXT.get(err) or os.strerror(err)
-    return f"{text} (os error {err})"
 
 
 def rpc_error_from_os_error(exc: OSError) -> RpcError:

@@ -22,6 +22,7 @@ __all__ = [
     "FileMetadata",
     "GetMetadataParams",
     "MissingChangedNotification",
+    "OpenMode",
     "OpenParams",
     "OpenResponse",
     "ReadBlockParams",
@@ -42,6 +43,9 @@ __all__ = [
 
 _NO_SANDBOX: msgspec.Raw = msgspec.field(default_factory=absent_raw)
 
+# A serde unit-variant enum: "read", or the map form {"read": null} (wire.decode).
+OpenMode = Literal["read", "replace"]
+
 
 class ReadFileParams(WireStruct):
     path: str
@@ -55,7 +59,7 @@ class ReadFileResponse(WireStruct):
 
 class WriteFileParams(WireStruct):
     path: str
-    data_base64: str  # decoded by wire.base64 (-32600 on bad input, as the reference)
+    data_base64: str  # decoded by wire.rust.base64 (-32600 on bad input, as the reference)
     sandbox: msgspec.Raw = _NO_SANDBOX
     follow_symlinks: bool = True
 
@@ -154,7 +158,7 @@ class CopyParams(WireStruct):
 class OpenParams(WireStruct):
     handle_id: str
     path: str
-    mode: Literal["read", "replace"] = "read"
+    mode: OpenMode = "read"
     sandbox: msgspec.Raw = _NO_SANDBOX
 
 
@@ -176,7 +180,7 @@ class ReadBlockResponse(WireStruct):
 class WriteBlockParams(WireStruct):
     handle_id: str
     offset: U64
-    chunk: str  # base64, decoded by wire.base64 (-32602 on bad input)
+    chunk: str  # base64, decoded by wire.rust.base64 (-32602 on bad input)
 
 
 class CloseParams(WireStruct):

@@ -170,7 +170,7 @@ class ReadResponse(WireStruct):
 
 class WriteParams(WireStruct):
     process_id: str
-    chunk: str  # base64; decoded with the reference's strictness by wire.base64
+    chunk: str  # base64; decoded with the reference's strictness by wire.rust.base64
     write_id: str
 
 

@@ -23,14 +23,15 @@ into serde's ``Content``, where they read ``integer `3``` / ``floating point `1.
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Callable, Sequence
 from typing import Final, Literal, TypeVar, cast, get_args
 
 import msgspec
 
+from execserver.wire.base import absent_raw
 from execserver.wire.errors import RpcError
 from execserver.wire.process import ManagedNetworkSandboxContext
+from execserver.wire.rust import serde
 from execserver.wire.uri import uri_to_path
 
 __all__ = [
@@ -222,51 +223,12 @@ def _fail(message: str) -> RpcError:
     return RpcError.invalid_params(message)
 
 
-def _rust_debug_str(value: str) -> str:
-    # Rust's {:?} for str: quotes, escapes for quote/backslash/control characters.
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _rust_float(value: float) -> str:
-    text = repr(value)
-    return text if any(c in text for c in ".eEn") else text + ".0"
-
-
-def _unexpected(value: object, level: _Level) -> str:
-    if value is None:
-        return "null"  # serde_json prints Unexpected::Unit as "null"
-    if isinstance(value, bool):
-        return f"boolean `{'true' if value else 'false'}`"
-    if isinstance(value, int | float):
-        if level is _Level.RAW:
-            return "number"
-        if isinstance(value, int):
-            return f"integer `{value}`"
-        return f"floating point `{_rust_float(value)}`"
-    if isinstance(value, str):
-        return f"string {_rust_debug_str(value)}"
-    if isinstance(value, list):
-        return "sequence"
-    return "map"
-
-
 def _invalid_type(value: object, level: _Level, expected: str) -> RpcError:
-    return _fail(f"invalid type: {_unexpected(value, level)}, expected {expected}")
-
-
-def _expected_variants(variants: Sequence[str]) -> str:
-    names = [f"`{v}`" for v in variants]
-    if not names:
-        return "there are no variants"
-    if len(names) == 1:
-        return f"expected {names[0]}"
-    if len(names) == 2:
-        return f"expected {names[0]} or {names[1]}"
-    return "expected one of " + ", ".join(names)
+    return _fail(serde.invalid_type(value, expected, arbitrary_precision=level is _Level.RAW))
 
 
 def _unknown_variant(name: str, variants: Sequence[str]) -> RpcError:
-    return _fail(f"unknown variant `{name}`, {_expected_variants(variants)}")
+    return _fail(serde.unknown_variant(name, variants))
 
 
 def _string(value: object, level: _Level) -> str:
@@ -298,31 +260,21 @@ def _sequence(value: object, level: _Level, item: Callable[[object, _Level], _T]
 
 
 def _unit_variant(value: object, level: _Level, variants: tuple[_S, ...]) -> _S:
-    """A serde enum of unit variants: a string, or the ``{"variant": null}`` map form."""
-    if isinstance(value, dict) and len(value) == 1:
-        ((key, inner),) = value.items()
-        if inner is None:
-            value = key
-    if not isinstance(value, str):
-        raise _invalid_type(value, level, "string or map")
-    for variant in variants:
-        if value == variant:
-            return variant
-    raise _unknown_variant(value, variants)
+    return serde.unit_variant(value, variants, arbitrary_precision=level is _Level.RAW)
 
 
 def _struct_map(value: object, level: _Level, name: str, field_count: int) -> dict[str, object]:
     if isinstance(value, dict):
         return value
     if isinstance(value, list) and not value:
-        raise _fail(f"invalid length 0, expected struct {name} with {field_count} elements")
+        raise _fail(serde.invalid_length(0, f"struct {name} with {field_count} elements"))
     raise _invalid_type(value, level, f"struct {name}")
 
 
 def _missing(fields: dict[str, object], required: Sequence[str]) -> None:
     for key in required:
         if key not in fields:
-            raise _fail(f"missing field `{key}`")
+            raise _fail(serde.missing_field(key))
 
 
 def _tagged(
@@ -334,11 +286,11 @@ def _tagged(
 ) -> tuple[str, dict[str, object]]:
     """serde's internally tagged enum: find the tag (read at ``level``), buffer the rest."""
     if isinstance(value, list) and not value:
-        raise _fail(f"missing field `{tag}`")
+        raise _fail(serde.missing_field(tag))
     if not isinstance(value, dict):
         raise _invalid_type(value, level, f"internally tagged enum {name}")
     if tag not in value:
-        raise _fail(f"missing field `{tag}`")
+        raise _fail(serde.missing_field(tag))
     variant = value[tag]
     if not isinstance(variant, str):
         raise _invalid_type(variant, level, "variant identifier")
@@ -388,7 +340,7 @@ def _fs_path(value: object) -> FsPath:
             if kind == "path":
                 return PathPath(path=_uri(item, _C))
             return GlobPatternPath(pattern=_string(item, _C))
-    raise _fail(f"missing field `{member}`")
+    raise _fail(serde.missing_field(member))
 
 
 def _entry(value: object, level: _Level) -> ExecFileSystemSandboxEntry:
@@ -413,7 +365,7 @@ def _nonzero_usize(value: object, level: _Level) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _invalid_type(value, level, expected)
     if value <= 0 or value >= 2**64:
-        raise _fail(f"invalid value: integer `{value}`, expected {expected}")
+        raise _fail(serde.invalid_value(value, expected, arbitrary_precision=False))
     return value
 
 
@@ -514,10 +466,13 @@ def decode_sandbox_context(value: object) -> FileSystemSandboxContext:
     return ctx
 
 
+_ABSENT = absent_raw()  # the params structs' default: one shared object, no parsing needed
+
+
 def decode_sandbox_param(raw: msgspec.Raw | bytes | None) -> FileSystemSandboxContext | None:
     """The optional ``sandbox`` member as kept raw by the params structs: absent or
     ``null`` means no sandbox (``sandboxType: "none"``)."""
-    if raw is None or len(raw) == 0:
+    if raw is None or len(raw) == 0 or raw is _ABSENT:
         return None
     value = msgspec.json.decode(bytes(raw))
     if value is None:

@@ -12,6 +12,7 @@ import posixpath
 from urllib.parse import quote, unquote
 
 from execserver.wire.errors import RpcError
+from execserver.wire.rust import url
 
 __all__ = ["path_to_uri", "uri_to_path"]
 
@@ -40,7 +41,7 @@ def uri_to_path(uri: str) -> str:
     """Native absolute path for a ``file:`` URI; raises RpcError(-32602) like the reference."""
     scheme = _scheme_of(uri)
     if scheme is None:
-        raise RpcError.invalid_params("invalid URI: relative URL without a base")
+        raise RpcError.invalid_params(f"invalid URI: {url.RELATIVE_URL_WITHOUT_BASE}")
     if scheme != "file":
         raise RpcError.invalid_params(f"unsupported path URI scheme `{scheme}`")
     rest = uri[len(scheme) + 1 :]

@@ -26,9 +26,7 @@ def test_one_input(data: bytes) -> None:
         if spec is None:
             return
         try:
-            params = spec.decoder.decode(message.params)
-            if spec.validate is not None:
-                spec.validate(params)
+            spec.decoder.decode(message.params)
         except RpcError:
             pass  # the documented way to refuse params
 

@@ -47,7 +47,7 @@ async def make_connection(max_inflight: int) -> tuple[Connection, asyncio.Event,
         await release.wait()
         return {"done": "yes"}
 
-    table.add("test/block", Empty, block, family="test")
+    table.add("test/block", block, family="test", params_type=Empty)
     runtime = ServerRuntime(config=config, methods=table, sessions=SessionRegistry(1.0))
     sent = Outbox()
     conn = Connection(runtime, sent.send_frame, peer="test", parse_error_prefix="p: ")

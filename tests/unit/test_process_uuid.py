@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from execserver.processes.uuidcheck import check_uuid
 from execserver.wire.errors import RpcError
+from execserver.wire.rust.uuid import check_uuid
 
 
 @pytest.mark.parametrize(

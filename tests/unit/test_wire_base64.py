@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from execserver.wire.base64 import Base64Error, decode_base64
+from execserver.wire.rust.base64 import Base64Error, decode_base64
 
 REFERENCE_ERRORS = {
     "A": "Invalid input length: 1",
@@ -47,3 +47,29 @@ def test_canonical_base64_round_trips(data: bytes) -> None:
 
 def test_empty_string_is_zero_bytes() -> None:
     assert decode_base64("") == b""
+
+
+def _canonical(text: str) -> bytes | None:
+    """The oracle: what strict decoding accepts is exactly what re-encodes to itself."""
+    try:
+        data = base64.b64decode(text.encode("ascii"), validate=True)
+    except (UnicodeEncodeError, ValueError):
+        return None
+    return data if base64.b64encode(data).decode() == text else None
+
+
+@given(st.text(alphabet="ABCDabcd0189+/=!é ", max_size=16))
+def test_accepts_exactly_the_canonical_texts(text: str) -> None:
+    # The decoder re-encodes only the last quantum; it must agree with a full re-encode.
+    expected = _canonical(text)
+    try:
+        assert decode_base64(text) == expected
+    except Base64Error:
+        assert expected is None
+
+
+def test_non_canonical_last_symbol_of_a_long_text_is_refused() -> None:
+    text = base64.b64encode(b"x" * 3000).decode() + "YWJk"[:2] + "=="
+    assert _canonical(text) is None
+    with pytest.raises(Base64Error, match="Invalid last symbol"):
+        decode_base64(text)

@@ -1,4 +1,4 @@
-"""``metadata.threadId`` must parse as a UUID; errors worded like the Rust ``uuid`` crate.
+"""The Rust ``uuid`` crate's parse errors (``metadata.threadId`` of process/start).
 
 The reference rejects a bad threadId while decoding params (-32602, before
 lifecycle errors) with the crate's own message.
@@ -16,6 +16,7 @@ _GROUPS = (8, 4, 4, 4, 12)
 
 
 def check_uuid(text: str) -> None:
+    """Raise ``RpcError(-32602)`` with the crate's text unless ``text`` parses as a UUID."""
     body, offset = text, 0
     if body.startswith(_PREFIX):
         body, offset = body[len(_PREFIX) :], len(_PREFIX)

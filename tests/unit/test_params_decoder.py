@@ -1,0 +1,101 @@
+"""ParamsDecoder accepts what serde accepts beyond msgspec (the map form of a
+unit-variant enum, u64 values above int64) wherever it sits, and hands the true
+values on. The texts themselves are compared with the reference in
+protocol/vectors/unit_variant_enum.json."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from execserver.wire.decode import ParamsDecoder
+from execserver.wire.errors import RpcError
+from execserver.wire.fs import OpenParams, ReadBlockParams, WalkParams
+from execserver.wire.process import CredentialAuthMethod, ExecParams
+
+START = {"processId": "p", "argv": ["true"], "cwd": "file:///", "env": {}, "tty": False}
+PROXY = {
+    "enabled": True,
+    "mode": "limited",
+    "enableSocks5": False,
+    "enableSocks5Udp": False,
+    "allowUpstreamProxy": False,
+    "dangerouslyAllowAllUnixSockets": False,
+    "allowLocalBinding": False,
+}
+
+
+def _decode(type_: type, params: Any) -> Any:
+    return ParamsDecoder(type_).decode(msgspec.Raw(json.dumps(params).encode()))
+
+
+def test_map_form_of_a_top_level_enum() -> None:
+    params = _decode(OpenParams, {"handleId": "h", "path": "file:///x", "mode": {"replace": None}})
+    assert params.mode == "replace"
+
+
+def test_map_form_inside_a_struct_a_map_and_a_list() -> None:
+    proxy = {
+        **PROXY,
+        "mode": {"full": None},
+        "domains": {"a.example": {"deny": None}, "b.example": "allow"},
+        "credentialProviders": {"p": {"auth": ["token", {"bearer": None}]}},
+    }
+    policy = {
+        "inherit": {"core": None},
+        "ignoreDefaultExcludes": False,
+        "exclude": [],
+        "set": {},
+        "includeOnly": [],
+    }
+    params = _decode(ExecParams, {**START, "envPolicy": policy, "networkProxy": {"proxy": proxy}})
+    assert params.env_policy.inherit == "core"
+    config = params.network_proxy.proxy
+    assert config.mode == "full"
+    assert config.domains == {"a.example": "deny", "b.example": "allow"}
+    auth = config.credential_providers["p"].auth
+    assert auth == [CredentialAuthMethod.TOKEN, CredentialAuthMethod.BEARER]
+
+
+@pytest.mark.parametrize("value", [2**63, 2**64 - 1])
+def test_u64_above_int64_keeps_its_value(value: int) -> None:
+    walk = {"maxDepth": value, "maxDirectories": 2**63 + 1, "maxEntries": 1}
+    options = {**walk, "followDirectorySymlinks": False}
+    params = _decode(WalkParams, {"path": "file:///", "options": options})
+    assert params.options.max_depth == value
+    assert params.options.max_directories == 2**63 + 1
+    assert params.options.max_entries == 1
+    block = _decode(ReadBlockParams, {"handleId": "h", "offset": value, "len": value})
+    assert (block.offset, block.len) == (value, value)
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ({"read": None, "replace": None}, "invalid value: map, expected map with a single key"),
+        ({"append": None}, "unknown variant `append`, expected `read` or `replace`"),
+        ({"read": []}, "invalid type: sequence, expected unit"),
+        (True, "invalid type: boolean `true`, expected string or map"),
+    ],
+)
+def test_refused_enum_values(mode: Any, message: str) -> None:
+    with pytest.raises(RpcError) as info:
+        _decode(OpenParams, {"handleId": "h", "path": "file:///x", "mode": mode})
+    assert (info.value.code, info.value.message) == (-32602, message)
+
+
+def test_the_first_error_in_input_order_wins_after_a_repair() -> None:
+    # The map form is repaired, then the later bad member is reported as serde would.
+    params = {"mode": {"read": None}, "handleId": 3, "path": "file:///x"}
+    with pytest.raises(RpcError) as info:
+        _decode(OpenParams, params)
+    assert info.value.message == "invalid type: number, expected a string"
+
+
+def test_u64_beyond_u64_is_an_invalid_number() -> None:
+    with pytest.raises(RpcError) as info:
+        _decode(ReadBlockParams, {"handleId": "h", "offset": 2**64, "len": 1})
+    assert info.value.message == "invalid number"
