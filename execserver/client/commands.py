@@ -32,8 +32,9 @@ import re
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AnyStr, Final, Generic
+from typing import TYPE_CHECKING, Any, AnyStr, Final, Generic, Protocol
 
+from execserver.client.calls import Caller
 from execserver.client.errors import (
     CommandFailed,
     CommandNotExecutable,
@@ -52,12 +53,36 @@ from execserver.wire.process import (
     ExecEnvPolicy,
     ExecParams,
     TerminateParams,
-    TerminateResponse,
 )
 from execserver.wire.uri import uri_to_path
 
 if TYPE_CHECKING:
-    from execserver.client.connection import ExecServerClient
+    from execserver.client.fs import RemoteFileSystem
+    from execserver.client.params import Timeout
+    from execserver.wire.lifecycle import EnvironmentInfo
+
+__all__ = [
+    "INHERIT_ENV_POLICY",
+    "STDIN_STAGING_LIMIT",
+    "CommandClient",
+    "CompletedRemoteProcess",
+    "Launched",
+    "command_argv",
+    "launch",
+    "remote_temp_path",
+    "run_command",
+    "terminate",
+]
+
+
+class CommandClient(Caller, Protocol):
+    """What running a command needs from a client (``ExecServerClient`` is one)."""
+
+    environment_info: EnvironmentInfo | None
+    fs: RemoteFileSystem
+
+    async def start(self, params: ExecParams, *, timeout: Timeout = ...) -> RemoteProcess: ...
+
 
 __all__ = [
     "INHERIT_ENV_POLICY",
@@ -132,7 +157,7 @@ class _Collected:
         return data.decode("utf-8", "replace") if text else data
 
 
-def command_argv(client: ExecServerClient, command: str | Sequence[str]) -> list[str]:
+def command_argv(client: CommandClient, command: str | Sequence[str]) -> list[str]:
     """A list is the argv itself; a string runs through the executor's shell."""
     if isinstance(command, str):
         info = client.environment_info
@@ -168,14 +193,14 @@ class Launched:
     process: RemoteProcess
     staged_stdin: str | None
 
-    async def cleanup(self, client: ExecServerClient) -> None:
+    async def cleanup(self, client: CommandClient) -> None:
         if self.staged_stdin is not None:
             path, self.staged_stdin = self.staged_stdin, None
             await _remove_quietly(client, path)
 
 
 async def launch(
-    client: ExecServerClient,
+    client: CommandClient,
     argv: list[str],
     *,
     cwd: str | os.PathLike[str],
@@ -235,7 +260,7 @@ async def launch(
 
 
 async def terminate(
-    client: ExecServerClient,
+    client: CommandClient,
     proc: RemoteProcess,
     on_event: Callable[[ProcessEvent], None] | None = None,
 ) -> None:
@@ -250,7 +275,7 @@ async def _shielded(work: Coroutine[Any, Any, None]) -> None:
 
 
 async def _settle_and_terminate(
-    client: ExecServerClient, start: asyncio.Future[RemoteProcess]
+    client: CommandClient, start: asyncio.Future[RemoteProcess]
 ) -> None:
     if not start.done():
         # A start still in flight may yet spawn the child; terminate after it.
@@ -261,7 +286,7 @@ async def _settle_and_terminate(
 
 
 async def _terminate_and_drain(
-    client: ExecServerClient,
+    client: CommandClient,
     proc: RemoteProcess,
     on_event: Callable[[ProcessEvent], None] | None,
 ) -> None:
@@ -272,9 +297,7 @@ async def _terminate_and_drain(
         # waits for the recovery, which may take far longer.
         async with asyncio.timeout(TERMINATE_TIMEOUT):
             await client.call(
-                methods.PROCESS_TERMINATE,
-                TerminateParams(process_id=proc.process_id),
-                TerminateResponse,
+                methods.PROCESS_TERMINATE, TerminateParams(process_id=proc.process_id)
             )
     except (ExecServerError, TimeoutError) as exc:
         # The server ends a detached session's processes when the session expires.
@@ -288,7 +311,7 @@ async def _terminate_and_drain(
 
 
 async def run_command(
-    client: ExecServerClient,
+    client: CommandClient,
     command: str | Sequence[str],
     *,
     cwd: str | os.PathLike[str],
@@ -379,31 +402,31 @@ async def _type_into_terminal(proc: RemoteProcess, data: bytes) -> None:
     await proc.write(data + eof)
 
 
-def remote_temp_path(client: ExecServerClient, prefix: str) -> str:
+def remote_temp_path(client: CommandClient, prefix: str) -> str:
     """A fresh file name in the executor's temporary directory."""
     info = client.environment_info
     tmp = uri_to_path(info.temp_dir) if info is not None and info.temp_dir else "/tmp"
     return f"{tmp.rstrip('/')}/{prefix}-{uuid.uuid4().hex}"
 
 
-async def _stage_stdin(client: ExecServerClient, data: bytes) -> str:
+async def _stage_stdin(client: CommandClient, data: bytes) -> str:
     path = remote_temp_path(client, "execserver-stdin")
     await client.fs.write_file(path, data)
     return path
 
 
-async def _remove_quietly(client: ExecServerClient, path: str) -> None:
+async def _remove_quietly(client: CommandClient, path: str) -> None:
     with contextlib.suppress(ExecServerError, OSError):
         await asyncio.shield(asyncio.ensure_future(client.fs.remove(path, recursive=False)))
 
 
-async def _require_directory(client: ExecServerClient, cwd: str) -> None:
+async def _require_directory(client: CommandClient, cwd: str) -> None:
     problem = await _cwd_problem(client, cwd)
     if problem is not None:
         raise problem
 
 
-async def _cwd_problem(client: ExecServerClient, cwd: str) -> OSError | None:
+async def _cwd_problem(client: CommandClient, cwd: str) -> OSError | None:
     try:
         meta = await client.fs.get_metadata(cwd)
     except FileNotFoundError:
@@ -416,7 +439,7 @@ async def _cwd_problem(client: ExecServerClient, cwd: str) -> OSError | None:
 
 
 async def _spawn_error(
-    client: ExecServerClient, exc: InternalError, program: str, cwd: str
+    client: CommandClient, exc: InternalError, program: str, cwd: str
 ) -> BaseException:
     """Turn a -32603 from ``process/start`` into the exception a local spawn would raise.
 

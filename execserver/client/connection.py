@@ -24,10 +24,11 @@ import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Literal, TypeVar, overload
+from typing import Any, Final, Literal, overload
 
 import msgspec
 
+from execserver.client.calls import TypedCalls
 from execserver.client.commands import CompletedRemoteProcess, run_command
 from execserver.client.errors import (
     ExecServerConnectError,
@@ -39,36 +40,50 @@ from execserver.client.errors import (
     ExecServerUnavailable,
     SessionAttached,
 )
-from execserver.client.events import Closed, Exited, Output
+from execserver.client.fs import RemoteFileSystem
+from execserver.client.params import (
+    DEFAULT_TIMEOUT,
+    DefaultTimeout,
+    Timeout,
+    decode_result,
+    result_type_of,
+)
 from execserver.client.process import RemoteProcess
+from execserver.client.router import ProcessRouter
 from execserver.client.rpc import NOT_HANDLED, RpcConnection
 from execserver.client.sandbox import NULL_SANDBOX, Sandbox, sandbox_param, to_uri
 from execserver.client.transport import StdioTransport, Transport, WebSocketTransport
 from execserver.wire import methods
+from execserver.wire.base import Empty
 from execserver.wire.lifecycle import (
     EnvironmentInfo,
-    EnvironmentStatusResponse,
     InitializeParams,
     InitializeResponse,
 )
 from execserver.wire.process import (
     ExecEnvPolicy,
     ExecParams,
-    ExecResponse,
-    ProcessClosedNotification,
-    ProcessExitedNotification,
-    ProcessOutputNotification,
     ReadParams,
     ReadResponse,
     WriteStatus,
 )
 from execserver.wire.sandbox import FileSystemSandboxContext
 
-__all__ = ["CONNECT_TIMEOUT", "DEFAULT_CLIENT_NAME", "ClientState", "ExecServerClient", "check_url"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "DEFAULT_CLIENT_NAME",
+    "DEFAULT_TIMEOUT",
+    "INITIALIZE_TIMEOUT",
+    "RECOVERY_DEADLINE",
+    "REQUEST_TIMEOUT",
+    "ClientState",
+    "ExecServerClient",
+    "Opener",
+    "Timeout",
+    "check_url",
+]
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 DEFAULT_CLIENT_NAME: Final = "execserver-client"
 CONNECT_TIMEOUT: Final = 10.0
@@ -83,14 +98,6 @@ CONNECT_RETRY_DELAY_MAX: Final = 1.0
 WEBSOCKET_SCHEMES: Final = ("ws://", "wss://")
 
 
-class _Default(enum.Enum):
-    TIMEOUT = enum.auto()
-
-
-Timeout = float | None | _Default
-DEFAULT_TIMEOUT: Final = _Default.TIMEOUT
-
-
 class ClientState(enum.Enum):
     CONNECTED = "connected"
     RECOVERING = "recovering"
@@ -99,18 +106,6 @@ class ClientState(enum.Enum):
 
 
 Opener = Callable[[], Awaitable[Transport]]
-_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
-
-
-def decode_result(raw: msgspec.Raw, result_type: type[T]) -> T:
-    decoder = _decoders.get(result_type)
-    if decoder is None:
-        decoder = _decoders[result_type] = msgspec.json.Decoder(result_type)
-    try:
-        result: T = decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise ExecServerError(f"unexpected result shape: {exc}") from exc
-    return result
 
 
 def check_url(url: str) -> None:
@@ -120,11 +115,13 @@ def check_url(url: str) -> None:
         raise ValueError(f"exec-server URL must start with ws:// or wss://, got {url!r}{hint}")
 
 
-class ExecServerClient:
+class ExecServerClient(TypedCalls):
     """A connection to one exec-server (ours or the reference), with session resume.
 
     Create it with :meth:`connect` (websocket URL) or :meth:`spawn` (a program
     speaking stdio); use it as an async context manager or call :meth:`close`.
+    ``call(method, params)`` sends any request of the contract
+    (``execserver.wire.contract``) and returns its typed result.
     """
 
     def __init__(
@@ -148,8 +145,9 @@ class ExecServerClient:
         self._state = ClientState.CLOSED
         self._failure: str | None = None
         self._recovery: asyncio.Task[None] | None = None
-        self._processes: dict[str, RemoteProcess] = {}
-        # Managed network: server->client requests and extra notifications.
+        self.processes = ProcessRouter()
+        # Server->client requests (network/policyRequest) and notifications the
+        # client does not route itself (network/policyDecision).
         self._request_handlers: dict[str, Callable[[msgspec.Raw], Awaitable[object]]] = {}
         self._listeners: dict[str, list[Callable[[msgspec.Raw], None]]] = {}
         self.session_id: str = ""
@@ -157,8 +155,6 @@ class ExecServerClient:
         self.url: str | None = None
         self.environment_info: EnvironmentInfo | None = None
         self.reconnects = 0
-        from execserver.client.fs import RemoteFileSystem
-
         self.fs = RemoteFileSystem(self)
 
     # -- construction --------------------------------------------------------
@@ -323,9 +319,7 @@ class ExecServerClient:
             recovery.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await recovery
-        for proc in list(self._processes.values()):
-            proc._fail("exec-server client closed")
-        self._processes.clear()
+        self.processes.fail_all("exec-server client closed")
         if self._conn is not None:
             await self._conn.close()
 
@@ -377,9 +371,7 @@ class ExecServerClient:
     def _fail(self, message: str) -> None:
         self._state = ClientState.FAILED
         self._failure = message
-        for proc in list(self._processes.values()):
-            proc._fail(message)
-        self._processes.clear()
+        self.processes.fail_all(message)
 
     async def _recover(self, reason: str) -> None:
         loop = asyncio.get_running_loop()
@@ -426,31 +418,27 @@ class ExecServerClient:
             raw = await conn.request(methods.PROCESS_READ, params, timeout=self._request_timeout)
             return decode_result(raw, ReadResponse)
 
-        live = [p for p in self._processes.values() if p._live]
-        for proc in live:
+        for proc in self.processes.live():
             try:
                 await proc.catch_up(read, always=True)
             except ExecServerRpcError as exc:
-                proc._fail(f"cannot recover process {proc.process_id}: {exc}")
+                proc.fail(f"cannot recover process {proc.process_id}: {exc}")
 
     # -- calls ---------------------------------------------------------------
 
     def _timeout_for(self, method: str, params: object, timeout: Timeout) -> float | None:
-        if not isinstance(timeout, _Default):
+        if not isinstance(timeout, DefaultTimeout):
             return timeout
         if method == methods.PROCESS_READ and isinstance(params, ReadParams) and params.wait_ms:
             return params.wait_ms / 1000 + READ_TIMEOUT_SLACK
         return self._request_timeout
 
-    async def call(
-        self,
-        method: str,
-        params: object,
-        result_type: type[T],
-        *,
-        timeout: Timeout = DEFAULT_TIMEOUT,
-    ) -> T:
-        """Send any request and decode its result as ``result_type``."""
+    async def call_any(
+        self, method: str, params: object = None, *, timeout: Timeout = DEFAULT_TIMEOUT
+    ) -> Any:
+        """Send any request, also one outside the contract, and decode its result
+        as the contract's result type (plain JSON values for an unknown method).
+        Typed code uses :meth:`call`, which checks the params type as well."""
         seconds = self._timeout_for(method, params, timeout)
         conn = await self._ready()
         try:
@@ -461,13 +449,13 @@ class ExecServerClient:
                 raise
             conn = await self._ready()
             raw = await conn.request(method, params, timeout=seconds)
-        return decode_result(raw, result_type)
+        return decode_result(raw, result_type_of(method))
 
     async def get_environment_info(self) -> EnvironmentInfo:
-        return await self.call(methods.ENVIRONMENT_INFO, {}, EnvironmentInfo)
+        return await self.call(methods.ENVIRONMENT_INFO, Empty())
 
     async def environment_status(self) -> str:
-        result = await self.call(methods.ENVIRONMENT_STATUS, {}, EnvironmentStatusResponse)
+        result = await self.call(methods.ENVIRONMENT_STATUS, Empty())
         return result.status
 
     # -- processes -----------------------------------------------------------
@@ -517,20 +505,16 @@ class ExecServerClient:
         """``process/start`` from ready-made params (``sandbox`` must be raw JSON or null)."""
         if self._state in (ClientState.FAILED, ClientState.CLOSED):
             await self._ready()  # raises ExecServerUnavailable
-        if params.process_id in self._processes:
-            raise ValueError(f"process id {params.process_id!r} is already in use by this client")
         if not params.sandbox:
             params.sandbox = NULL_SANDBOX
-        proc = RemoteProcess(self, params.process_id, tty=params.tty)
         # Route first: events can arrive before the start response.
-        self._processes[params.process_id] = proc
+        proc = self.processes.open(self, params.process_id, tty=params.tty)
         try:
-            result = await self.call(methods.PROCESS_START, params, ExecResponse, timeout=timeout)
+            result = await self.call(methods.PROCESS_START, params, timeout=timeout)
         except BaseException:
-            if self._processes.get(params.process_id) is proc:
-                del self._processes[params.process_id]
+            self.processes.discard(proc)
             raise
-        proc._mark_started(result.sandbox_type)
+        proc.mark_started(result.sandbox_type)
         return proc
 
     @overload
@@ -648,43 +632,32 @@ class ExecServerClient:
         )
 
     async def read_params(self, params: ReadParams) -> ReadResponse:
-        return await self.call(methods.PROCESS_READ, params, ReadResponse)
+        return await self.call(methods.PROCESS_READ, params)
 
     async def write(
         self, process_id: str, data: bytes, *, write_id: str | None = None
     ) -> WriteStatus:
-        proc = self._processes.get(process_id)
+        proc = self.processes.get(process_id)
         if proc is not None:
             return await proc.write(data, write_id=write_id)
         return await RemoteProcess(self, process_id, tty=False).write(data, write_id=write_id)
 
     def process(self, process_id: str) -> RemoteProcess | None:
         """The live process with this id, if this client started it."""
-        return self._processes.get(process_id)
-
-    def _forget(self, proc: RemoteProcess) -> None:
-        if self._processes.get(proc.process_id) is proc:
-            del self._processes[proc.process_id]
+        return self.processes.get(process_id)
 
     # -- notifications -------------------------------------------------------
 
     def _on_notification(self, method: str, params: msgspec.Raw) -> None:
-        if method == methods.PROCESS_OUTPUT:
-            out = decode_result(params, ProcessOutputNotification)
-            self._route(out.process_id, Output(out.seq, out.stream, out.chunk))
-        elif method == methods.PROCESS_EXITED:
-            ex = decode_result(params, ProcessExitedNotification)
-            self._route(ex.process_id, Exited(ex.seq, ex.exit_code, ex.sandbox_denied))
-        elif method == methods.PROCESS_CLOSED:
-            cl = decode_result(params, ProcessClosedNotification)
-            self._route(cl.process_id, Closed(cl.seq))
-        elif method in self._listeners:
+        if self.processes.route(method, params):
+            return
+        if method in self._listeners:
             for listener in list(self._listeners[method]):
                 listener(params)
         else:
             log.debug("ignoring notification %s", method)
 
-    # -- server -> client requests (managed network) --------------------------
+    # -- server -> client requests ------------------------------------------
 
     def handle_server_request(
         self, method: str, handler: Callable[[msgspec.Raw], Awaitable[object]] | None
@@ -710,10 +683,3 @@ class ExecServerClient:
         if handler is None:
             return NOT_HANDLED
         return await handler(params)
-
-    def _route(self, process_id: str, event: Output | Exited | Closed) -> None:
-        proc = self._processes.get(process_id)
-        if proc is None:
-            log.debug("event for unknown process %s ignored", process_id)
-            return
-        proc._on_event(event)

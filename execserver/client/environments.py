@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import jwt
 
@@ -37,15 +37,15 @@ from execserver.client.connection import (
 from execserver.client.errors import ExecServerError
 
 __all__ = [
+    "DEFAULT_JWT_TTL_S",
     "Environment",
     "EnvironmentRouter",
     "TokenSource",
     "UnknownEnvironment",
     "signed_bearer_token",
+    "static_token",
     "token_file",
 ]
-
-T = TypeVar("T")
 
 # Called on every (re)connect; returns the bearer token, or None for no auth.
 TokenSource = Callable[[], str | None]
@@ -219,9 +219,10 @@ class EnvironmentRouter:
             **self._client_options,
         )
 
-    async def call(self, env_id: str, method: str, params: object, result_type: type[T]) -> T:
-        """Any request, routed by environment id."""
-        return await (await self.client(env_id)).call(method, params, result_type)
+    async def call(self, env_id: str, method: str, params: object = None) -> Any:
+        """Any request, routed by environment id; the result is decoded as the
+        contract's result type (see :meth:`ExecServerClient.call_any`)."""
+        return await (await self.client(env_id)).call_any(method, params)
 
     async def environment_status(self, env_id: str) -> str:
         return await (await self.client(env_id)).environment_status()

@@ -11,18 +11,18 @@ the OS error number in the message picks the subclass
 
 from __future__ import annotations
 
-import base64
 import errno
 import os
 import posixpath
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import msgspec
 
+from execserver.client.calls import Caller
 from execserver.client.errors import (
     ExecServerError,
     ExecServerRpcError,
@@ -30,25 +30,21 @@ from execserver.client.errors import (
     ExecServerUnavailable,
     NotFound,
 )
+from execserver.client.params import b64encode, wire_bytes
 from execserver.client.sandbox import sandbox_param, to_uri
 from execserver.wire import methods
-from execserver.wire.base import Empty
 from execserver.wire.fs import (
     CanonicalizeParams,
-    CanonicalizeResponse,
     CloseParams,
     CopyParams,
     CreateDirectoryParams,
     DirectoryEntry,
     FileMetadata,
     GetMetadataParams,
-    OpenResponse,
+    OpenParams,
     ReadBlockParams,
-    ReadBlockResponse,
     ReadDirectoryParams,
-    ReadDirectoryResponse,
     ReadFileParams,
-    ReadFileResponse,
     RemoveParams,
     WalkOptions,
     WalkOutcome,
@@ -58,8 +54,7 @@ from execserver.wire.fs import (
 )
 from execserver.wire.uri import uri_to_path
 
-if TYPE_CHECKING:
-    from execserver.client.connection import ExecServerClient
+__all__ = ["RemoteFileHandle", "RemoteFileSystem", "RemotePath", "fs_error"]
 
 __all__ = ["RemoteFileHandle", "RemoteFileSystem", "RemotePath", "fs_error"]
 
@@ -79,15 +74,6 @@ def _native(path: str | os.PathLike[str] | RemotePath) -> str:
     return posixpath.normpath(text)
 
 
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def _bytes(value: str | bytes) -> bytes:
-    """Wire bytes, whichever way the wire struct spells them (base64 text or decoded)."""
-    return base64.b64decode(value, validate=True) if isinstance(value, str) else value
-
-
 def fs_error(exc: ExecServerError, path: str) -> OSError:
     """The ``OSError`` a local call would have raised for this server error."""
     if isinstance(exc, ExecServerTransportClosed | ExecServerUnavailable):
@@ -104,6 +90,15 @@ def fs_error(exc: ExecServerError, path: str) -> OSError:
     return OSError(errno.EINVAL, exc.message, path)
 
 
+async def _os_errors(call: Awaitable[T], path: str) -> T:
+    """Await one fs call; a server error becomes the ``OSError`` a local call
+    would have raised for ``path``."""
+    try:
+        return await call
+    except ExecServerError as exc:
+        raise fs_error(exc, path) from exc
+
+
 class RemoteFileSystem:
     """fs/* calls of one client, optionally under a ``FileSystemSandboxContext``.
 
@@ -111,12 +106,12 @@ class RemoteFileSystem:
     call that accepts one; :meth:`with_sandbox` makes a sibling with another.
     """
 
-    def __init__(self, client: ExecServerClient, sandbox: object = None) -> None:
-        self._client = client
+    def __init__(self, caller: Caller, sandbox: object = None) -> None:
+        self._caller = caller
         self.sandbox = sandbox
 
     def with_sandbox(self, sandbox: object) -> RemoteFileSystem:
-        return RemoteFileSystem(self._client, sandbox)
+        return RemoteFileSystem(self._caller, sandbox)
 
     def path(self, path: str | os.PathLike[str]) -> RemotePath:
         return RemotePath(self, _native(path))
@@ -124,11 +119,9 @@ class RemoteFileSystem:
     def _sandbox(self) -> msgspec.Raw:
         return sandbox_param(self.sandbox)
 
-    async def _call(self, method: str, params: object, result_type: type[T], path: str) -> T:
-        try:
-            return await self._client.call(method, params, result_type)
-        except ExecServerError as exc:
-            raise fs_error(exc, path) from exc
+    @property
+    def caller(self) -> Caller:
+        return self._caller
 
     async def read_file(
         self, path: str | os.PathLike[str] | RemotePath, *, follow_symlinks: bool = True
@@ -137,8 +130,8 @@ class RemoteFileSystem:
         params = ReadFileParams(
             path=to_uri(p), sandbox=self._sandbox(), follow_symlinks=follow_symlinks
         )
-        result = await self._call(methods.FS_READ_FILE, params, ReadFileResponse, p)
-        return _bytes(result.data_base64)
+        result = await _os_errors(self._caller.call(methods.FS_READ_FILE, params), p)
+        return wire_bytes(result.data_base64)
 
     async def write_file(
         self,
@@ -149,14 +142,14 @@ class RemoteFileSystem:
     ) -> None:
         """Create or truncate. The parent must exist (the server does not create it)."""
         p = _native(path)
-        encoded = _b64(data)
+        encoded = b64encode(data)
         params = WriteFileParams(
             path=to_uri(p),
             data_base64=encoded,
             sandbox=self._sandbox(),
             follow_symlinks=follow_symlinks,
         )
-        await self._call(methods.FS_WRITE_FILE, params, Empty, p)
+        await _os_errors(self._caller.call(methods.FS_WRITE_FILE, params), p)
 
     async def create_directory(
         self,
@@ -172,7 +165,7 @@ class RemoteFileSystem:
             sandbox=self._sandbox(),
             follow_symlinks=follow_symlinks,
         )
-        await self._call(methods.FS_CREATE_DIRECTORY, params, Empty, p)
+        await _os_errors(self._caller.call(methods.FS_CREATE_DIRECTORY, params), p)
 
     async def get_metadata(
         self, path: str | os.PathLike[str] | RemotePath, *, follow_symlinks: bool = True
@@ -181,12 +174,12 @@ class RemoteFileSystem:
         params = GetMetadataParams(
             path=to_uri(p), sandbox=self._sandbox(), follow_symlinks=follow_symlinks
         )
-        return await self._call(methods.FS_GET_METADATA, params, FileMetadata, p)
+        return await _os_errors(self._caller.call(methods.FS_GET_METADATA, params), p)
 
     async def canonicalize(self, path: str | os.PathLike[str] | RemotePath) -> str:
         p = _native(path)
         params = CanonicalizeParams(path=to_uri(p), sandbox=self._sandbox())
-        result = await self._call(methods.FS_CANONICALIZE, params, CanonicalizeResponse, p)
+        result = await _os_errors(self._caller.call(methods.FS_CANONICALIZE, params), p)
         return uri_to_path(result.path)
 
     async def read_directory(
@@ -194,7 +187,7 @@ class RemoteFileSystem:
     ) -> list[DirectoryEntry]:
         p = _native(path)
         params = ReadDirectoryParams(path=to_uri(p), sandbox=self._sandbox())
-        result = await self._call(methods.FS_READ_DIRECTORY, params, ReadDirectoryResponse, p)
+        result = await _os_errors(self._caller.call(methods.FS_READ_DIRECTORY, params), p)
         return result.entries
 
     async def walk(
@@ -216,7 +209,7 @@ class RemoteFileSystem:
             prune_hidden_directories=prune_hidden_directories,
         )
         params = WalkParams(path=to_uri(p), options=options, sandbox=self._sandbox())
-        return await self._call(methods.FS_WALK, params, WalkOutcome, p)
+        return await _os_errors(self._caller.call(methods.FS_WALK, params), p)
 
     async def remove(
         self,
@@ -235,7 +228,7 @@ class RemoteFileSystem:
             sandbox=self._sandbox(),
             follow_symlinks=follow_symlinks,
         )
-        await self._call(methods.FS_REMOVE, params, Empty, p)
+        await _os_errors(self._caller.call(methods.FS_REMOVE, params), p)
 
     async def copy(
         self,
@@ -251,7 +244,7 @@ class RemoteFileSystem:
             recursive=recursive,
             sandbox=self._sandbox(),
         )
-        await self._call(methods.FS_COPY, params, Empty, src)
+        await _os_errors(self._caller.call(methods.FS_COPY, params), src)
 
     @asynccontextmanager
     async def open(
@@ -261,15 +254,8 @@ class RemoteFileSystem:
         Handles belong to the connection: a reconnect invalidates them."""
         p = _native(path)
         handle_id = uuid.uuid4().hex  # 32 bytes, the server's maximum
-        # A plain mapping: wire.fs.OpenParams keeps ``mode`` in the shape the
-        # server's decoder needs, which has changed; the wire spelling has not.
-        params = {
-            "handleId": handle_id,
-            "path": to_uri(p),
-            "mode": mode,
-            "sandbox": self._sandbox(),
-        }
-        await self._call(methods.FS_OPEN, params, OpenResponse, p)
+        params = OpenParams(handle_id=handle_id, path=to_uri(p), mode=mode, sandbox=self._sandbox())
+        await _os_errors(self._caller.call(methods.FS_OPEN, params), p)
         handle = RemoteFileHandle(self, handle_id, p)
         try:
             yield handle
@@ -288,17 +274,17 @@ class RemoteFileHandle:
     async def read_block(self, offset: int, length: int) -> tuple[bytes, bool]:
         """``(data, eof)``; eof only on a short read."""
         params = ReadBlockParams(handle_id=self.handle_id, offset=offset, len=length)
-        result = await self._fs._call(methods.FS_READ_BLOCK, params, ReadBlockResponse, self.path)
-        return _bytes(result.chunk), result.eof
+        caller = self._fs.caller
+        result = await _os_errors(caller.call(methods.FS_READ_BLOCK, params), self.path)
+        return wire_bytes(result.chunk), result.eof
 
     async def write_block(self, offset: int, data: bytes) -> None:
-        params = WriteBlockParams(handle_id=self.handle_id, offset=offset, chunk=_b64(data))
-        await self._fs._call(methods.FS_WRITE_BLOCK, params, Empty, self.path)
+        params = WriteBlockParams(handle_id=self.handle_id, offset=offset, chunk=b64encode(data))
+        await _os_errors(self._fs.caller.call(methods.FS_WRITE_BLOCK, params), self.path)
 
     async def close(self) -> None:
-        await self._fs._call(
-            methods.FS_CLOSE, CloseParams(handle_id=self.handle_id), Empty, self.path
-        )
+        params = CloseParams(handle_id=self.handle_id)
+        await _os_errors(self._fs.caller.call(methods.FS_CLOSE, params), self.path)
 
 
 class RemotePath:

@@ -11,13 +11,13 @@ connection was attached are never re-sent.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Literal, cast
 
+from execserver.client.calls import Caller
 from execserver.client.errors import (
     ExecServerError,
     ExecServerTransportClosed,
@@ -26,20 +26,18 @@ from execserver.client.errors import (
 )
 from execserver.client.events import Closed, Exited, ExitStatus, Failed, ProcessEvent, SeqEvent
 from execserver.client.ordering import SeqOrderer
+from execserver.client.params import b64encode
 from execserver.wire import methods
 from execserver.wire.process import (
     ReadParams,
     ReadResponse,
     SignalParams,
     TerminateParams,
-    TerminateResponse,
     WriteParams,
-    WriteResponse,
     WriteStatus,
 )
 
-if TYPE_CHECKING:
-    from execserver.client.connection import ExecServerClient
+__all__ = ["CATCH_UP_ATTEMPTS", "GAP_GRACE_SECONDS", "ReadFn", "RemoteProcess"]
 
 __all__ = ["RemoteProcess"]
 
@@ -61,10 +59,23 @@ class RemoteProcess:
     Iterate it (``async for event in proc``) to get ``Output``/``Exited``/``Closed``
     events in seq order; the iteration ends after ``Closed`` or ``Failed``. Only
     one consumer should iterate. ``wait()`` works with or without a consumer.
+
+    Its events come from whoever routes the connection's notifications (the
+    client's :class:`~execserver.client.router.ProcessRouter`) through
+    :meth:`deliver`, :meth:`mark_started` and :meth:`fail`; ``on_finished`` is
+    told once when no further event can come, so the router can drop the route.
     """
 
-    def __init__(self, client: ExecServerClient, process_id: str, *, tty: bool) -> None:
-        self._client = client
+    def __init__(
+        self,
+        caller: Caller,
+        process_id: str,
+        *,
+        tty: bool,
+        on_finished: Callable[[RemoteProcess], None] | None = None,
+    ) -> None:
+        self._caller = caller
+        self._on_finished = on_finished
         self.process_id = process_id
         self.tty = tty
         self.sandbox_type: str = "none"
@@ -131,30 +142,25 @@ class RemoteProcess:
         the very same write (the server acknowledges but does not repeat it)."""
         params = WriteParams(
             process_id=self.process_id,
-            chunk=_b64(data),
+            chunk=b64encode(data),
             write_id=write_id or uuid.uuid4().hex,
         )
-        result = await self._client.call(methods.PROCESS_WRITE, params, WriteResponse)
+        result = await self._caller.call(methods.PROCESS_WRITE, params)
         return result.status
 
     async def signal(self, signal: str = "interrupt") -> None:
-        await self._client.call(
-            methods.PROCESS_SIGNAL,
-            SignalParams(process_id=self.process_id, signal="interrupt")
-            if signal == "interrupt"
-            else {"processId": self.process_id, "signal": signal},
-            object,
-        )
+        """``process/signal``. The protocol knows only ``interrupt``; another name
+        is sent as it is, so the server answers with its own error for it."""
+        params = SignalParams(process_id=self.process_id, signal=cast(Literal["interrupt"], signal))
+        await self._caller.call(methods.PROCESS_SIGNAL, params)
 
     async def interrupt(self) -> None:
         await self.signal("interrupt")
 
     async def terminate(self) -> bool:
         """SIGKILL the child; True when it was still running."""
-        result = await self._client.call(
-            methods.PROCESS_TERMINATE,
-            TerminateParams(process_id=self.process_id),
-            TerminateResponse,
+        result = await self._caller.call(
+            methods.PROCESS_TERMINATE, TerminateParams(process_id=self.process_id)
         )
         return result.running
 
@@ -176,28 +182,36 @@ class RemoteProcess:
                 failure=self._failure,
                 sandbox_denied=False,
             )
-        return await self._client.read(
-            self.process_id, after_seq=after_seq, max_bytes=max_bytes, wait_ms=wait_ms
+        params = ReadParams(
+            process_id=self.process_id, after_seq=after_seq, max_bytes=max_bytes, wait_ms=wait_ms
         )
+        return await self._caller.call(methods.PROCESS_READ, params)
 
-    # -- called by the client ----------------------------------------------
+    async def _read(self, params: ReadParams) -> ReadResponse:
+        return await self._caller.call(methods.PROCESS_READ, params)
 
-    def _mark_started(self, sandbox_type: str) -> None:
+    # -- called by the router ----------------------------------------------
+
+    def mark_started(self, sandbox_type: str) -> None:
+        """The server confirmed the start (``process/start`` answered)."""
         self.sandbox_type = sandbox_type
         self._started = True
 
     @property
-    def _live(self) -> bool:
+    def is_live(self) -> bool:
+        """Started and not finished: its events may still be missing after a reconnect."""
         return self._started and not self._finished.is_set()
 
-    def _on_event(self, event: SeqEvent) -> None:
+    def deliver(self, event: SeqEvent) -> None:
+        """One ``process/*`` notification for this process, in any order."""
         if self._finished.is_set():
             return
         self._publish(self._orderer.push(event))
         if self._orderer.has_gap and self._gap_task is None:
             self._gap_task = asyncio.create_task(self._fill_gap())
 
-    def _fail(self, message: str) -> None:
+    def fail(self, message: str) -> None:
+        """End the stream with ``Failed(message)`` (no further event will come)."""
         if self._finished.is_set():
             return
         self._failure = message
@@ -216,14 +230,15 @@ class RemoteProcess:
     def _finish(self) -> None:
         self._finished.set()
         self._exit_known.set()
-        self._client._forget(self)
+        if self._on_finished is not None:
+            self._on_finished(self)
         task, self._gap_task = self._gap_task, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()
 
     async def _fill_gap(self) -> None:
         try:
-            await self.catch_up(self._client.read_params, first_delay=GAP_GRACE_SECONDS)
+            await self.catch_up(self._read, first_delay=GAP_GRACE_SECONDS)
         except (ExecServerTransportClosed, ExecServerUnavailable):
             pass  # reconnect recovery catches up (or fails the process) itself
         except ExecServerError as exc:
@@ -260,11 +275,7 @@ class RemoteProcess:
                 return
             needed = True
             delay = max(delay * 2, GAP_GRACE_SECONDS)
-        self._fail(
+        self.fail(
             "process events are no longer retained while recovering through sequence "
             f"{self._orderer.last_published + 1}"
         )
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")

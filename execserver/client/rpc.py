@@ -1,6 +1,8 @@
 """JSON-RPC over one transport: request ids, the pending-call table, one reader task.
 
-The dialect is JSON-RPC 2.0 without the ``"jsonrpc"`` member.
+The dialect is JSON-RPC 2.0 without the ``"jsonrpc"`` member; the envelope
+(classifying incoming frames, the outgoing message shapes) is the server's own,
+``execserver.wire.envelope``.
 Responses are matched by id, never by position (a server may answer out of
 order). Notifications are handed to a synchronous callback straight from the
 reader so that routing never waits on a consumer. When the transport ends,
@@ -25,6 +27,30 @@ from execserver.client.errors import (
 )
 from execserver.client.transport import Transport
 from execserver.wire import errors as codes
+from execserver.wire.envelope import (
+    ErrorMessage,
+    ErrorObject,
+    IncomingNotification,
+    IncomingRequest,
+    IncomingResponse,
+    MalformedMessage,
+    NotificationMessage,
+    RequestId,
+    RequestMessage,
+    ResponseMessage,
+    decode_error_object,
+    decode_incoming,
+    encode_message,
+)
+
+__all__ = [
+    "NOT_HANDLED",
+    "LostHandler",
+    "NotificationHandler",
+    "RequestHandler",
+    "RpcConnection",
+    "encode_params",
+]
 
 __all__ = ["NOT_HANDLED", "RpcConnection"]
 
@@ -32,60 +58,13 @@ log = logging.getLogger(__name__)
 
 NotificationHandler = Callable[[str, msgspec.Raw], None]
 LostHandler = Callable[["RpcConnection", str], None]
-# Server -> client requests (network/policyRequest): returns the
-# result to send, or NOT_HANDLED to refuse the method; raising answers an error.
+# Server -> client requests (network/policyRequest): returns the result to
+# send, or NOT_HANDLED to refuse the method; raising answers an error.
 RequestHandler = Callable[[str, msgspec.Raw], Awaitable[object]]
 NOT_HANDLED: object = object()
 
 _NO_PARAMS = msgspec.Raw(b"{}")
-
-
-class _ErrorObject(msgspec.Struct):
-    code: int
-    message: str
-    data: msgspec.Raw = msgspec.Raw()
-
-
-class _Incoming(msgspec.Struct):
-    """Any message the server can send; which members are present tells the kind.
-
-    An absent ``result`` decodes to an empty ``Raw``; a present ``null`` does not.
-    """
-
-    id: int | str | None = None
-    method: str | None = None
-    params: msgspec.Raw = msgspec.Raw()
-    result: msgspec.Raw = msgspec.Raw()
-    error: _ErrorObject | None = None
-
-
-class _Request(msgspec.Struct):
-    id: int
-    method: str
-    params: msgspec.Raw
-
-
-class _Notification(msgspec.Struct):
-    method: str
-    params: msgspec.Raw
-
-
-class _OutgoingError(msgspec.Struct):
-    code: int
-    message: str
-
-
-class _ResultReply(msgspec.Struct):
-    id: int | str
-    result: object
-
-
-class _ErrorReply(msgspec.Struct):
-    id: int | str
-    error: _OutgoingError
-
-
-_decoder = msgspec.json.Decoder(_Incoming)
+_NULL = msgspec.Raw(b"null")
 _encoder = msgspec.json.Encoder()
 
 
@@ -155,7 +134,7 @@ class RpcConnection:
         future: asyncio.Future[msgspec.Raw] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
-            frame = _encoder.encode(_Request(request_id, method, encode_params(params)))
+            frame = encode_message(RequestMessage(request_id, method, encode_params(params)))
             try:
                 await self._send(frame)
             except (ConnectionError, RuntimeError, OSError) as exc:
@@ -172,7 +151,7 @@ class RpcConnection:
         if self._lost is not None:
             raise ExecServerTransportClosed(f"JSON-RPC transport closed: {self._lost}")
         try:
-            await self._send(_encoder.encode(_Notification(method, encode_params(params))))
+            await self._send(encode_message(NotificationMessage(method, encode_params(params))))
         except (ConnectionError, RuntimeError, OSError) as exc:
             raise ExecServerTransportClosed(f"JSON-RPC transport closed: {exc}") from exc
 
@@ -204,12 +183,11 @@ class RpcConnection:
                 data = await self.transport.receive()
                 if data is None:
                     break
-                try:
-                    message = _decoder.decode(data)
-                except msgspec.DecodeError as exc:
+                message = decode_incoming(data)
+                if isinstance(message, MalformedMessage):
                     # A frame we cannot understand means we may have lost a
                     # response or an event: drop the transport and recover.
-                    reason = f"undecodable message from server: {exc}"
+                    reason = f"undecodable message from server: {message.reason}"
                     log.warning("%s", reason)
                     self.transport.abort()
                     break
@@ -225,73 +203,83 @@ class RpcConnection:
             if not self._closing and self._on_lost is not None:
                 self._on_lost(self, self._lost or reason)
 
-    def _dispatch(self, message: _Incoming) -> None:
-        if message.method is not None:
-            if message.id is None:
-                try:
-                    self._on_notification(message.method, message.params)
-                except Exception:
-                    log.exception("notification handler failed for %s", message.method)
-            elif self._on_request is not None:
+    def _dispatch(self, message: IncomingRequest | IncomingNotification | IncomingResponse) -> None:
+        if isinstance(message, IncomingNotification):
+            try:
+                self._on_notification(message.method, message.params)
+            except Exception:
+                log.exception("notification handler failed for %s", message.method)
+            return
+        if isinstance(message, IncomingRequest):
+            if self._on_request is not None:
                 self._spawn(self._answer_server_request(message.id, message.method, message.params))
             else:
                 self._refuse_server_request(message.id, message.method)
             return
+        if message.error:
+            try:
+                error = decode_error_object(message.error)
+            except ValueError as exc:
+                log.warning("server sent an error that is not an error object: %s", exc)
+                return
+        else:
+            error = None
         if not isinstance(message.id, int):
-            # Parse errors come back with id -1; a string id is never ours.
-            if message.error is not None:
-                log.warning("server error without a request: %s", message.error.message)
+            # A string id is never ours.
+            if error is not None:
+                log.warning("server error without a request: %s", error.message)
             return
         future = self._pending.get(message.id)
         if future is None or future.done():
+            # Parse errors come back with id -1, which is never ours either.
             log.debug("response for unknown or abandoned request id %s", message.id)
             return
-        if message.error is not None:
-            data = msgspec.json.decode(message.error.data) if message.error.data else None
-            future.set_exception(rpc_error(message.error.code, message.error.message, data))
+        if error is not None:
+            data = msgspec.json.decode(error.data) if error.data else None
+            future.set_exception(rpc_error(error.code, error.message, data))
         else:
-            future.set_result(message.result if message.result else msgspec.Raw(b"null"))
+            future.set_result(message.result if message.result else _NULL)
 
     async def _answer_server_request(
-        self, request_id: int | str, method: str, params: msgspec.Raw
+        self, request_id: RequestId, method: str, params: msgspec.Raw
     ) -> None:
         """Answer exactly once: the handler's result, or an error object (the
         server drops the connection on a reply it did not ask for)."""
         assert self._on_request is not None
-        reply: _ResultReply | _ErrorReply
+        reply: ResponseMessage | ErrorMessage
         try:
             result = await self._on_request(method, params)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.warning("handler for server request %s failed: %s", method, exc)
-            reply = _ErrorReply(request_id, _OutgoingError(codes.INTERNAL_ERROR, str(exc)))
+            reply = ErrorMessage(ErrorObject(codes.INTERNAL_ERROR, str(exc)), request_id)
         else:
             if result is NOT_HANDLED:
                 self._refuse_server_request(request_id, method)
                 return
-            reply = _ResultReply(request_id, result)
+            reply = ResponseMessage(request_id, result)
         with contextlib.suppress(Exception):
-            await self._send(_encoder.encode(reply))
+            await self._send(encode_message(reply))
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _refuse_server_request(self, request_id: int | str, method: str) -> None:
+    def _refuse_server_request(self, request_id: RequestId, method: str) -> None:
         # Nobody handles this method (no handler registered for the server's
         # network/policyRequest, the only request 0.169.0 sends). Answering
         # with an error denies at once and keeps the connection;
         # leaving it unanswered would make the server wait for its timeout.
-        reply = _ErrorReply(
+        reply = ErrorMessage(
+            ErrorObject(codes.METHOD_NOT_FOUND, f"client does not handle `{method}`"),
             request_id,
-            _OutgoingError(codes.METHOD_NOT_FOUND, f"client does not handle `{method}`"),
         )
 
         async def send() -> None:
             with contextlib.suppress(Exception):
-                await self._send(_encoder.encode(reply))
+                await self._send(encode_message(reply))
 
         task = asyncio.create_task(send())
         self._background.add(task)

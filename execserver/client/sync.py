@@ -218,9 +218,10 @@ class ExecServerClient:
     def get_environment_info(self) -> EnvironmentInfo:
         return _LOOP.call(self.aclient.get_environment_info())
 
-    def call(self, method: str, params: object, result_type: type[T]) -> T:
-        """Any request, as :meth:`execserver.client.ExecServerClient.call`."""
-        return _LOOP.call(self.aclient.call(method, params, result_type))
+    def call(self, method: str, params: object = None) -> Any:
+        """Any request, its result decoded as the contract's result type (as
+        :meth:`execserver.client.ExecServerClient.call_any`)."""
+        return _LOOP.call(self.aclient.call_any(method, params))
 
     def close(self) -> None:
         _LOOP.call(self.aclient.close())

@@ -15,7 +15,8 @@ Policy half:
   and ToolOrchestrator.run with the reference's retry gates.
 * ``network_context`` / ``network_approval`` — network approval contexts,
   registrations, dedupe, host caches, deferred approvals.
-* ``shell_runtime`` — a one-shot command runtime over ExecServerClient.
+* ``command_runtime`` — the approval logic every command runtime shares;
+  ``shell_runtime`` — a one-shot command runtime over ExecServerClient.
 
 Runtimes: ``unified_exec`` (exec_command / write_stdin) and ``apply_patch``.
 Nothing here imports ``execserver.server``.

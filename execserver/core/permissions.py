@@ -58,17 +58,6 @@ class NetworkAccess(enum.Enum):
     ENABLED = "enabled"
 
 
-SPECIAL_KINDS = (
-    "root",
-    "minimal",
-    "current_working_directory",
-    "project_roots",
-    "tmpdir",
-    "slash_tmp",
-    "unknown",
-)
-
-
 @dataclass(frozen=True)
 class SpecialPath:
     """A symbolic location the executor resolves (``root``, ``tmpdir``, ...)."""
@@ -78,7 +67,7 @@ class SpecialPath:
     path: str | None = None  # only for kind "unknown"
 
     def __post_init__(self) -> None:
-        if self.kind not in SPECIAL_KINDS:
+        if self.kind not in wire.SPECIAL_PATH_KINDS:
             raise ValueError(f"unknown special path kind {self.kind!r}")
 
 

@@ -2,8 +2,9 @@
 report its output (the reference's shell tool shape, IMMEDIATE network mode).
 
 It is the simplest complete :class:`~execserver.core.runtime.ToolRuntime` and
-the one the orchestrator's integration tests drive; unified exec (core/unified_exec/)
-differs in keeping processes alive across calls.
+the one the orchestrator's integration tests drive; unified exec differs in
+keeping processes alive across calls. The approval logic both share is
+:class:`~execserver.core.command_runtime.CommandRuntime`.
 """
 
 from __future__ import annotations
@@ -11,27 +12,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from execserver.client.connection import ExecServerClient
 from execserver.client.errors import ExecServerError
 from execserver.client.events import Closed, Exited, Failed, Output
 from execserver.client.process import RemoteProcess
-from execserver.core.approval_cache import ApprovalKey, ExecApprovalKey
-from execserver.core.approvals import ApprovalRequest
 from execserver.core.attempt import SandboxAttempt, exec_start_params
+from execserver.core.command_runtime import CommandRuntime
 from execserver.core.errors import ExecFailed, SandboxDenied, SandboxTimeout
-from execserver.core.exec_policy import is_dangerous_command, unmatched_command_requirement
-from execserver.core.network_approval import NetworkApprovalMode, NetworkApprovalSpec
-from execserver.core.permissions import AdditionalPermissions, is_preapproved
+from execserver.core.network_approval import NetworkApprovalMode
+from execserver.core.permissions import AdditionalPermissions
 from execserver.core.policy import (
     ApprovalMode,
     AskForApproval,
     ExecApprovalRequirement,
     SandboxPermissions,
 )
-from execserver.core.runtime import ApprovalContext, BaseToolRuntime, TurnContext
+from execserver.core.runtime import TurnContext
 from execserver.wire.process import ExecEnvPolicy
 
 __all__ = ["ShellCommandRuntime", "ShellOutput", "ShellRequest"]
@@ -66,7 +65,7 @@ class ShellOutput:
         return (self.stdout + self.stderr).decode(errors="replace")
 
 
-class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
+class ShellCommandRuntime(CommandRuntime[ShellRequest, ShellOutput]):
     """Runs one command to completion through an :class:`ExecServerClient`.
 
     ``prompt_retry_on_request``: ask "retry without sandbox?" after a sandbox
@@ -76,6 +75,9 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
     """
 
     tool_name = "shell"
+    # The command ends within the call, so its network approval does too.
+    network_approval_mode = NetworkApprovalMode.IMMEDIATE
+    prompt_description_is_justification = True
 
     def __init__(
         self,
@@ -90,73 +92,16 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
         # start (for callers that show progress or want to interrupt it).
         self._on_started = on_started
 
-    def _cwd(self, req: ShellRequest, turn: TurnContext) -> str:
+    def command_cwd(self, req: ShellRequest, turn: TurnContext) -> str:
         return req.cwd or turn.environment.cwd
 
-    def approval_keys(self, req: ShellRequest, turn: TurnContext) -> Sequence[ApprovalKey]:
-        return [
-            ExecApprovalKey(
-                environment_id=turn.environment.environment_id,
-                command=req.argv,
-                cwd=self._cwd(req, turn),
-                tty=False,
-                sandbox_permissions=req.sandbox_permissions,
-                additional_permissions=req.additional_permissions,
-            )
-        ]
-
-    def approval_request(
-        self, req: ShellRequest, turn: TurnContext, ctx: ApprovalContext
-    ) -> ApprovalRequest:
-        return ctx.command_request(
-            tool_name=self.tool_name,
-            environment_id=turn.environment.environment_id,
-            command=req.argv,
-            cwd=self._cwd(req, turn),
-            justification=req.justification,
-            sandbox_permissions=req.sandbox_permissions,
-            additional_permissions=req.additional_permissions,
-            description=req.justification,
-        )
-
-    def exec_approval_requirement(
-        self, req: ShellRequest, turn: TurnContext
-    ) -> ExecApprovalRequirement | None:
-        """The caller's exec-policy verdict, else the unmatched-command
-        heuristics: a plain command under ON_REQUEST runs sandboxed
-        without a prompt."""
-        if req.requirement is not None:
-            return req.requirement
-        return unmatched_command_requirement(
-            turn.approval_policy,
-            turn.permission_profile,
-            req.sandbox_permissions,
-            dangerous=is_dangerous_command(req.argv),
-            additional_permissions_preapproved=is_preapproved(
-                self.additional_permissions(req), turn.granted_permissions
-            ),
-        )
-
-    def sandbox_permissions(self, req: ShellRequest) -> SandboxPermissions:
-        return req.sandbox_permissions
-
-    def additional_permissions(self, req: ShellRequest) -> AdditionalPermissions | None:
-        # The widening only exists together with the override that asks for it.
-        if req.sandbox_permissions is not SandboxPermissions.WITH_ADDITIONAL_PERMISSIONS:
-            return None
-        return req.additional_permissions
+    def network_command(self, req: ShellRequest) -> str:
+        return shlex.join(req.argv)
 
     def wants_no_sandbox_approval(self, policy: AskForApproval) -> bool:
         if self._prompt_retry_on_request and policy.mode is ApprovalMode.ON_REQUEST:
             return True
         return super().wants_no_sandbox_approval(policy)
-
-    def network_approval_spec(
-        self, req: ShellRequest, turn: TurnContext
-    ) -> NetworkApprovalSpec | None:
-        if turn.managed_network is None:
-            return None
-        return NetworkApprovalSpec(NetworkApprovalMode.IMMEDIATE, command=shlex.join(req.argv))
 
     async def run(
         self, req: ShellRequest, attempt: SandboxAttempt, turn: TurnContext
@@ -164,7 +109,7 @@ class ShellCommandRuntime(BaseToolRuntime[ShellRequest, ShellOutput]):
         params = exec_start_params(
             attempt,
             argv=req.argv,
-            cwd=self._cwd(req, turn),
+            cwd=self.command_cwd(req, turn),
             env=req.env,
             env_policy=req.env_policy,
         )

@@ -12,17 +12,10 @@ from __future__ import annotations
 
 from typing import Final
 
+from execserver.wire.sandbox_denial import mentions_sandbox_denial
+
 __all__ = ["is_sandbox_denied"]
 
-DENIAL_KEYWORDS: Final = (
-    "operation not permitted",
-    "permission denied",
-    "read-only file system",
-    "seccomp",
-    "sandbox",
-    "landlock",
-    "failed to write file",
-)
 _QUICK_REJECT: Final = frozenset({2, 126, 127})
 _SIGSYS_EXIT: Final = 128 + 31
 
@@ -31,8 +24,7 @@ def is_sandbox_denied(exit_code: int, output: bytes) -> bool:
     """``output``: the retained tail of stdout+stderr (or the pty stream)."""
     if exit_code == 0:
         return False
-    text = output.decode("utf-8", errors="replace").lower()
-    if any(keyword in text for keyword in DENIAL_KEYWORDS):
+    if mentions_sandbox_denial(output.decode("utf-8", errors="replace")):
         return True
     if exit_code in _QUICK_REJECT:
         return False

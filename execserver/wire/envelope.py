@@ -158,6 +158,23 @@ class ErrorObject(msgspec.Struct):
     message: str
 
 
+class ReceivedError(msgspec.Struct):
+    """An error object as a peer sent it: ``data`` is kept raw (empty when absent)."""
+
+    code: int
+    message: str
+    data: msgspec.Raw = msgspec.Raw()
+
+
+_received_error_decoder = msgspec.json.Decoder(ReceivedError)
+
+
+def decode_error_object(raw: msgspec.Raw) -> ReceivedError:
+    """The ``error`` member of an :class:`IncomingResponse`; raises
+    ``msgspec.DecodeError`` (a ``ValueError``) when it is not an error object."""
+    return _received_error_decoder.decode(raw)
+
+
 class ResponseMessage(msgspec.Struct):
     id: RequestId
     result: Any

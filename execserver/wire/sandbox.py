@@ -35,6 +35,7 @@ from execserver.wire.rust import serde
 from execserver.wire.uri import uri_to_path
 
 __all__ = [
+    "SPECIAL_PATH_KINDS",
     "DisabledPermissions",
     "ExecFileSystemSandboxEntry",
     "ExecPermissionProfile",
@@ -107,6 +108,12 @@ SpecialPath = (
     | TmpdirSpecial
     | SlashTmpSpecial
     | UnknownSpecial
+)
+# The ``kind`` tags of SpecialPath in declaration order (serde lists the
+# variants in this order in its unknown-variant error). core's permission
+# profiles validate their special paths against the same tuple.
+SPECIAL_PATH_KINDS: Final[tuple[str, ...]] = tuple(
+    str(variant.__struct_config__.tag) for variant in get_args(SpecialPath)
 )
 
 
@@ -296,16 +303,7 @@ _C = _Level.CONTENT
 
 
 def _special_path(value: object) -> SpecialPath:
-    kinds = (
-        "root",
-        "minimal",
-        "current_working_directory",
-        "project_roots",
-        "tmpdir",
-        "slash_tmp",
-        "unknown",
-    )
-    kind, fields = _tagged(value, _C, "FileSystemSpecialPath", "kind", kinds)
+    kind, fields = _tagged(value, _C, "FileSystemSpecialPath", "kind", SPECIAL_PATH_KINDS)
     if kind == "project_roots":
         subpath = _optional(fields.get("subpath"), _string, _C)
         return ProjectRootsSpecial(subpath=subpath)

@@ -59,7 +59,8 @@ async def test_calls_are_routed_by_environment_id_with_each_ones_credentials(
             client_b = await router.client("devbox-b")
             assert client_a is await router.client("devbox-a")  # one client per environment
             assert client_a.session_id != client_b.session_id
-            info = await router.call("devbox-b", "environment/info", {}, EnvironmentInfo)
+            info = await router.call("devbox-b", "environment/info", {})
+            assert isinstance(info, EnvironmentInfo)  # the contract's result type
             assert info.executor_version
             with pytest.raises(UnknownEnvironment, match="nowhere"):
                 await router.client("nowhere")

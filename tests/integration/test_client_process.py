@@ -203,7 +203,7 @@ async def test_start_errors_are_typed_and_leave_no_route(
 
 async def test_unknown_method_is_method_not_found(client: ExecServerClient) -> None:
     with pytest.raises(MethodNotFound, match="does not implement `no/such` yet"):
-        await client.call("no/such", {}, object)
+        await client.call_any("no/such", {})
 
 
 async def test_wait_returns_exit_status_without_a_consumer(

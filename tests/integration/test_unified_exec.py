@@ -19,7 +19,12 @@ from execserver.client.connection import ExecServerClient
 from execserver.core.decisions import ReviewDecision
 from execserver.core.environment import ExecutionEnvironment, ManagedNetwork
 from execserver.core.network_approval import NetworkApprovalService
-from execserver.core.permissions import DisabledProfile, PermissionProfile, workspace_write_profile
+from execserver.core.permissions import (
+    AdditionalPermissions,
+    DisabledProfile,
+    PermissionProfile,
+    workspace_write_profile,
+)
 from execserver.core.policy import AskForApproval
 from execserver.core.runtime import TurnContext
 from execserver.core.unified_exec.errors import RespondToModel
@@ -507,3 +512,28 @@ async def test_escalation_request_is_refused_unless_on_request(
         "permissions if the approval policy is Never"
     )
     assert len(manager.store) == 0
+
+
+async def test_permissions_granted_earlier_pass_the_escalation_gate(
+    manager: UnifiedExecManager, workspace: Path, tmp_path: Path
+) -> None:
+    """As in the reference, asking only for what the session already granted is
+    not an escalation the approval policy must allow; asking for more is."""
+    outside = tmp_path / "granted"
+    outside.mkdir()
+    args = {
+        "cmd": f"echo ok > {outside}/made",
+        "login": False,
+        "sandbox_permissions": "with_additional_permissions",
+        "additional_permissions": {"file_system": {"write": [str(outside)]}},
+    }
+    turn = _turn(workspace, policy=AskForApproval.NEVER)
+    with pytest.raises(RespondToModel) as info:
+        await manager.exec_command(args, turn)
+    assert info.value.message.startswith("approval policy is Never; reject command")
+    assert not (outside / "made").exists()
+
+    turn.granted_permissions = AdditionalPermissions(write=(str(outside),))
+    out = await manager.exec_command(args, turn)
+    assert out.exit_code == 0, out.output
+    assert (outside / "made").read_text() == "ok\n"

@@ -22,6 +22,7 @@ from execserver.core.errors import SandboxDenied
 from execserver.core.permissions import effective_profile
 from execserver.core.policy import ApprovalMode, AskForApproval, ExecApprovalRequirement
 from execserver.core.runtime import ApprovalContext, BaseToolRuntime, TurnContext
+from execserver.wire.sandbox_denial import mentions_sandbox_denial
 
 __all__ = [
     "APPLY_PATCH_HOOK_NAMES",
@@ -32,22 +33,11 @@ __all__ = [
 
 APPLY_PATCH_HOOK_NAMES = ("apply_patch", "Write", "Edit")
 
-# With no host sandbox (always, for a remote executor) a failed sandboxed
-# attempt counts as denied when its output says so in one of these words.
-_DENIAL_KEYWORDS = (
-    "operation not permitted",
-    "permission denied",
-    "read-only file system",
-    "seccomp",
-    "sandbox",
-    "landlock",
-    "failed to write file",
-)
-
 
 def is_likely_patch_denial(output: str) -> bool:
-    text = output.lower()
-    return any(word in text for word in _DENIAL_KEYWORDS)
+    """With no host sandbox (always, for a remote executor) a failed sandboxed
+    attempt counts as denied when its output says so in the executor's words."""
+    return mentions_sandbox_denial(output)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 from execserver.client.connection import ExecServerClient
 from execserver.core.apply_patch.invocation import detect_apply_patch
+from execserver.core.command_runtime import additional_permissions_preapproved
 from execserver.core.errors import ExecFailed, Rejected, SandboxDenied, SandboxError
 from execserver.core.orchestrator import ToolOrchestrator
 from execserver.core.policy import override_request_rejection
@@ -133,7 +134,13 @@ class UnifiedExecManager:
                 max_output_tokens=args.max_output_tokens,
             )
 
-        rejection = override_request_rejection(turn.approval_policy, args.sandbox_permissions)
+        rejection = override_request_rejection(
+            turn.approval_policy,
+            args.sandbox_permissions,
+            additional_permissions_preapproved=additional_permissions_preapproved(
+                args.sandbox_permissions, args.additional_permissions, turn.granted_permissions
+            ),
+        )
         if rejection is not None:
             raise RespondToModel(rejection)
 

@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from execserver.client.connection import ExecServerClient
 from execserver.client.errors import ExecServerError
-from execserver.core.approval_cache import ApprovalKey, ExecApprovalKey
-from execserver.core.approvals import ApprovalRequest
 from execserver.core.attempt import SandboxAttempt, exec_start_params
+from execserver.core.command_runtime import CommandRuntime
 from execserver.core.errors import ExecFailed, SandboxDenied
-from execserver.core.exec_policy import is_dangerous_command, unmatched_command_requirement
-from execserver.core.network_approval import NetworkApprovalMode, NetworkApprovalSpec
+from execserver.core.network_approval import NetworkApprovalMode
 from execserver.core.permissions import AdditionalPermissions
 from execserver.core.policy import ExecApprovalRequirement, SandboxPermissions
-from execserver.core.runtime import ApprovalContext, BaseToolRuntime, TurnContext
+from execserver.core.runtime import TurnContext
 from execserver.core.unified_exec.env import DEFAULT_ENV_POLICY, unified_exec_env
 from execserver.core.unified_exec.process import UnifiedExecProcess
 from execserver.wire.process import ExecEnvPolicy, ExecParams
@@ -65,66 +63,32 @@ def _command_words(command: str) -> list[str]:
         return command.split()
 
 
-class UnifiedExecRuntime(BaseToolRuntime[UnifiedExecRequest, UnifiedExecProcess]):
+class UnifiedExecRuntime(CommandRuntime[UnifiedExecRequest, UnifiedExecProcess]):
     tool_name = "exec_command"
+    # The process outlives the call: its network approval ends when it exits.
+    network_approval_mode = NetworkApprovalMode.DEFERRED
 
     def __init__(self, client: ExecServerClient) -> None:
         self._client = client
 
-    def approval_keys(self, req: UnifiedExecRequest, turn: TurnContext) -> Sequence[ApprovalKey]:
-        return [
-            ExecApprovalKey(
-                environment_id=turn.environment.environment_id,
-                command=req.argv,
-                cwd=req.cwd,
-                tty=req.tty,
-                sandbox_permissions=req.sandbox_permissions,
-                additional_permissions=req.additional_permissions,
-            )
-        ]
+    def command_cwd(self, req: UnifiedExecRequest, turn: TurnContext) -> str:
+        return req.cwd
 
-    def approval_request(
-        self, req: UnifiedExecRequest, turn: TurnContext, ctx: ApprovalContext
-    ) -> ApprovalRequest:
-        return ctx.command_request(
-            tool_name=self.tool_name,
-            environment_id=turn.environment.environment_id,
-            call_id=req.call_id,
-            command=req.argv,
-            cwd=req.cwd,
-            justification=req.justification,
-            sandbox_permissions=req.sandbox_permissions,
-            additional_permissions=req.additional_permissions,
-        )
+    def command_tty(self, req: UnifiedExecRequest) -> bool:
+        return req.tty
 
-    def exec_approval_requirement(
-        self, req: UnifiedExecRequest, turn: TurnContext
-    ) -> ExecApprovalRequirement | None:
-        if req.requirement is not None:
-            return req.requirement
-        return unmatched_command_requirement(
-            turn.approval_policy,
-            turn.permission_profile,
-            req.sandbox_permissions,
-            dangerous=is_dangerous_command(_command_words(req.command)),
-        )
+    def call_id(self, req: UnifiedExecRequest) -> str:
+        return req.call_id
 
-    def sandbox_permissions(self, req: UnifiedExecRequest) -> SandboxPermissions:
-        return req.sandbox_permissions
+    def command_words(self, req: UnifiedExecRequest) -> list[str]:
+        # The model's command line, not the ``bash -lc`` wrapper around it.
+        return _command_words(req.command)
 
-    def additional_permissions(self, req: UnifiedExecRequest) -> AdditionalPermissions | None:
-        return req.additional_permissions
+    def network_command(self, req: UnifiedExecRequest) -> str:
+        return req.command
 
     def process_id_base(self, req: UnifiedExecRequest) -> str:
         return str(req.process_id)
-
-    def network_approval_spec(
-        self, req: UnifiedExecRequest, turn: TurnContext
-    ) -> NetworkApprovalSpec | None:
-        if turn.managed_network is None:
-            return None
-        # The process outlives the call: its network approval ends when it exits.
-        return NetworkApprovalSpec(NetworkApprovalMode.DEFERRED, command=req.command)
 
     def start_params(self, req: UnifiedExecRequest, attempt: SandboxAttempt) -> ExecParams:
         """``process/start`` for one attempt: the model's shell argv, the pins as
