@@ -195,3 +195,24 @@ def test_lower_layers_import_only_below_them(unit: str) -> None:
         if _unit(edge.importer) == unit and _unit(edge.target) not in allowed
     ]
     assert not reaching, f"{unit} reaches outside its layer:\n" + "\n".join(reaching)
+
+
+def test_every_module_declares_its_public_names() -> None:
+    # As aiohttp does in every module: ``__all__`` says what a module offers, so
+    # a reader (and ``from x import *``) sees the public surface at a glance.
+    missing = []
+    for name, path in _modules().items():
+        if name.endswith("__main__"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        declares = any(
+            isinstance(node, ast.Assign | ast.AnnAssign)
+            and any(
+                isinstance(target, ast.Name) and target.id == "__all__"
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            )
+            for node in tree.body
+        )
+        if not declares:
+            missing.append(name)
+    assert not missing, "modules without __all__: " + ", ".join(missing)
