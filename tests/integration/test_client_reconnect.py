@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from execserver.client import (
+    ClientState,
     Closed,
     ExecServerClient,
     Exited,
@@ -23,6 +24,19 @@ async def wait_for_file(path: Path) -> None:
     # The process signals through the shared tmp dir; poll it (stat is cheap).
     while not await asyncio.to_thread(path.exists):  # noqa: ASYNC110
         await asyncio.sleep(0.02)
+
+
+async def resumed(client: ExecServerClient) -> int:
+    """The client's reconnect count once its recovery has finished.
+
+    Catch-up delivers the missed events (``Closed`` included) before the client
+    counts the resume, so a test that saw ``Closed`` waits for the count.
+    """
+    async with asyncio.timeout(10):
+        # The client offers no event for "recovered"; its state is cheap to read.
+        while client.state is not ClientState.CONNECTED or client.reconnects == 0:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    return client.reconnects
 
 
 class Lines:
@@ -67,7 +81,7 @@ async def test_output_produced_while_disconnected_is_recovered_exactly_once(
             proxy.refusing = False
             await out.until(proc)
             assert client.session_id == session
-            assert client.reconnects == 1
+            assert await resumed(client) == 1
     assert out.lines == [str(i).encode() for i in range(1, 401)]
     assert [type(e) for e in out.others] == [Exited, Closed]
     assert (await proc.wait()).exit_code == 0
@@ -87,7 +101,7 @@ async def test_drop_in_the_middle_of_a_fast_stream_loses_and_duplicates_nothing(
             proxy.drop()
             (tmp_path / "gate").touch()
             await out.until(proc)
-            assert client.reconnects == 1
+            assert await resumed(client) == 1
     assert out.lines == [str(i).encode() for i in range(1, 30001)]
     assert [type(e) for e in out.others] == [Exited, Closed]
 
