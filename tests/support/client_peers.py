@@ -187,7 +187,7 @@ async def scripted_server(*scripts: Script) -> AsyncIterator[str]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     try:
         yield f"ws://127.0.0.1:{port}"
     finally:

@@ -9,7 +9,6 @@ instead.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import sys
@@ -168,9 +167,7 @@ async def upstream_server() -> AsyncIterator[Upstream]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    server = site._server
-    assert isinstance(server, asyncio.Server) and server.sockets
-    upstream.port = int(server.sockets[0].getsockname()[1])
+    upstream.port = int(runner.addresses[0][1])
     try:
         yield upstream
     finally:

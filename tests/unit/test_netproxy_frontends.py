@@ -38,9 +38,7 @@ async def upstream() -> AsyncIterator[int]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    server = site._server
-    assert isinstance(server, asyncio.Server)
-    yield int(server.sockets[0].getsockname()[1])
+    yield int(runner.addresses[0][1])
     await runner.cleanup()
 
 
