@@ -15,89 +15,27 @@ docs/architecture.md draws the layers this test keeps.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "execserver"
+from tests.support.imports import (
+    ImportEdge,
+    imports_in,
+    is_private,
+    modules,
+    package_edges,
+    syntax_tree,
+    unit,
+    within,
+)
 
-
-@dataclass(frozen=True)
-class ImportEdge:
-    importer: str  # dotted module name
-    target: str  # dotted module name imported from
-    name: str | None  # the name taken with ``from target import name``
-    line: int
-
-    def where(self) -> str:
-        return f"{self.importer}:{self.line}"
-
-
-def _module_name(path: Path) -> str:
-    relative = path.relative_to(PACKAGE_ROOT.parent).with_suffix("")
-    parts = list(relative.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted(PACKAGE_ROOT.rglob("*.py"))}
-
-
-def _resolve_relative(importer: str, is_package: bool, level: int, module: str | None) -> str:
-    base = importer.split(".")
-    if not is_package:
-        base = base[:-1]
-    if level > 1:
-        base = base[: len(base) - (level - 1)]
-    return ".".join([*base, module] if module else base)
-
-
-def _edges(modules: dict[str, Path]) -> Iterator[ImportEdge]:
-    for name, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        is_package = path.name == "__init__.py"
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name.startswith("execserver"):
-                        yield ImportEdge(name, alias.name, None, node.lineno)
-            elif isinstance(node, ast.ImportFrom):
-                target = (
-                    _resolve_relative(name, is_package, node.level, node.module)
-                    if node.level
-                    else (node.module or "")
-                )
-                if not target.startswith("execserver"):
-                    continue
-                for alias in node.names:
-                    submodule = f"{target}.{alias.name}"
-                    if submodule in modules:
-                        yield ImportEdge(name, submodule, None, node.lineno)
-                    else:
-                        yield ImportEdge(name, target, alias.name, node.lineno)
-
-
-def _unit(module: str) -> str:
-    """The layering unit: ``execserver.<first component>`` or the root package."""
-    parts = module.split(".")
-    return ".".join(parts[:2])
-
-
-def _is_private(name: str) -> bool:
-    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
-
-
-EDGES = list(_edges(_modules()))
+EDGES = package_edges()
 
 
 def _unit_graph() -> dict[str, dict[str, list[ImportEdge]]]:
     graph: dict[str, dict[str, list[ImportEdge]]] = {}
     for edge in EDGES:
-        source, target = _unit(edge.importer), _unit(edge.target)
+        source, target = unit(edge.importer), unit(edge.target)
         graph.setdefault(source, {})
         graph.setdefault(target, {})
         if source != target:
@@ -141,13 +79,38 @@ def _strongly_connected(graph: dict[str, dict[str, list[ImportEdge]]]) -> list[l
 
 
 def test_the_walk_sees_the_whole_package() -> None:
-    units = set(_unit_graph())
-    # A broken walk would pass every check below; these units exist and import each other.
+    # The one self-check of tests/support/imports.py, which every layering test
+    # walks with: a broken walk would pass every check of those tests.
+    units = {unit(edge.importer) for edge in EDGES} | {unit(edge.target) for edge in EDGES}
     assert {"execserver.wire", "execserver.client", "execserver.server", "execserver.cli"} <= units
+    taken = {(edge.importer, edge.target) for edge in EDGES}
+    assert any(unit(i) == "execserver.client" and unit(t) == "execserver.wire" for i, t in taken)
+    assert ("execserver.core.orchestrator", "execserver.client.errors") in taken
+    assert ("execserver.processes.service", "execserver.kernel.context") in taken
     assert any(
-        _unit(e.importer) == "execserver.client" and _unit(e.target) == "execserver.wire"
-        for e in EDGES
+        i == "execserver.server.runner" and within(t, "execserver.processes") for i, t in taken
     )
+
+
+def test_the_walk_sees_lazy_relative_and_type_checking_imports() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from execserver.wire import Frame\n"
+        "def later() -> None:\n"
+        "    import execserver.server.runner\n"
+        "from . import sibling\n"
+        "from ..client import _private\n"
+    )
+    known = {"execserver.core.sibling": modules()["execserver.core"]}
+    edges = list(imports_in(ast.parse(source), "execserver.core.attempt", False, known))
+    assert [(e.target, e.name, e.line) for e in edges] == [
+        ("typing", "TYPE_CHECKING", 1),
+        ("execserver.core.sibling", None, 6),
+        ("execserver.client", "_private", 7),
+        ("execserver.wire", "Frame", 3),
+        ("execserver.server.runner", None, 5),
+    ]
 
 
 def test_no_import_cycle_between_packages() -> None:
@@ -169,10 +132,10 @@ def test_no_private_name_imported_across_packages() -> None:
     leaks = [
         f"{edge.where()} imports {edge.target}{'.' + edge.name if edge.name else ''}"
         for edge in EDGES
-        if _unit(edge.importer) != _unit(edge.target)
+        if unit(edge.importer) != unit(edge.target)
         and (
-            (edge.name is not None and _is_private(edge.name))
-            or any(_is_private(part) for part in edge.target.split("."))
+            (edge.name is not None and is_private(edge.name))
+            or any(is_private(part) for part in edge.target.split("."))
         )
     ]
     assert not leaks, "private names imported across packages:\n" + "\n".join(leaks)
@@ -186,25 +149,25 @@ ALLOWED = {
 }
 
 
-@pytest.mark.parametrize("unit", sorted(ALLOWED))
-def test_lower_layers_import_only_below_them(unit: str) -> None:
-    allowed = ALLOWED[unit] | {unit}
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_lower_layers_import_only_below_them(layer: str) -> None:
+    allowed = ALLOWED[layer] | {layer}
     reaching = [
         f"{edge.where()} imports {edge.target}"
         for edge in EDGES
-        if _unit(edge.importer) == unit and _unit(edge.target) not in allowed
+        if unit(edge.importer) == layer and unit(edge.target) not in allowed
     ]
-    assert not reaching, f"{unit} reaches outside its layer:\n" + "\n".join(reaching)
+    assert not reaching, f"{layer} reaches outside its layer:\n" + "\n".join(reaching)
 
 
 def test_every_module_declares_its_public_names() -> None:
     # As aiohttp does in every module: ``__all__`` says what a module offers, so
     # a reader (and ``from x import *``) sees the public surface at a glance.
     missing = []
-    for name, path in _modules().items():
+    for name, path in modules().items():
         if name.endswith("__main__"):
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = syntax_tree(path)
         declares = any(
             isinstance(node, ast.Assign | ast.AnnAssign)
             and any(
