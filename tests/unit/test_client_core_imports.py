@@ -1,59 +1,29 @@
 """client/ and core/ keep their shape: no import cycle between their modules
-(imports inside functions and under TYPE_CHECKING count), no private name taken
-from another package, and the layering: client/ imports only wire/, core/ only
-client/ and wire/, wire/ nothing outside itself."""
+(imports inside functions and under TYPE_CHECKING count) and no private name taken
+from another package. The layering (client/ imports only wire/, core/ only client/
+and wire/, wire/ nothing outside itself) is test_import_graph.py's
+test_lower_layers_import_only_below_them; both walk with tests/support/imports.py."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
+from collections.abc import Iterable
 
 import pytest
 
-import execserver
+from tests.support.imports import ImportEdge, modules, package_edges, unit
 
-ROOT = Path(execserver.__file__).parent
-ALLOWED = {"wire": {"wire"}, "client": {"client", "wire"}, "core": {"core", "client", "wire"}}
-
-
-def _module_name(path: Path) -> str:
-    parts = ("execserver", *path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+EDGES = package_edges()
 
 
-def _imports(path: Path) -> list[tuple[str, str]]:
-    """(module, imported name) for every import anywhere in the file."""
-    found: list[tuple[str, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.extend((alias.name, "") for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.extend((node.module, alias.name) for alias in node.names)
-    return [(module, name) for module, name in found if module.startswith("execserver")]
-
-
-MODULES = {_module_name(path): _imports(path) for path in ROOT.rglob("*.py")}
-
-
-def _package(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else ""
-
-
-def _cycles(package: str) -> list[list[str]]:
-    prefix = f"execserver.{package}."
-    graph: dict[str, set[str]] = {}
-    for module, imports in MODULES.items():
-        if not module.startswith(prefix):
-            continue
-        targets = set()
-        for target, name in imports:
-            # ``from execserver.client.x import y``: y may be a submodule too.
-            for candidate in (f"{target}.{name}", target):
-                if candidate in MODULES and candidate.startswith(prefix):
-                    targets.add(candidate)
-                    break
-        graph[module] = targets - {module}
+def _cycles(package: str, edges: Iterable[ImportEdge]) -> list[list[str]]:
+    prefix = f"execserver.{package}"
+    graph: dict[str, set[str]] = {
+        module: set() for module in modules() if module.startswith(prefix + ".")
+    }
+    for edge in edges:
+        # ``from execserver.client.x import y``: the walker points at x.y when y is a module.
+        if edge.importer in graph and edge.target in graph and edge.target != edge.importer:
+            graph[edge.importer].add(edge.target)
     cycles: list[list[str]] = []
     state: dict[str, int] = {}
 
@@ -74,36 +44,23 @@ def _cycles(package: str) -> list[list[str]]:
 
 @pytest.mark.parametrize("package", ["client", "core"])
 def test_no_import_cycle_between_modules(package: str) -> None:
-    assert _cycles(package) == []
+    assert _cycles(package, EDGES) == []
 
 
 def test_the_cycle_check_finds_a_cycle() -> None:
-    MODULES["execserver.client.fs"].append(("execserver.client.connection", "ExecServerClient"))
-    try:
-        assert _cycles("client") != []
-    finally:
-        MODULES["execserver.client.fs"].pop()
-
-
-@pytest.mark.parametrize("package", sorted(ALLOWED))
-def test_layering(package: str) -> None:
-    offenders = [
-        f"{module} imports {target}"
-        for module, imports in MODULES.items()
-        if _package(module) == package
-        for target, _ in imports
-        if _package(target) not in ALLOWED[package]
-    ]
-    assert offenders == []
+    back = ImportEdge("execserver.client.fs", "execserver.client.connection", "ExecServerClient", 1)
+    assert _cycles("client", [*EDGES, back]) != []
 
 
 def test_no_private_name_crosses_into_or_out_of_client_and_core() -> None:
     offenders = [
-        f"{module}: {target}.{name}"
-        for module, imports in MODULES.items()
-        for target, name in imports
-        if {_package(module), _package(target)} & {"client", "core"}
-        and _package(module) != _package(target)
-        and (name.startswith("_") or any(p.startswith("_") for p in target.split(".")))
+        f"{edge.where()}: {edge.target}.{edge.name or ''}"
+        for edge in EDGES
+        if {unit(edge.importer), unit(edge.target)} & {"execserver.client", "execserver.core"}
+        and unit(edge.importer) != unit(edge.target)
+        and (
+            (edge.name or "").startswith("_")
+            or any(part.startswith("_") for part in edge.target.split("."))
+        )
     ]
     assert offenders == []
