@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+import msgspec
+
 from execserver.containment import ProcessCgroups
 from execserver.kernel.context import RequestContext
 from execserver.kernel.methods import MethodTable
@@ -39,10 +41,10 @@ from execserver.wire.process import (
 )
 from execserver.wire.rust.base64 import Base64Error, decode_base64
 from execserver.wire.rust.uuid import check_uuid
-from execserver.wire.sandbox import decode_sandbox_param
+from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_param
 from execserver.wire.uri import uri_to_path
 
-__all__ = ["register"]
+__all__ = ["StartRequest", "register"]
 
 MAX_SNAPSHOT_SCOPE_BYTES = 256
 
@@ -87,12 +89,20 @@ def _lookup(ctx: RequestContext, process_id: str) -> ManagedProcess | None:
 # ---- process/start ---------------------------------------------------------------------
 
 
-def validate_start(params: ExecParams) -> ExecParams:
-    uri_to_path(params.cwd)  # raises the reference's -32602 URI errors
+class StartRequest(msgspec.Struct, frozen=True, gc=False):
+    """process/start params with the parts the reference checks while decoding
+    (cwd URI, thread id, sandbox shape) already decoded, so nothing is decoded twice."""
+
+    params: ExecParams
+    cwd: str
+    sandbox: FileSystemSandboxContext | None
+
+
+def validate_start(params: ExecParams) -> StartRequest:
+    cwd = str(uri_to_path(params.cwd))  # raises the reference's -32602 URI errors
     if params.metadata is not None and params.metadata.thread_id is not None:
         check_uuid(params.metadata.thread_id)
-    decode_sandbox_param(params.sandbox)
-    return params
+    return StartRequest(params, cwd, decode_sandbox_param(params.sandbox))
 
 
 def _check_start(params: ExecParams) -> None:
@@ -114,12 +124,11 @@ def _check_start(params: ExecParams) -> None:
             )
 
 
-async def process_start(ctx: RequestContext, params: ExecParams) -> ExecResponse:
+async def process_start(ctx: RequestContext, start: StartRequest) -> ExecResponse:
+    params, cwd, sandbox = start.params, start.cwd, start.sandbox
     _check_start(params)
     table = _table(ctx)
     table.check_available(params.process_id)
-    cwd = str(uri_to_path(params.cwd))
-    sandbox = decode_sandbox_param(params.sandbox)
     classify: DenialClassifier | None = None
     config = ctx.server.config
     # The daemon's own environment is what envPolicy inherits from.
