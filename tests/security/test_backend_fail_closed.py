@@ -6,32 +6,12 @@ process list. We fail closed instead: bwrap counts as unusable, the next backend
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from tests.support.attacks import ROOT_READ, attack, bash, entry, sandbox
 from tests.support.rpc import RpcFailure, connect
+from tests.support.sandbox import masked_proc_bwrap
 from tests.support.servers import start_server
-
-# A bwrap that refuses to mount /proc, like a container with a masked /proc.
-NO_PROC_BWRAP = """#!/bin/sh
-for arg in "$@"; do
-  if [ "$arg" = "--proc" ]; then
-    echo "bwrap: Can't mount proc on /newroot/proc: Operation not permitted" >&2
-    exit 1
-  fi
-done
-exec {bwrap} "$@"
-"""
-
-
-def _fake_bwrap(tmp_path: Path) -> str:
-    real = shutil.which("bwrap")
-    assert real is not None
-    script = tmp_path / "bwrap"
-    script.write_text(NO_PROC_BWRAP.format(bwrap=real))
-    script.chmod(0o755)
-    return str(script)
 
 
 async def test_no_private_proc_means_no_bwrap_and_nothing_runs(tmp_path: Path) -> None:
@@ -39,7 +19,7 @@ async def test_no_private_proc_means_no_bwrap_and_nothing_runs(tmp_path: Path) -
     ws.mkdir()
     env = {
         **os.environ,
-        "EXECSERVER_BWRAP": _fake_bwrap(tmp_path),
+        "EXECSERVER_BWRAP": masked_proc_bwrap(tmp_path),
         "EXECSERVER_SANDBOX_NO_LANDLOCK": "1",
     }
     async with start_server("execserver", env=env) as server, connect(server.url) as client:
@@ -60,7 +40,7 @@ async def test_no_private_proc_means_no_bwrap_and_nothing_runs(tmp_path: Path) -
 async def test_no_private_proc_falls_back_to_landlock_where_it_expresses_the_policy(
     tmp_path: Path,
 ) -> None:
-    env = {**os.environ, "EXECSERVER_BWRAP": _fake_bwrap(tmp_path)}
+    env = {**os.environ, "EXECSERVER_BWRAP": masked_proc_bwrap(tmp_path)}
     async with start_server("execserver", env=env) as server, connect(server.url) as client:
         result = await attack(
             client,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import shutil
 import socket
 import sys
 from collections.abc import Iterator
@@ -262,3 +263,25 @@ def without_user_namespaces(argv: list[str]) -> list[str]:
     """``argv`` run on a simulated host that refuses namespaces (x86_64 numbers)."""
     assert os.uname().machine == "x86_64", "the no-userns simulation knows x86_64 only"
     return [sys.executable, "-c", _NO_USERNS, *argv]
+
+
+# bwrap that works except for --proc: what a container with a masked /proc gives.
+_MASKED_PROC_BWRAP = """#!/bin/sh
+for arg in "$@"; do
+  if [ "$arg" = "--proc" ]; then
+    echo "bwrap: Can't mount proc on /newroot/proc: Operation not permitted" >&2
+    exit 1
+  fi
+done
+exec {bwrap} "$@"
+"""
+
+
+def masked_proc_bwrap(tmp_path: Path) -> str:
+    """A bwrap (for ``EXECSERVER_BWRAP``) that cannot mount a private /proc."""
+    real = shutil.which("bwrap")
+    assert real is not None, "bubblewrap is not installed (make installs it)"
+    script = tmp_path / "bwrap"
+    script.write_text(_MASKED_PROC_BWRAP.format(bwrap=real))
+    script.chmod(0o755)
+    return str(script)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from execserver import __version__
 from execserver.doctor import CHECK_NAMES, SHAPE_NAMES
+from tests.support.sandbox import masked_proc_bwrap
 
 
 def doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -197,27 +197,8 @@ def test_serve_logs_the_shape_table_and_its_version_at_start_up() -> None:
     assert "refused" in ws_line
 
 
-# bwrap that works except for --proc: what a container with a masked /proc gives
-# ("bwrap: Can't mount proc on /newroot/proc: Operation not permitted").
-MASKED_PROC_BWRAP = """#!/bin/sh
-for arg in "$@"; do
-  if [ "$arg" = "--proc" ]; then
-    echo "bwrap: Can't mount proc on /newroot/proc: Operation not permitted" >&2
-    exit 1
-  fi
-done
-exec {bwrap} "$@"
-"""
-
-
 def masked_proc_env(tmp_path: Path) -> dict[str, str]:
-    real = shutil.which("bwrap")
-    if real is None:
-        pytest.skip("bubblewrap is not installed")
-    script = tmp_path / "bwrap"
-    script.write_text(MASKED_PROC_BWRAP.format(bwrap=real))
-    script.chmod(0o755)
-    return {"EXECSERVER_BWRAP": str(script)}
+    return {"EXECSERVER_BWRAP": masked_proc_bwrap(tmp_path)}
 
 
 def test_a_refused_proc_mount_names_the_container_options_that_fix_it(tmp_path: Path) -> None:
