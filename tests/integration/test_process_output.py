@@ -133,12 +133,15 @@ async def test_exited_does_not_wait_for_a_background_writer(any_server: RunningS
         assert not ev.closed and b"bg" not in ev.output()
         await c.wait_closed("bg")
     assert ev.output() == b"fg\nbg\n"
-    assert [m for m, _ in ev.events] == [
-        "process/output",
-        "process/exited",
-        "process/output",
-        "process/closed",
-    ]
+    order = [m for m, _ in ev.events]
+    expected = ["process/output", "process/exited", "process/output", "process/closed"]
+    if any_server.kind == "reference":
+        # The reference reads output and reaps the child in separate tasks, so "fg" can
+        # be delivered just after the exit (seen on a loaded CI machine); execserver
+        # drains what the pipe already holds before it reports the exit.
+        assert order in (expected, ["process/exited", *expected[:1], *expected[2:]])
+    else:
+        assert order == expected
     assert ev.seqs() == [1, 2, 3, 4]
 
 
