@@ -17,13 +17,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from execserver.fs.errors import fs_error
 from execserver.fs.local_mounts import LOCAL_MOUNTS
+from execserver.kernel.methods import MUST_WAIT
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs import SandboxHost, needs_sandboxed_fs, run_sandboxed_fs_call
 from execserver.sandbox.policy import DYNAMIC_CWD_MESSAGE, has_dynamic_entries
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import FileSystemSandboxContext
 
-__all__ = ["in_thread", "in_thread_to_completion", "needs_sandbox", "run_fs_op", "sandbox_host"]
+__all__ = [
+    "in_thread",
+    "in_thread_to_completion",
+    "needs_sandbox",
+    "run_cheap_fs_op_at_once",
+    "run_fs_op",
+    "sandbox_host",
+]
 
 if TYPE_CHECKING:
     from execserver.kernel.context import RequestContext
@@ -118,9 +126,22 @@ async def run_fs_op(
         return await run_sandboxed_fs_call(
             sandbox, func=_spec(func), args=args, write=write, host=host
         )
-    if cheap and LOCAL_MOUNTS.all_local():
-        try:
-            return func(**args)
-        except OSError as exc:
-            raise fs_error(exc) from None
+    if cheap:
+        answer = run_cheap_fs_op_at_once(sandbox, func, args)
+        if answer is not MUST_WAIT:
+            return answer
     return await in_thread(func, **args)
+
+
+def run_cheap_fs_op_at_once(
+    sandbox: FileSystemSandboxContext | None, func: Callable[..., Any], args: dict[str, Any]
+) -> Any:
+    """A cheap read-only metadata call (a stat) run inline on the event loop, or
+    MUST_WAIT when it needs the sandbox helper or a mounted file system could block
+    (local_mounts): those go to ``run_fs_op``."""
+    if needs_sandbox(sandbox, write=False) or not LOCAL_MOUNTS.all_local():
+        return MUST_WAIT
+    try:
+        return func(**args)
+    except OSError as exc:
+        raise fs_error(exc) from None

@@ -17,6 +17,7 @@ from execserver.fs.dispatch import (
     in_thread,
     in_thread_to_completion,
     needs_sandbox,
+    run_cheap_fs_op_at_once,
     run_fs_op,
     sandbox_host,
 )
@@ -35,7 +36,7 @@ from execserver.fs.walk import walk
 from execserver.fs.watch import MissingWatch
 from execserver.kernel.context import RequestContext
 from execserver.kernel.limits import check_below
-from execserver.kernel.methods import MethodTable
+from execserver.kernel.methods import MethodTable, MustWait
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
 from execserver.wire.contract import EncodesAs
@@ -128,6 +129,18 @@ async def create_directory(ctx: RequestContext, req: PathRequest[CreateDirectory
     )
     _audit(ctx, "mkdir", path)
     return Empty()
+
+
+def get_metadata_at_once(
+    ctx: RequestContext, req: PathRequest[GetMetadataParams]
+) -> MetadataResult | MustWait:
+    """fs/getMetadata inline when no sandbox restricts reads and no mount can block."""
+    params = req.params
+    args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
+    result: MetadataResult | MustWait = run_cheap_fs_op_at_once(
+        req.sandbox, ops_read.get_metadata, args
+    )
+    return result
 
 
 async def get_metadata(ctx: RequestContext, req: PathRequest[GetMetadataParams]) -> MetadataResult:
@@ -315,7 +328,13 @@ def register(table: MethodTable) -> None:
     add(m.FS_READ_FILE, read_file, family=FAMILY, prepare=check_path)
     add(m.FS_WRITE_FILE, write_file, family=FAMILY, prepare=check_path)
     add(m.FS_CREATE_DIRECTORY, create_directory, family=FAMILY, prepare=check_path)
-    add(m.FS_GET_METADATA, get_metadata, family=FAMILY, prepare=check_path)
+    add(
+        m.FS_GET_METADATA,
+        get_metadata,
+        family=FAMILY,
+        prepare=check_path,
+        at_once=get_metadata_at_once,
+    )
     add(m.FS_CANONICALIZE, canonicalize, family=FAMILY, prepare=check_path)
     add(m.FS_READ_DIRECTORY, read_directory, family=FAMILY, prepare=check_path)
     add(m.FS_WALK, walk_tree, family=FAMILY, prepare=check_path)

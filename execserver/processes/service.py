@@ -13,7 +13,7 @@ import msgspec
 
 from execserver.containment import ProcessCgroups
 from execserver.kernel.context import RequestContext
-from execserver.kernel.methods import MethodTable
+from execserver.kernel.methods import MUST_WAIT, MethodTable, MustWait
 from execserver.netproxy.launch import NetworkHost, prepare_network
 from execserver.processes.envpolicy import build_environment
 from execserver.processes.launch import plan_unsandboxed
@@ -191,17 +191,40 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
 # ---- process/read ----------------------------------------------------------------------
 
 
+def process_read_at_once(ctx: RequestContext, params: ReadParams) -> ReadResponse | MustWait:
+    """process/read when it need not wait: output already buffered, the process exited,
+    or no ``waitMs``; else MUST_WAIT (process_read then waits)."""
+    proc = _read_target(ctx, params)
+    after = params.after_seq or 0
+    if _must_wait(proc, after, params):
+        return MUST_WAIT
+    return _read_response(proc, after, params.max_bytes)
+
+
 async def process_read(ctx: RequestContext, params: ReadParams) -> ReadResponse:
+    proc = _read_target(ctx, params)
+    after = params.after_seq or 0
+    if _must_wait(proc, after, params):
+        # Give the connection's request slot back while we wait (unlike the reference).
+        async with ctx.waiting():
+            await proc.wait_newer(after, (params.wait_ms or 0) / 1000)
+    return _read_response(proc, after, params.max_bytes)
+
+
+def _read_target(ctx: RequestContext, params: ReadParams) -> ManagedProcess:
     proc = _lookup(ctx, params.process_id)
     if proc is None:
         raise RpcError.invalid_request(f"unknown process id {params.process_id}")
-    after = params.after_seq or 0
+    return proc
+
+
+def _must_wait(proc: ManagedProcess, after: int, params: ReadParams) -> bool:
     wait_ms = params.wait_ms or 0
-    if wait_ms > 0 and not proc.exited and not proc.log.has_after(after):
-        # Give the connection's request slot back while we wait (unlike the reference).
-        async with ctx.waiting():
-            await proc.wait_newer(after, wait_ms / 1000)
-    chunks, next_seq = proc.log.read(after, params.max_bytes)
+    return wait_ms > 0 and not proc.exited and not proc.log.has_after(after)
+
+
+def _read_response(proc: ManagedProcess, after: int, max_bytes: int | None) -> ReadResponse:
+    chunks, next_seq = proc.log.read(after, max_bytes)
     return ReadResponse(
         chunks=[ProcessOutputChunk(c.seq, c.stream, c.data) for c in chunks],  # type: ignore[arg-type]
         next_seq=next_seq,
@@ -243,7 +266,7 @@ async def process_terminate(ctx: RequestContext, params: TerminateParams) -> Ter
 
 def register(table: MethodTable) -> None:
     table.add(m.PROCESS_START, process_start, family="exec", prepare=validate_start)
-    table.add(m.PROCESS_READ, process_read, family="exec")
+    table.add(m.PROCESS_READ, process_read, family="exec", at_once=process_read_at_once)
     table.add(m.PROCESS_WRITE, process_write, family="exec")
     table.add(m.PROCESS_SIGNAL, process_signal, family="exec")
     table.add(m.PROCESS_TERMINATE, process_terminate, family="exec")

@@ -23,6 +23,7 @@ import msgspec
 
 from execserver.kernel.context import RequestContext
 from execserver.kernel.limits import LimitExceeded
+from execserver.kernel.methods import MUST_WAIT, MethodSpec
 from execserver.kernel.scoped import ScopedState
 from execserver.server import audit
 from execserver.server.metrics import UNKNOWN_METHOD
@@ -166,6 +167,15 @@ class Connection:
                 refusal = LimitExceeded("max_inflight_requests", max_inflight, what)
                 await self._refuse(message.id, message.method, refusal)
                 return
+            spec = self._known_methods.get(message.method)
+            # Only when no earlier request is in flight: one that has not run its first
+            # step yet must not be overtaken (a process/read right behind the
+            # process/start of the same process must find it).
+            if spec is not None and spec.at_once is not None and not self._tasks:
+                answer = self._answer_at_once(message, spec)
+                if answer is not None:
+                    self._write_eagerly(answer)
+                    return
             self._start_request(message)
         elif isinstance(message, IncomingNotification):
             await self._handle_notification(message)
@@ -176,20 +186,44 @@ class Connection:
             await self._enqueue(encode_error(PARSE_ERROR_ID, -32600, text))
 
     def _start_request(self, request: IncomingRequest) -> None:
-        serving = self._serve_request(request)
-        # Only when no earlier request is in flight: one that has not run its first
-        # step yet must not be overtaken (a process/read right behind the
-        # process/start of the same process must find it).
-        if request.method in _EAGER_METHODS and not self._tasks:
-            task = start_eagerly(self._loop, serving)
-            if task is None:
-                return  # answered already
-        else:
-            task = self._loop.create_task(serving)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task = self._loop.create_task(self._serve_request(request))
+        self._track(task)
         if request.method == m.INITIALIZE:
             self._initialize_task = task
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _answer_at_once(self, request: IncomingRequest, spec: MethodSpec[Any]) -> bytes | None:
+        """The answer frame when the method's ``at_once`` gives it without waiting (or a
+        check refuses the request); None when its handler has to serve it in a task.
+
+        The same steps as ``_serve_request`` and ``_dispatch``, in the same order, minus
+        the task and the coroutines: this is the whole request on a polling round trip.
+        No request slot is taken because nothing waits, and every slot is free (no
+        request is in flight when this runs)."""
+        started = time.perf_counter()
+        try:
+            params = spec.decoder.decode(request.params)
+            self._check_lifecycle(spec.family)
+            assert spec.at_once is not None
+            result = spec.at_once(RequestContext(self, self.runtime, self._slots), params)
+            if result is MUST_WAIT:
+                return None
+            frame = encode_message(ResponseMessage(request.id, result))
+            outcome = "ok"
+        except Exception as exc:
+            frame, outcome = self._error_answer(request, exc)
+        self._observe(request.method, outcome, started)
+        return frame
+
+    def _write_eagerly(self, frame: bytes) -> None:
+        """Write ``frame`` now; when the transport makes us wait for it to drain, that
+        wait goes on in a task, as a request's would, and the reader carries on."""
+        writing = start_eagerly(self._loop, self._enqueue(frame))
+        if writing is not None:
+            self._track(writing)
 
     async def _handle_notification(self, note: IncomingNotification) -> None:
         if note.method != m.INITIALIZED:
@@ -223,23 +257,24 @@ class Connection:
 
     async def _serve_request(self, request: IncomingRequest) -> None:
         started = time.perf_counter()
-        outcome = "ok"
         try:
             result = await self._dispatch(request)
             frame = encode_message(ResponseMessage(request.id, result))
-        except RpcError as exc:
-            outcome = str(exc.code)
-            if isinstance(exc, LimitExceeded):
-                self.runtime.metrics.limit_rejections.labels(exc.limit).inc()
-            frame = encode_message(ErrorMessage(ErrorObject(exc.code, exc.message), request.id))
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            outcome = str(INTERNAL_ERROR)
-            log.exception("internal error serving %s (id %r)", request.method, request.id)
-            frame = encode_error(request.id, INTERNAL_ERROR, "internal error")
+            outcome = "ok"
+        except Exception as exc:
+            frame, outcome = self._error_answer(request, exc)
         self._observe(request.method, outcome, started)
         await self._enqueue(frame)
+
+    def _error_answer(self, request: IncomingRequest, exc: Exception) -> tuple[bytes, str]:
+        """The error frame for a request that raised, and its metric outcome."""
+        if isinstance(exc, RpcError):
+            if isinstance(exc, LimitExceeded):
+                self.runtime.metrics.limit_rejections.labels(exc.limit).inc()
+            error = ErrorMessage(ErrorObject(exc.code, exc.message), request.id)
+            return encode_message(error), str(exc.code)
+        log.error("internal error serving %s (id %r)", request.method, request.id, exc_info=exc)
+        return encode_error(request.id, INTERNAL_ERROR, "internal error"), str(INTERNAL_ERROR)
 
     def _observe(self, method: str, outcome: str, started: float) -> None:
         # Unknown names share one label so clients cannot grow the metric without bound.
@@ -328,23 +363,14 @@ class Connection:
                 await self._outbound.join()
 
 
-# Methods whose requests usually complete without waiting (a cursor read of output
-# already buffered, a stat of a local file). Their first step runs inline in the
-# reader, so the answer is written before the next frame is read: no task, no
-# event-loop round (~5 us of the daemon's CPU per request). A request that does
-# wait continues in a task of its own, in a context of its own, as any other.
-# On Python 3.11 the inline step runs while the reader task is the current
-# task, so a method listed here must not start an asyncio.timeout/TaskGroup (or
-# read asyncio.current_task()) before its first wait; 3.12+ has eager tasks,
-# which make the request its own current task from the first step.
-_EAGER_METHODS = frozenset({m.PROCESS_READ, m.FS_GET_METADATA})
-
-
 def start_eagerly(
     loop: asyncio.AbstractEventLoop, serving: Coroutine[Any, Any, None]
 ) -> asyncio.Task[None] | None:
     """Run ``serving`` up to its first wait; None when it finished, else the task that
-    goes on from there."""
+    goes on from there. On Python 3.11 that first step runs while the caller's task
+    is the current task, so ``serving`` must not start an asyncio.timeout/TaskGroup
+    (or read asyncio.current_task()) before its first wait; 3.12+ has eager tasks,
+    which make it its own current task from the first step."""
     if sys.version_info >= (3, 12):
         task = asyncio.Task(serving, loop=loop, eager_start=True)
         return None if task.done() else task
