@@ -1,6 +1,7 @@
-"""Work started inline (connection.start_eagerly; the write of an answer given at once
-uses it): work that needs no wait finishes before the call returns; one that waits goes on in a task of its own, can
-be cancelled there, and keeps its context variables to itself."""
+"""Work started inline (connection.start_eagerly; the write of an answer given at
+once uses it): work that needs no wait finishes before the call returns; work that
+waits goes on in a task of its own, can be cancelled there, and keeps its context
+variables to itself."""
 
 from __future__ import annotations
 
