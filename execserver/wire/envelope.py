@@ -2,14 +2,15 @@
 member, ids that are integers or strings, and one message per frame.
 
 Incoming frames are classified in one msgspec pass (params stay raw bytes and
-are decoded later with the method's own type). Only when that fast pass fails
+are decoded later with the method's own type); the classified messages are
+msgspec structs because a frozen dataclass costs ~0.6 µs to build, a tenth of
+a request's in-process work. Only when that fast pass fails
 do we take the slow path that reproduces the reference's serde error texts.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -47,28 +48,24 @@ class _Incoming(msgspec.Struct, forbid_unknown_fields=False):
     error: msgspec.Raw = msgspec.Raw()
 
 
-@dataclass(frozen=True, slots=True)
-class IncomingRequest:
+class IncomingRequest(msgspec.Struct, frozen=True, gc=False):
     id: RequestId
     method: str
     params: msgspec.Raw  # empty Raw when omitted
 
 
-@dataclass(frozen=True, slots=True)
-class IncomingNotification:
+class IncomingNotification(msgspec.Struct, frozen=True, gc=False):
     method: str
     params: msgspec.Raw
 
 
-@dataclass(frozen=True, slots=True)
-class IncomingResponse:
+class IncomingResponse(msgspec.Struct, frozen=True, gc=False):
     id: RequestId
     result: msgspec.Raw
     error: msgspec.Raw  # empty when it is a success
 
 
-@dataclass(frozen=True, slots=True)
-class MalformedMessage:
+class MalformedMessage(msgspec.Struct, frozen=True, gc=False):
     """Could not be decoded into any message shape; ``reason`` is serde's wording."""
 
     reason: str
@@ -98,9 +95,7 @@ def decode_incoming(frame: bytes | str) -> Incoming:
     if not isinstance(msg.method, msgspec.UnsetType):
         if isinstance(msg.id, msgspec.UnsetType):
             return IncomingNotification(msg.method, msg.params)
-        if _present(msg.result) or _present(msg.error):
-            # A request shape takes precedence for the reference as well.
-            pass
+        # A request shape takes precedence over result/error for the reference as well.
         return IncomingRequest(msg.id, msg.method, msg.params)
     if isinstance(msg.id, msgspec.UnsetType):
         if _present(msg.result):
