@@ -22,11 +22,10 @@ from typing import Final, Protocol
 
 import jwt
 import msgspec
-from aiohttp import web
 
 from execserver.config import DEFAULT_WS_MAX_CLOCK_SKEW_S, ServerConfig, WsAuthConfig
+from execserver.server.http_surface import HttpRequest, HttpResponse, UpgradeCheck
 from execserver.server.listen import ListenAddress, parse_listen
-from execserver.server.transport_ws import UpgradeCheck
 from execserver.wire.errors import os_error_text
 
 __all__ = [
@@ -277,7 +276,7 @@ def _audience_matches(aud: str | list[str] | None, expected: str) -> bool:
 # ---- the upgrade check ------------------------------------------------------------
 
 
-def bearer_token(request: web.Request) -> tuple[str | None, str | None]:
+def bearer_token(request: HttpRequest) -> tuple[str | None, str | None]:
     """(token, None) or (None, 401 body). Only the first Authorization header counts,
     the scheme is case-insensitive and the token is trimmed."""
     values = request.headers.getall("Authorization", [])
@@ -292,13 +291,13 @@ def bearer_token(request: web.Request) -> tuple[str | None, str | None]:
     return token, None
 
 
-RejectHook = Callable[[web.Request, str], None]
+RejectHook = Callable[[HttpRequest, str], None]
 
 
 def make_upgrade_check(
     verifier: TokenVerifier, on_reject: RejectHook | None = None
 ) -> UpgradeCheck:
-    async def check(request: web.Request) -> web.StreamResponse | None:
+    def check(request: HttpRequest) -> HttpResponse | None:
         token, refusal = bearer_token(request)
         if token is not None:
             refusal = verifier.verify(token)
@@ -307,6 +306,6 @@ def make_upgrade_check(
         if on_reject is not None:
             on_reject(request, refusal)
         log.info("websocket upgrade refused: %s", refusal)
-        return web.Response(status=401, text=refusal)
+        return HttpResponse.text(401, refusal)
 
     return check

@@ -7,8 +7,8 @@ was half of the daemon's CPU per pipelined ``fs/getMetadata`` (py-spy). So
 the first frame of a round goes out at once (a lone request-response pays
 nothing), and when more small ones follow in the same round the socket is
 corked (TCP_CORK) until the round ends, when the kernel sends them together.
-Order is unchanged: every frame still goes through the websocket writer in
-sequence; only the kernel's segmenting differs.
+Order is unchanged: every frame is still written in sequence; only the
+kernel's segmenting differs.
 """
 
 from __future__ import annotations
@@ -16,29 +16,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
-from aiohttp import WSMsgType, web
-
-__all__ = ["SMALL_FRAME", "coalescing_sender"]
+__all__ = ["SMALL_FRAME", "coalescing"]
 
 # Only small frames are worth holding back: a frame this large fills segments on
 # its own, and corking streamed process output (8 KiB chunks, ~11 KB frames)
 # cost 10% of its throughput in a same-run A/B.
 SMALL_FRAME = 4096
 
+Write = Callable[[bytes], None]
 
-def coalescing_sender(
-    ws: web.WebSocketResponse, transport: asyncio.BaseTransport | None
-) -> Callable[[bytes], Awaitable[None]]:
-    """``send_frame`` for one websocket (text frames)."""
-    sock = transport.get_extra_info("socket") if transport is not None else None
+
+def coalescing(write: Write, sock: socket.socket | None) -> Write:
+    """``write`` (one frame to one socket, synchronous), corking as described above
+    when ``sock`` is a TCP socket."""
     if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
-
-        async def send_each(frame: bytes) -> None:
-            await ws.send_frame(frame, WSMsgType.TEXT)
-
-        return send_each
+        return write
 
     loop = asyncio.get_running_loop()
     sent_this_round = 0
@@ -52,7 +46,7 @@ def coalescing_sender(
             with contextlib.suppress(OSError):  # the peer is gone
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
 
-    async def send_coalesced(frame: bytes) -> None:
+    def write_coalesced(frame: bytes) -> None:
         nonlocal sent_this_round, corked
         if sent_this_round == 0:
             loop.call_soon(end_round)
@@ -61,6 +55,6 @@ def coalescing_sender(
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
                 corked = True
         sent_this_round += 1
-        await ws.send_frame(frame, WSMsgType.TEXT)
+        write(frame)
 
-    return send_coalesced
+    return write_coalesced

@@ -47,7 +47,7 @@ from execserver.wire.envelope import (
 )
 from execserver.wire.errors import INTERNAL_ERROR, METHOD_NOT_FOUND, RpcError
 
-__all__ = ["Connection", "ProtocolViolation", "start_eagerly"]
+__all__ = ["Connection", "ProtocolViolation", "resumed", "start_eagerly"]
 
 log = logging.getLogger(__name__)
 
@@ -380,6 +380,12 @@ def start_eagerly(
     except StopIteration:
         return None
     return loop.create_task(_Resumed(serving, awaiting), context=context)
+
+
+def resumed(serving: Coroutine[Any, Any, None], awaiting: Any) -> Coroutine[Any, Any, None]:
+    """``serving``, which was driven by hand (``send(None)``) until it yielded
+    ``awaiting``, as a coroutine a task can run from there."""
+    return _Resumed(serving, awaiting)
 
 
 class _Resumed(Coroutine[Any, Any, None]):

@@ -13,8 +13,6 @@ import logging
 import signal
 import sys
 
-from aiohttp import web
-
 from execserver import REFERENCE_VERSION, __version__
 from execserver.config import LimitsConfig, ServerConfig
 from execserver.containment import ProcessCgroups, open_process_cgroups
@@ -30,11 +28,12 @@ from execserver.sandbox.backend import SandboxBackend, log_backend, probe_backen
 from execserver.sandbox.keyring import isolate_session_keyring
 from execserver.server import auth, lifecycle
 from execserver.server.audit import AuditLog
+from execserver.server.http_surface import HttpRequest, HttpResponse, UpgradeCheck
 from execserver.server.listen import ListenAddress, parse_listen
 from execserver.server.runtime import ServerRuntime
 from execserver.server.sessions import SessionRegistry
 from execserver.server.transport_stdio import serve_stdio
-from execserver.server.transport_ws import UpgradeCheck, build_app
+from execserver.server.transport_ws import WebsocketServer
 
 __all__ = ["Server", "build_runtime"]
 
@@ -82,14 +81,14 @@ def build_runtime(config: ServerConfig) -> ServerRuntime:
     return runtime
 
 
-def too_many_connections(limits: LimitsConfig, open_connections: int) -> web.Response | None:
+def too_many_connections(limits: LimitsConfig, open_connections: int) -> HttpResponse | None:
     """The refusal of a websocket upgrade over --max-connections: 503 before any session
     exists (there is no JSON-RPC request to answer yet), so load balancers retry elsewhere."""
     maximum = limits.max_connections
     if maximum is None or open_connections < maximum:
         return None
     text = f"too many connections ({describe_limit('max_connections', maximum)} reached)"
-    return web.Response(status=503, text=text, headers={"Retry-After": "1"})
+    return HttpResponse.text(503, text, {"Retry-After": "1"})
 
 
 def operational_checks(
@@ -100,14 +99,14 @@ def operational_checks(
     checks: list[UpgradeCheck] = []
     if verifier is not None:
 
-        def rejected(request: web.Request, reason: str) -> None:
+        def rejected(request: HttpRequest, reason: str) -> None:
             runtime.metrics.connections_rejected.labels("auth").inc()
             runtime.metrics.auth_failures.labels(reason).inc()
             runtime.audit.emit("auth.reject", peer=request.remote, reason=reason)
 
         checks.append(auth.make_upgrade_check(verifier, rejected))
 
-    async def connection_limit(request: web.Request) -> web.StreamResponse | None:
+    def connection_limit(request: HttpRequest) -> HttpResponse | None:
         refusal = too_many_connections(runtime.config.limits, len(runtime.connections))
         if refusal is not None:
             runtime.metrics.connections_rejected.labels("limit").inc()
@@ -254,13 +253,9 @@ class Server:
         return serving.result()
 
     async def _run_websocket(self) -> int:
-        app = build_app(self.runtime, self._upgrade_checks, self._metrics_checks)
-        runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, self.address.host, self.address.port, reuse_address=True)
-        await site.start()
+        server = WebsocketServer(self.runtime, self._upgrade_checks, self._metrics_checks)
         # Every listening socket's (host, port): one per address family the host resolves to.
-        listening = [address[:2] for address in runner.addresses]
+        listening = await server.start(self.address.host, self.address.port)
         port = listening[0][1] if listening else self.address.port
         # No sandbox may reach this listener through a managed proxy or bridge.
         bound = listening or [(self.address.host, port)]
@@ -283,7 +278,7 @@ class Server:
             self.runtime.shutting_down = True
             await self._close_connections()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(runner.cleanup(), SHUTDOWN_GRACE_S)
+                await server.close(SHUTDOWN_GRACE_S)
             for host, bound_port in bound:
                 release_listener(host, bound_port)
         return self._exit_status
