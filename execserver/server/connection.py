@@ -1,7 +1,8 @@
 """One client connection, independent of its transport (websocket or stdio).
 
 The transport feeds frames in with :meth:`Connection.handle_frame` and gives
-a ``send_frame`` coroutine for the way out. Everything written goes through
+a ``send_frame`` coroutine for the way out (and, when it can write without
+waiting, a plain ``write_now`` as well). Everything written goes through
 one bounded outbound queue and one writer task, so frames never interleave
 and a slow peer applies backpressure to producers (e.g. process output).
 """
@@ -52,6 +53,9 @@ __all__ = ["Connection", "ProtocolViolation", "resumed", "start_eagerly"]
 log = logging.getLogger(__name__)
 
 SendFrame = Callable[[bytes], Awaitable[None]]
+# Writes one frame at once and returns True, or returns False without writing when the
+# peer is behind (then ``send_frame``, which waits, takes it).
+WriteNow = Callable[[bytes], bool]
 
 
 class Lifecycle(enum.Enum):
@@ -72,10 +76,12 @@ class Connection:
         *,
         peer: str,
         parse_error_prefix: str,
+        write_now: WriteNow | None = None,
     ) -> None:
         self.runtime = runtime
         self.peer = peer
         self._send_frame = send_frame
+        self._write_now = write_now
         self._parse_error_prefix = parse_error_prefix
         self.lifecycle = Lifecycle.NEW
         self.session: Session | None = None
@@ -97,6 +103,8 @@ class Connection:
         self._known_methods = runtime.methods.methods
         self._max_frame = runtime.config.limits.max_frame_bytes
         self._max_inflight = runtime.config.limits.max_inflight_requests
+        # One context for every at_once call: they cannot wait, so none outlives its call.
+        self._at_once_context = RequestContext(self, runtime, self._slots)
 
     # ---- outbound -------------------------------------------------------------
 
@@ -150,14 +158,23 @@ class Connection:
 
     async def handle_frame(self, frame: bytes | str) -> None:
         """Process one inbound frame. Raises ProtocolViolation when the connection must drop."""
+        rest = self.receive(frame)
+        if rest is not None:
+            await rest
+
+    def receive(self, frame: bytes | str) -> Coroutine[Any, Any, None] | None:
+        """``handle_frame`` for a transport that calls in from a plain callback: what
+        needs no wait is done before it returns (a request is answered or started), and
+        what is left to await comes back (a refusal or notification; None, usually).
+        Raises ProtocolViolation when the connection must drop, now or from what it
+        returns."""
         self._meter.inbound_bytes += len(frame)
         # ops: --max-frame-bytes (below the transport's hard limit) answers instead of dropping.
         max_frame = self._max_frame
         if max_frame is not None and len(frame) > max_frame:
             what = f"message of {len(frame)} bytes is too large"
             refusal = LimitExceeded("max_frame_bytes", max_frame, what)
-            await self._refuse(_frame_id(frame), "", refusal)
-            return
+            return self._refuse(_frame_id(frame), "", refusal)
         message = decode_incoming(frame)
         if isinstance(message, IncomingRequest):
             # ops: --max-inflight-requests bounds the tasks one connection can pile up.
@@ -165,8 +182,7 @@ class Connection:
             if max_inflight is not None and len(self._tasks) >= max_inflight:
                 what = "too many requests in flight on this connection"
                 refusal = LimitExceeded("max_inflight_requests", max_inflight, what)
-                await self._refuse(message.id, message.method, refusal)
-                return
+                return self._refuse(message.id, message.method, refusal)
             spec = self._known_methods.get(message.method)
             # Only when no earlier request is in flight: one that has not run its first
             # step yet must not be overtaken (a process/read right behind the
@@ -175,15 +191,16 @@ class Connection:
                 answer = self._answer_at_once(message, spec)
                 if answer is not None:
                     self._write_eagerly(answer)
-                    return
+                    return None
             self._start_request(message)
         elif isinstance(message, IncomingNotification):
-            await self._handle_notification(message)
+            return self._handle_notification(message)
         elif isinstance(message, IncomingResponse):
             self._handle_response(message)
         elif isinstance(message, MalformedMessage):
             text = f"{self._parse_error_prefix}{message.reason}"
-            await self._enqueue(encode_error(PARSE_ERROR_ID, -32600, text))
+            return self._enqueue(encode_error(PARSE_ERROR_ID, -32600, text))
+        return None
 
     def _start_request(self, request: IncomingRequest) -> None:
         task = self._loop.create_task(self._serve_request(request))
@@ -208,19 +225,25 @@ class Connection:
             params = spec.decoder.decode(request.params)
             self._check_lifecycle(spec.family)
             assert spec.at_once is not None
-            result = spec.at_once(RequestContext(self, self.runtime, self._slots), params)
+            result = spec.at_once(self._at_once_context, params)
             if result is MUST_WAIT:
                 return None
             frame = encode_message(ResponseMessage(request.id, result))
             outcome = "ok"
         except Exception as exc:
             frame, outcome = self._error_answer(request, exc)
-        self._observe(request.method, outcome, started)
+        # A method with a spec is known: no need for _observe's label check.
+        self._meter.observe(request.method, outcome, time.perf_counter() - started)
         return frame
 
     def _write_eagerly(self, frame: bytes) -> None:
         """Write ``frame`` now; when the transport makes us wait for it to drain, that
         wait goes on in a task, as a request's would, and the reader carries on."""
+        write_now = self._write_now
+        if write_now is not None and self._outbound.empty() and not self.closed:
+            if write_now(frame):
+                self._meter.outbound_bytes += len(frame)
+                return
         writing = start_eagerly(self._loop, self._enqueue(frame))
         if writing is not None:
             self._track(writing)

@@ -20,7 +20,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import socket
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
@@ -175,11 +174,12 @@ class _Socket(WSListener):
         sock = self._tcp.get_extra_info("socket")
         self._write = coalescing(
             lambda frame: transport.send(WSMsgType.TEXT, frame),
-            sock if isinstance(sock, socket.socket) else None,
+            sock,
         )
         self.conn = Connection(
             runtime,
             self._send_frame,
+            write_now=self._write_now,
             peer=self._peer,
             parse_error_prefix=(
                 "failed to parse websocket JSON-RPC message from exec-server websocket "
@@ -243,9 +243,11 @@ class _Socket(WSListener):
         if self._backlog is not None:
             self._backlog.append(message)
             return
-        handling = self.conn.handle_frame(message)
         try:
-            awaiting = handling.send(None)
+            rest = self.conn.receive(message)
+            if rest is None:
+                return
+            awaiting = rest.send(None)
         except StopIteration:
             return
         except ProtocolViolation as exc:
@@ -258,9 +260,8 @@ class _Socket(WSListener):
         # It waits: it goes on in a task, later frames wait behind it, reading stops.
         self._backlog = collections.deque()
         self._tcp.pause_reading()
-        self._tasks.append(
-            self._loop.create_task(self._handle_backlog(resumed(handling, awaiting)))
-        )
+        backlog = self._handle_backlog(resumed(rest, awaiting))
+        self._tasks.append(self._loop.create_task(backlog))
 
     async def _handle_backlog(self, first: Coroutine[Any, Any, None]) -> None:
         try:
@@ -289,6 +290,12 @@ class _Socket(WSListener):
         self._transport.disconnect()
 
     # ---- frames out ---------------------------------------------------------------------
+
+    def _write_now(self, frame: bytes) -> bool:
+        if self._can_write is not None or self._transport.is_disconnected:
+            return False
+        self._write(frame)
+        return True
 
     async def _send_frame(self, frame: bytes) -> None:
         if self._transport.is_disconnected:
