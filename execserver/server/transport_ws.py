@@ -36,7 +36,7 @@ from picows import (
 )
 from picows.picows import WSProtocol  # type: ignore[attr-defined]  # not in its stubs
 
-from execserver.server.coalesce import coalescing
+from execserver.server.coalesce import Cork
 from execserver.server.connection import Connection, ProtocolViolation, resumed
 from execserver.server.http_surface import HttpRequest, HttpSurface, UpgradeCheck
 from execserver.server.runtime import ServerRuntime
@@ -171,11 +171,8 @@ class _Socket(WSListener):
         self._transport = transport
         self._tcp = transport.underlying_transport
         runtime = self._server.runtime
-        sock = self._tcp.get_extra_info("socket")
-        self._write = coalescing(
-            lambda frame: transport.send(WSMsgType.TEXT, frame),
-            sock,
-        )
+        self._cork = Cork(self._tcp.get_extra_info("socket"))
+        self._send = transport.send
         self.conn = Connection(
             runtime,
             self._send_frame,
@@ -193,6 +190,17 @@ class _Socket(WSListener):
         ]
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        # More frames of this read follow: their answers leave together (server/coalesce.py).
+        if not frame.last_in_buffer:
+            self._cork.hold()
+            self._on_frame(transport, frame)
+            return
+        try:
+            self._on_frame(transport, frame)
+        finally:
+            self._cork.release()
+
+    def _on_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         kind = frame.msg_type
         if kind is WSMsgType.TEXT or kind is WSMsgType.BINARY:
             if frame.fin and self._fragments is None:
@@ -294,13 +302,13 @@ class _Socket(WSListener):
     def _write_now(self, frame: bytes) -> bool:
         if self._can_write is not None or self._transport.is_disconnected:
             return False
-        self._write(frame)
+        self._send(WSMsgType.TEXT, frame)
         return True
 
     async def _send_frame(self, frame: bytes) -> None:
         if self._transport.is_disconnected:
             raise ConnectionResetError("the peer is gone")
-        self._write(frame)
+        self._send(WSMsgType.TEXT, frame)
         if self._can_write is not None:  # the peer reads slower than we write
             await self._can_write.wait()
 
