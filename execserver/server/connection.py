@@ -179,7 +179,11 @@ class Connection:
         if isinstance(message, IncomingRequest):
             # ops: --max-inflight-requests bounds the tasks one connection can pile up.
             max_inflight = self._max_inflight
-            if max_inflight is not None and len(self._tasks) >= max_inflight:
+            if (
+                max_inflight is not None
+                and len(self._tasks) >= max_inflight
+                and self._in_flight() >= max_inflight
+            ):
                 what = "too many requests in flight on this connection"
                 refusal = LimitExceeded("max_inflight_requests", max_inflight, what)
                 return self._refuse(message.id, message.method, refusal)
@@ -207,6 +211,14 @@ class Connection:
         self._track(task)
         if request.method == m.INITIALIZE:
             self._initialize_task = task
+
+    def _in_flight(self) -> int:
+        """Requests still running. A finished task leaves ``_tasks`` in a done callback,
+        which can run after the next frame is handled when the transport calls in from
+        its I/O callback (picows), so finished ones are not counted."""
+        for task in [task for task in self._tasks if task.done()]:
+            self._tasks.discard(task)
+        return len(self._tasks)
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
