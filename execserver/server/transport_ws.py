@@ -74,8 +74,10 @@ class WebsocketServer:
         self.runtime = runtime
         self.surface = HttpSurface(runtime, upgrade_checks, metrics_checks)
         self._server: asyncio.Server | None = None
-        # Connections closing (their Connection.aclose); shutdown waits for them.
-        self._closing: set[asyncio.Task[None]] = set()
+        # Websockets not yet closed down (Connection.aclose done); shutdown waits for them.
+        self._live: set[_Socket] = set()
+        self._none_live = asyncio.Event()
+        self._none_live.set()
 
     async def start(self, host: str, port: int) -> list[tuple[str, int]]:
         """Listen; returns every listening socket's (host, port)."""
@@ -86,14 +88,12 @@ class WebsocketServer:
         return [sock.getsockname()[:2] for sock in self._server.sockets]
 
     async def close(self, grace_s: float) -> None:
-        """Stop listening and wait (up to ``grace_s``) for closing connections to finish."""
+        """Stop listening and wait (up to ``grace_s``) for the websockets, aborted by the
+        caller, to finish closing down."""
         if self._server is not None:
             self._server.close()
-        if self._closing:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    asyncio.gather(*self._closing, return_exceptions=True), grace_s
-                )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._none_live.wait(), grace_s)
 
     def _new_protocol(self) -> WSProtocol:
         return _Protocol(self)
@@ -115,9 +115,14 @@ class WebsocketServer:
                 del reply.headers["Content-Type"]
         return WSUpgradeResponseWithListener(reply, None)
 
-    def closing(self, task: asyncio.Task[None]) -> None:
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+    def opened(self, sock: _Socket) -> None:
+        self._live.add(sock)
+        self._none_live.clear()
+
+    def closed(self, sock: _Socket) -> None:
+        self._live.discard(sock)
+        if not self._live:
+            self._none_live.set()
 
 
 class _Protocol(WSProtocol):  # type: ignore[misc]
@@ -164,6 +169,7 @@ class _Socket(WSListener):
         self._backlog: collections.deque[bytes] | None = None
         self._can_write: asyncio.Event | None = None  # set: the peer reads again
         self._tasks: list[asyncio.Task[None]] = []
+        self._closing: asyncio.Task[None] | None = None  # Connection.aclose, once disconnected
 
     # ---- picows callbacks -------------------------------------------------------------
 
@@ -184,6 +190,7 @@ class _Socket(WSListener):
             ),
         )
         runtime.connections.add(self.conn)
+        self._server.opened(self)
         self._tasks = [
             self._loop.create_task(self._ping_loop(runtime.config.ping_interval_s)),
             self._loop.create_task(self._drop_when_aborted()),
@@ -223,7 +230,13 @@ class _Socket(WSListener):
         for task in self._tasks:
             task.cancel()
         self._server.runtime.connections.discard(self.conn)
-        self._server.closing(self._loop.create_task(self.conn.aclose()))
+        self._closing = self._loop.create_task(self._close_down())
+
+    async def _close_down(self) -> None:
+        try:
+            await self.conn.aclose()
+        finally:
+            self._server.closed(self)
 
     def pause_writing(self) -> None:
         self._can_write = asyncio.Event()
