@@ -53,6 +53,7 @@ from execserver.client.router import ProcessRouter
 from execserver.client.rpc import NOT_HANDLED, RpcConnection
 from execserver.client.sandbox import NULL_SANDBOX, Sandbox, sandbox_param, to_uri
 from execserver.client.transport import StdioTransport, Transport, WebSocketTransport
+from execserver.client.url import check_url
 from execserver.wire import methods
 from execserver.wire.base import Empty
 from execserver.wire.lifecycle import (
@@ -95,7 +96,6 @@ RECOVERY_DEADLINE: Final = 25.0
 RECOVERY_RETRY_DELAY: Final = 0.1
 CONNECT_RETRY_DELAY: Final = 0.05
 CONNECT_RETRY_DELAY_MAX: Final = 1.0
-WEBSOCKET_SCHEMES: Final = ("ws://", "wss://")
 
 
 class ClientState(enum.Enum):
@@ -106,13 +106,6 @@ class ClientState(enum.Enum):
 
 
 Opener = Callable[[], Awaitable[Transport]]
-
-
-def check_url(url: str) -> None:
-    """Refuse what is not a websocket URL before trying to connect to it."""
-    if not url.startswith(WEBSOCKET_SCHEMES):
-        hint = f"; did you mean ws://{url}" if "://" not in url else ""
-        raise ValueError(f"exec-server URL must start with ws:// or wss://, got {url!r}{hint}")
 
 
 class ExecServerClient(TypedCalls):

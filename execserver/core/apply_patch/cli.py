@@ -7,22 +7,26 @@ connection or authentication; see ``execserver.client.cli_errors``)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import posixpath
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from execserver.client.cli_errors import explain, report
 from execserver.client.cli_tools import add_token_option, add_verbose_option
-from execserver.client.connection import ExecServerClient, check_url
 from execserver.client.errors import (
     ExecServerError,
     WorkingDirectoryNotADirectory,
     WorkingDirectoryNotFound,
 )
-from execserver.core.apply_patch.engine import PatchOutcome, apply_patch
+from execserver.client.url import check_url
+
+if TYPE_CHECKING:
+    from execserver.core.apply_patch.engine import PatchOutcome
+
+# The client and the patch engine are imported by the functions that use them:
+# `execserver patch --help` or a usage error must not load the network stack.
 
 __all__ = ["patch_remote", "register"]
 
@@ -39,6 +43,9 @@ async def patch_remote(
     against ``cwd`` (an absolute path on the executor), which must exist: it
     is checked before anything is touched. ``sandbox``: the
     FileSystemSandboxContext sent with every fs call (None: unsandboxed)."""
+    from execserver.client.connection import ExecServerClient
+    from execserver.core.apply_patch.engine import apply_patch
+
     directory = posixpath.normpath(cwd)
     async with await ExecServerClient.connect(url, token=token) as client:
         try:
@@ -121,12 +128,14 @@ def _cmd_patch(args: argparse.Namespace) -> int:
         cwd = posixpath.join(os.getcwd(), cwd)
     try:
         sandbox = sandbox_option(args.sandbox, posixpath.normpath(cwd))
+        check_url(args.url)
     except ValueError as exc:
         report("execserver patch", str(exc))
         return 2
     patch = sys.stdin.read()
+    import asyncio
+
     try:
-        check_url(args.url)
         outcome = asyncio.run(patch_remote(args.url, patch, cwd, token=args.token, sandbox=sandbox))
     except (ExecServerError, OSError, ValueError) as exc:
         code, message = explain(exc, url=args.url, verbose=args.verbose)
