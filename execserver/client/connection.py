@@ -24,12 +24,11 @@ import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Literal, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, overload
 
 import msgspec
 
 from execserver.client.calls import TypedCalls
-from execserver.client.commands import CompletedRemoteProcess, run_command
 from execserver.client.errors import (
     ExecServerConnectError,
     ExecServerError,
@@ -69,6 +68,11 @@ from execserver.wire.process import (
     WriteStatus,
 )
 from execserver.wire.sandbox import FileSystemSandboxContext
+
+if TYPE_CHECKING:
+    # Running a command to completion (``run``) is imported when first used: a
+    # short-lived client such as ``execserver patch`` never needs it.
+    from execserver.client.commands import CompletedRemoteProcess
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -593,6 +597,8 @@ class ExecServerClient(TypedCalls):
         Raises ``CommandNotFound`` / ``CommandNotExecutable`` for the program,
         ``FileNotFoundError`` / ``NotADirectoryError`` for the cwd.
         """
+        from execserver.client.commands import run_command
+
         return await run_command(
             self,
             command,
