@@ -11,11 +11,11 @@ Exit codes: see :mod:`execserver.client.cli_errors`.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 
 from execserver.client.cli_errors import UsageError, explain, report
+from execserver.client.cli_options import add_token_option, add_verbose_option
 from execserver.client.errors import ExecServerError
 from execserver.client.limits import STDIN_STAGING_LIMIT
 from execserver.client.url import check_url
@@ -64,20 +64,6 @@ def common_options(parser: argparse.ArgumentParser) -> None:
         help="set a variable in the remote environment (repeatable)",
     )
     add_verbose_option(parser)
-
-
-def add_token_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("EXECSERVER_TOKEN"),
-        help="bearer token for an authenticated server (default $EXECSERVER_TOKEN)",
-    )
-
-
-def add_verbose_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--verbose", action="store_true", help="add protocol details (JSON-RPC codes) to errors"
-    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -14,12 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from execserver.client.cli_errors import explain, report
-from execserver.client.cli_tools import add_token_option, add_verbose_option
-from execserver.client.errors import (
-    ExecServerError,
-    WorkingDirectoryNotADirectory,
-    WorkingDirectoryNotFound,
-)
+from execserver.client.cli_options import add_token_option, add_verbose_option
 from execserver.client.url import check_url
 
 if TYPE_CHECKING:
@@ -55,6 +50,7 @@ async def apply_on(
     (an absolute path on the executor), which must exist: it is checked before
     anything is touched. ``sandbox``: the FileSystemSandboxContext sent with
     every fs call (None: unsandboxed)."""
+    from execserver.client.errors import WorkingDirectoryNotADirectory, WorkingDirectoryNotFound
     from execserver.core.apply_patch.engine import apply_patch
 
     directory = posixpath.normpath(cwd)
@@ -165,6 +161,8 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     if args.persist is not None:
         return _patch_through_master(args, patch, cwd, sandbox)
     import asyncio
+
+    from execserver.client.errors import ExecServerError
 
     try:
         outcome = asyncio.run(patch_remote(args.url, patch, cwd, token=args.token, sandbox=sandbox))
