@@ -153,8 +153,12 @@ async def _serve(
         return 1
     async with client:
         master = _Master(client, handler, persist)
-        server = await asyncio.start_unix_server(master.accept, path, limit=_REQUEST_LIMIT)
-        inode = os.stat(path).st_ino
+        try:
+            server = await asyncio.start_unix_server(master.accept, path, limit=_REQUEST_LIMIT)
+            inode = os.stat(path).st_ino
+        except OSError as exc:  # e.g. a path longer than a Unix socket address allows
+            _tell(ready_fd, f"error 2 cannot listen on {path}: {exc}")
+            return 1
         try:
             os.chmod(path, 0o600)
             _tell(ready_fd, "ready")
@@ -172,4 +176,7 @@ async def _serve(
 def serve_master(argv: Sequence[str], handler: Handler, client_name: str) -> int:
     """The master's main: ``argv`` is ``URL SOCKET PERSIST READY_FD``."""
     url, path, persist, ready_fd = argv
+    # The master may outlive the directory its first command ran in; it needs none
+    # (commands send absolute paths) and must not keep one busy.
+    os.chdir("/")
     return asyncio.run(_serve(url, path, float(persist), int(ready_fd), handler, client_name))
