@@ -28,6 +28,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Final
 
+from execserver import __version__
+
 __all__ = [
     "CONTROL_DIR_ENV",
     "ControlError",
@@ -74,9 +76,10 @@ def _private_directory() -> str:
 
 def control_socket_path(url: str, token: str | None) -> str:
     """The master's socket for this URL and token: one master per pair, so a
-    command never borrows a connection made with another token. The token is
-    only hashed into the name."""
-    key = hashlib.sha256(f"{url}\0{token or ''}".encode()).hexdigest()[:24]
+    command never borrows a connection made with another token (and per
+    execserver version, so an upgrade never talks to an older master). The
+    token is only hashed into the name."""
+    key = hashlib.sha256(f"{__version__}\0{url}\0{token or ''}".encode()).hexdigest()[:24]
     return os.path.join(_private_directory(), f"{key}.sock")
 
 
@@ -108,7 +111,12 @@ def _ask(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
         sock.close()
     if not chunks:
         raise ControlError(f"the control master at {path} ended without an answer")
-    reply: dict[str, Any] = json.loads(b"".join(chunks))
+    try:
+        reply = json.loads(b"".join(chunks))
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict):
+        raise ControlError(f"the control master at {path} answered something that is not JSON")
     return reply
 
 

@@ -68,6 +68,12 @@ def make_shared_dir(path: Path) -> None:
     path.chmod(0o755)
 
 
+def make_link_to_private_dir(path: Path) -> None:
+    target = path.with_name("elsewhere")
+    target.mkdir(mode=0o700)
+    path.symlink_to(target)
+
+
 async def wait_gone(path: str) -> None:
     for _ in range(200):
         if not exists(path):
@@ -169,4 +175,15 @@ async def test_a_control_directory_others_can_enter_is_refused(
         f"execserver patch: {control_dir} must be a directory owned by uid {os.getuid()} "
         f"with mode 0700 (set ${CONTROL_DIR_ENV} to use another)\n"
     )
+    assert not (workspace / "a.txt").exists()
+
+
+async def test_a_control_directory_that_is_a_link_is_refused(
+    execserver: RunningServer, workspace: Path, control_dir: Path
+) -> None:
+    # Private as the link's target may be, a link is what someone else could plant.
+    make_link_to_private_dir(control_dir)
+    code, _, err = await patch(execserver.url, workspace, add("a.txt", "1"))
+    assert code == 2
+    assert err.startswith(f"execserver patch: {control_dir} must be a directory owned by uid")
     assert not (workspace / "a.txt").exists()

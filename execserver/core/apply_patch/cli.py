@@ -192,10 +192,16 @@ def _patch_through_master(
     except ControlError as exc:
         report("execserver patch", str(exc))
         return exc.exit_code
-    error = reply.get("error")
-    if error is not None:
-        report("execserver patch", str(error["message"]))
-        return int(error["exit"])
-    sys.stdout.write(reply["stdout"])
-    sys.stderr.write(reply["stderr"])
-    return int(reply["exitCode"])
+    try:
+        error = reply.get("error")
+        if error is not None:
+            report("execserver patch", str(error["message"]))
+            return int(error["exit"])
+        stdout, stderr, code = str(reply["stdout"]), str(reply["stderr"]), int(reply["exitCode"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        unexpected = repr(reply)[:200]
+        report("execserver patch", f"unexpected answer from the control master: {unexpected}")
+        return 255
+    sys.stdout.write(stdout)
+    sys.stderr.write(stderr)
+    return code
