@@ -28,18 +28,19 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Final
 
-from execserver import __version__
+from execserver.client.cli_options import CONTROL_DIR_ENV
 
 __all__ = [
-    "CONTROL_DIR_ENV",
+    "CONTROL_PROTOCOL",
     "ControlError",
     "control_socket_path",
     "run_through_master",
 ]
 
-# Where the sockets live (default: $XDG_RUNTIME_DIR, else $TMPDIR or /tmp, in a
-# directory of our own named after the uid).
-CONTROL_DIR_ENV: Final = "EXECSERVER_CONTROL_DIR"
+# The shape of requests and answers on the socket; part of the socket's name, so a
+# command never hands a request to a master that reads another shape (one left
+# running by an older execserver). Bump it when either changes.
+CONTROL_PROTOCOL: Final = 1
 # Exit code when the master cannot be reached or started (as the CLI's
 # connection failures, see execserver.client.cli_errors).
 _EXIT_CONNECTION: Final = 255
@@ -55,8 +56,9 @@ class ControlError(Exception):
         self.exit_code = exit_code
 
 
-def _private_directory() -> str:
-    base = os.environ.get(CONTROL_DIR_ENV)
+def _private_directory(base: str | None) -> str:
+    """``base`` (the command line's $EXECSERVER_CONTROL_DIR), else a directory of
+    our own named after the uid in $XDG_RUNTIME_DIR, else $TMPDIR or /tmp."""
     if not base:
         parent = os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("TMPDIR") or "/tmp"
         base = os.path.join(parent, f"execserver-{os.getuid()}")
@@ -74,13 +76,13 @@ def _private_directory() -> str:
     return base
 
 
-def control_socket_path(url: str, token: str | None) -> str:
+def control_socket_path(url: str, token: str | None, directory: str | None = None) -> str:
     """The master's socket for this URL and token: one master per pair, so a
-    command never borrows a connection made with another token (and per
-    execserver version, so an upgrade never talks to an older master). The
-    token is only hashed into the name."""
-    key = hashlib.sha256(f"{__version__}\0{url}\0{token or ''}".encode()).hexdigest()[:24]
-    return os.path.join(_private_directory(), f"{key}.sock")
+    command never borrows a connection made with another token. The token is
+    only hashed into the name."""
+    text = f"{CONTROL_PROTOCOL}\0{url}\0{token or ''}"
+    key = hashlib.sha256(text.encode()).hexdigest()[:24]
+    return os.path.join(_private_directory(directory), f"{key}.sock")
 
 
 def _ask(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
@@ -133,28 +135,24 @@ def _locked(path: str) -> Iterator[None]:
 
 
 def _start_master(module: str, url: str, token: str | None, persist: float, path: str) -> None:
-    """Start the master detached (own session, stdio on /dev/null) and wait for
-    its one line on a pipe: ``ready``, or ``error <exit code> <message>``."""
+    """Start the master detached (own session, stdout and stderr on /dev/null)
+    and wait for its one line on a pipe: ``ready``, or ``error <exit code>
+    <message>``. The token is the one line of its stdin: never on its command
+    line, which ps shows to everyone."""
+    token_read, token_write = os.pipe()
+    os.write(token_write, (token or "").encode() + b"\n")
+    os.close(token_write)
     read_end, write_end = os.pipe()
     os.set_inheritable(write_end, True)
-    env = dict(os.environ)
-    # The token travels in the environment, never on the command line (ps shows that).
-    if token is None:
-        env.pop("EXECSERVER_TOKEN", None)
-    else:
-        env["EXECSERVER_TOKEN"] = token
-    argv = [
-        sys.executable, "-m", module,
-        url, path, repr(persist), str(write_end),
-    ]  # fmt: skip
+    argv = [sys.executable, "-m", module, url, path, repr(persist), str(write_end)]
     try:
         os.posix_spawn(
             sys.executable,
             argv,
-            env,
+            dict(os.environ),
             setsid=True,
             file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, token_read, 0),
                 (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
                 (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
             ],
@@ -164,6 +162,7 @@ def _start_master(module: str, url: str, token: str | None, persist: float, path
         raise ControlError(f"cannot start the control master: {exc}") from exc
     finally:
         os.close(write_end)
+        os.close(token_read)
     with os.fdopen(read_end, "rb") as pipe:
         line = pipe.read().decode("utf-8", "replace").strip()
     if line == "ready":
@@ -176,12 +175,18 @@ def _start_master(module: str, url: str, token: str | None, persist: float, path
 
 
 def run_through_master(
-    module: str, url: str, token: str | None, persist: float, request: dict[str, Any]
+    module: str,
+    url: str,
+    token: str | None,
+    persist: float,
+    request: dict[str, Any],
+    *,
+    directory: str | None = None,
 ) -> dict[str, Any]:
     """Have the master for ``url`` and ``token`` carry out ``request`` and
     return its answer. When none listens, ``python -m module URL SOCKET PERSIST
     READY_FD`` is started as the master (see :func:`serve_master`'s callers)."""
-    path = control_socket_path(url, token)
+    path = control_socket_path(url, token, directory)
     reply = _ask(path, request)
     if reply is not None:
         return reply

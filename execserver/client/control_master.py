@@ -2,13 +2,14 @@
 exec-server, lent to the commands that reach the master over its Unix socket.
 
 The master is started as ``python -m <module> URL SOCKET PERSIST READY_FD`` by
-the first command that needs it; ``<module>`` calls :func:`serve_master` with
-the handler for its requests. It connects (with ``$EXECSERVER_TOKEN``), starts
-listening, writes ``ready`` (or ``error <exit code> <message>``) to READY_FD and
-serves one JSON request per socket connection, each answered with one JSON
-object. It ends PERSIST seconds after its last request, or when the connection
-to the exec-server is lost (it never reconnects: a later command starts a new
-master and so sees a fresh connection's errors), and removes its socket.
+the first command that needs it, with the bearer token as the one line of its
+stdin (empty: none); ``<module>`` calls :func:`serve_master` with the handler
+for its requests. It connects, starts listening, writes ``ready`` (or ``error
+<exit code> <message>``) to READY_FD and serves one JSON request per socket
+connection, each answered with one JSON object. It ends PERSIST seconds after
+its last request, or when the connection to the exec-server is lost (it never
+reconnects: a later command starts a new master and so sees a fresh
+connection's errors), and removes its socket.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import os
 import socket
 import struct
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
@@ -138,12 +140,18 @@ class _Master:
 
 
 async def _serve(
-    url: str, path: str, persist: float, ready_fd: int, handler: Handler, client_name: str
+    url: str,
+    token: str | None,
+    path: str,
+    persist: float,
+    ready_fd: int,
+    handler: Handler,
+    client_name: str,
 ) -> int:
     try:
         client = await ExecServerClient.connect(
             url,
-            token=os.environ.get("EXECSERVER_TOKEN"),
+            token=token,
             client_name=client_name,
             auto_reconnect=False,
         )
@@ -176,7 +184,10 @@ async def _serve(
 def serve_master(argv: Sequence[str], handler: Handler, client_name: str) -> int:
     """The master's main: ``argv`` is ``URL SOCKET PERSIST READY_FD``."""
     url, path, persist, ready_fd = argv
+    token = sys.stdin.readline().rstrip("\n") or None
     # The master may outlive the directory its first command ran in; it needs none
     # (commands send absolute paths) and must not keep one busy.
     os.chdir("/")
-    return asyncio.run(_serve(url, path, float(persist), int(ready_fd), handler, client_name))
+    return asyncio.run(
+        _serve(url, token, path, float(persist), int(ready_fd), handler, client_name)
+    )

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from execserver.client.control import CONTROL_DIR_ENV, control_socket_path
+from execserver.client.cli_options import CONTROL_DIR_ENV
+from execserver.client.control import control_socket_path
 from tests.support.servers import RunningServer, start_server
 
 TOKEN = "persist-test-token-123"
@@ -23,6 +24,8 @@ TOKEN = "persist-test-token-123"
 
 @pytest.fixture
 def control_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The commands' control directory (through the variable); ``socket_of``
+    names a master's socket in it."""
     # Short: a Unix socket path must fit in 108 bytes, pytest's tmp_path may not.
     with tempfile.TemporaryDirectory(prefix="esc-", dir="/tmp") as name:
         private = Path(name) / "ctl"
@@ -49,6 +52,10 @@ async def patch(
 
 def add(name: str, line: str) -> str:
     return f"*** Begin Patch\n*** Add File: {name}\n+{line}\n*** End Patch\n"
+
+
+def socket_of(control_dir: Path, url: str, token: str | None = None) -> str:
+    return control_socket_path(url, token, str(control_dir))
 
 
 def exists(path: str) -> bool:
@@ -91,7 +98,7 @@ async def test_commands_share_one_master_and_print_what_the_one_shot_command_pri
         "Success. Updated the following files:\nA a.txt\n",
         "",
     )
-    sock = control_socket_path(execserver.url, None)
+    sock = socket_of(control_dir, execserver.url)
     master = inode(sock)
     assert mode(sock) == "0o600"
     assert mode(control_dir) == "0o700"
@@ -116,7 +123,7 @@ async def test_the_master_ends_after_its_idle_time_and_a_new_one_takes_over(
     execserver: RunningServer, workspace: Path, control_dir: Path
 ) -> None:
     assert (await patch(execserver.url, workspace, add("a.txt", "1"), persist=0.5))[0] == 0
-    sock = control_socket_path(execserver.url, None)
+    sock = socket_of(control_dir, execserver.url)
     await wait_gone(sock)  # the master removed its socket on the way out
     assert (await patch(execserver.url, workspace, add("b.txt", "2"), persist=0.5))[0] == 0
     assert (workspace / "b.txt").read_text() == "2\n"
@@ -126,7 +133,7 @@ async def test_the_master_ends_after_its_idle_time_and_a_new_one_takes_over(
 async def test_the_master_ends_with_its_connection(workspace: Path, control_dir: Path) -> None:
     async with start_server("execserver") as server:
         assert (await patch(server.url, workspace, add("a.txt", "1")))[0] == 0
-        sock = control_socket_path(server.url, None)
+        sock = socket_of(control_dir, server.url)
         assert exists(sock)
     await wait_gone(sock)  # persist was 30 s: the lost connection ended it
 
@@ -142,7 +149,7 @@ async def test_a_refused_connection_is_one_line_and_leaves_no_master(
         f"execserver patch: cannot connect to {url}: connection refused; "
         "is the exec-server running there?\n"
     )
-    assert not exists(control_socket_path(url, None))
+    assert not exists(socket_of(control_dir, url))
 
 
 async def test_the_token_reaches_the_server_and_keys_the_master(
@@ -159,10 +166,10 @@ async def test_the_token_reaches_the_server_and_keys_the_master(
         assert err.count("\n") == 1
         assert not (workspace / "b.txt").exists()
         # Each token has its own master; the token is only hashed into the name.
-        assert control_socket_path(server.url, TOKEN) != control_socket_path(server.url, "wrong")
-        assert TOKEN not in control_socket_path(server.url, TOKEN)
-        assert exists(control_socket_path(server.url, TOKEN))
-        assert not exists(control_socket_path(server.url, "wrong"))
+        right, wrong = (socket_of(control_dir, server.url, t) for t in (TOKEN, "wrong"))
+        assert right != wrong and TOKEN not in right
+        assert exists(right)
+        assert not exists(wrong)
 
 
 async def test_a_control_directory_others_can_enter_is_refused(

@@ -14,7 +14,11 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from execserver.client.cli_errors import explain, report
-from execserver.client.cli_options import add_token_option, add_verbose_option
+from execserver.client.cli_options import (
+    add_token_option,
+    add_verbose_option,
+    control_directory,
+)
 from execserver.client.url import check_url
 
 if TYPE_CHECKING:
@@ -188,7 +192,14 @@ def _patch_through_master(
         "op": "patch", "patch": patch, "cwd": cwd, "sandbox": sandbox, "verbose": args.verbose,
     }  # fmt: skip
     try:
-        reply = run_through_master(CONTROL_MASTER, args.url, args.token, args.persist, request)
+        reply = run_through_master(
+            CONTROL_MASTER,
+            args.url,
+            args.token,
+            args.persist,
+            request,
+            directory=control_directory(),
+        )
     except ControlError as exc:
         report("execserver patch", str(exc))
         return exc.exit_code
