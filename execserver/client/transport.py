@@ -192,7 +192,12 @@ class WebSocketTransport:
         ws = self._ws
         # picows drops a frame sent after the close handshake began without a
         # word; the layer above must hear that the connection is gone.
-        if ws.is_disconnected or ws.is_close_frame_sent or self._inbox.ended:
+        if (
+            ws.is_disconnected
+            or ws.is_close_frame_sent
+            or self._inbox.ended
+            or ws.underlying_transport.is_closing()
+        ):
             raise ConnectionResetError("websocket is closed")
         ws.send(picows.WSMsgType.TEXT, message)
 
