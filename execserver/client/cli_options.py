@@ -7,16 +7,23 @@ from __future__ import annotations
 import argparse
 import os
 
-__all__ = ["CONTROL_DIR_ENV", "add_token_option", "add_verbose_option", "control_directory"]
+__all__ = [
+    "CONTROL_DIR_ENV",
+    "TOKEN_ENV",
+    "add_token_option",
+    "add_verbose_option",
+    "control_directory",
+]
 
 # Where `--persist` puts its control master's socket (execserver.client.control).
 CONTROL_DIR_ENV = "EXECSERVER_CONTROL_DIR"
+TOKEN_ENV = "EXECSERVER_TOKEN"
 
 
 def add_token_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token",
-        default=os.environ.get("EXECSERVER_TOKEN"),
+        default=os.environ.get(TOKEN_ENV),
         help="bearer token for an authenticated server (default $EXECSERVER_TOKEN)",
     )
 

@@ -28,7 +28,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Final
 
-from execserver.client.cli_options import CONTROL_DIR_ENV
+from execserver.client.cli_options import CONTROL_DIR_ENV, TOKEN_ENV
 
 __all__ = [
     "CONTROL_PROTOCOL",
@@ -149,7 +149,9 @@ def _start_master(module: str, url: str, token: str | None, persist: float, path
         os.posix_spawn(
             sys.executable,
             argv,
-            dict(os.environ),
+            # The token reaches the master on its stdin only: /proc/PID/environ
+            # would show it for the master's whole life.
+            {name: value for name, value in os.environ.items() if name != TOKEN_ENV},
             setsid=True,
             file_actions=[
                 (os.POSIX_SPAWN_DUP2, token_read, 0),

@@ -6,13 +6,17 @@ files; the master must be gone when each test ends (the leftover check)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import json
 import os
+import socket
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from execserver.client.cli_options import CONTROL_DIR_ENV
@@ -194,3 +198,90 @@ async def test_a_control_directory_that_is_a_link_is_refused(
     assert code == 2
     assert err.startswith(f"execserver patch: {control_dir} must be a directory owned by uid")
     assert not (workspace / "a.txt").exists()
+
+
+def master_process(socket_path: str) -> psutil.Process:
+    """The live control master serving ``socket_path`` (a descendant of the test
+    runner, which is a subreaper)."""
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if socket_path in child.cmdline():
+                return child
+    raise AssertionError(f"no control master serves {socket_path}")
+
+
+async def test_the_token_is_neither_on_the_masters_command_line_nor_in_its_environment(
+    workspace: Path, control_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ps shows every user the command line, and /proc/PID/environ is readable by
+    # the same uid's processes for the master's whole life: the token stays out of
+    # both, even when the command itself took it from $EXECSERVER_TOKEN.
+    digest = hashlib.sha256(TOKEN.encode()).hexdigest()
+    auth = ["--ws-auth", "capability-token", "--ws-token-sha256", digest]
+    monkeypatch.setenv("EXECSERVER_TOKEN", TOKEN)
+    async with start_server("execserver", extra=auth) as server:
+        assert (await patch(server.url, workspace, add("a.txt", "1")))[0] == 0
+        master = master_process(socket_of(control_dir, server.url, TOKEN))
+        assert all(TOKEN not in word for word in master.cmdline())
+        assert all(TOKEN not in value for value in master.environ().values())
+        # Without the token in its environment the master still holds the connection.
+        assert (await patch(server.url, workspace, add("b.txt", "2")))[0] == 0
+        assert (workspace / "b.txt").read_text() == "2\n"
+
+
+_OTHER_USER = 65534  # nobody
+
+
+def knock_as(uid: int, socket_path: str, request: dict[str, object]) -> bytes:
+    """Connect to ``socket_path`` as ``uid``, send ``request`` as a command would,
+    and return what came back before the master closed (a forked child: the
+    interpreter under test may live where that uid cannot execute it)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only syscalls, then _exit
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(10)
+                sock.connect(socket_path)
+                sock.sendall(json.dumps(request).encode() + b"\n")
+                os.write(write_end, b"answer:" + sock.recv(1 << 16))
+        except ConnectionResetError:  # closed with the request unread
+            os.write(write_end, b"answer:")
+        except BaseException as exc:
+            os.write(write_end, f"failed: {exc!r}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        seen = pipe.read()
+    os.waitpid(pid, 0)
+    return seen
+
+
+async def test_a_peer_of_another_uid_is_refused_even_when_it_reaches_the_socket(
+    execserver: RunningServer, workspace: Path, control_dir: Path
+) -> None:
+    # The directory is the first wall; the master's SO_PEERCRED check is the
+    # second. Open the first (as a careless chmod would) and knock as nobody.
+    assert (await patch(execserver.url, workspace, add("a.txt", "1")))[0] == 0
+    sock = socket_of(control_dir, execserver.url)
+    walls = [control_dir.parent, control_dir]
+    request = {"op": "patch", "patch": add("intruder.txt", "x"), "cwd": str(workspace)}
+    for path in walls:
+        path.chmod(0o755)
+    os.chmod(sock, 0o666)
+    try:
+        seen = await asyncio.to_thread(knock_as, _OTHER_USER, sock, request)
+    finally:
+        for path in walls:
+            path.chmod(0o700)
+        os.chmod(sock, 0o600)
+    # Connected (the walls were open), then closed without the "+": not taken.
+    assert seen == b"answer:"
+    assert not (workspace / "intruder.txt").exists()
+    # The master still serves its own user.
+    assert (await patch(execserver.url, workspace, add("b.txt", "2")))[0] == 0
