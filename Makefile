@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-# The benchmarks also need the `bench` extra (jsonrpcserver for bench_dispatch, picows for ws_stack).
+# The benchmarks also need the `bench` extra (jsonrpcserver for bench_dispatch).
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	@touch $@

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import errno
 import os
 import sys
@@ -11,18 +10,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from execserver import __version__
-from execserver.config import (
-    DEFAULT_CGROUP_ROOT,
-    DEFAULT_EXITED_RETENTION_S,
-    DEFAULT_LISTEN,
-    DEFAULT_SESSION_TTL_S,
-    PING_INTERVAL_S,
-    LimitsConfig,
-    ProcessLimitsConfig,
-    SandboxConfig,
-    ServerConfig,
-    WsAuthConfig,
-)
 
 __all__ = [
     "CGROUP_ROOT_ENV",
@@ -35,7 +22,11 @@ __all__ = [
     "serve",
 ]
 
+# The daemon's configuration (execserver.config) is imported by the functions that
+# build it: the client subcommands never need it.
 if TYPE_CHECKING:
+    from execserver.config import SandboxConfig, ServerConfig
+
     _Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -96,12 +87,16 @@ _TRUE_WORDS = ("1", "true", "yes")
 
 
 def cgroup_root_from(environ: Mapping[str, str]) -> str:
+    from execserver.config import DEFAULT_CGROUP_ROOT
+
     return environ.get(CGROUP_ROOT_ENV) or DEFAULT_CGROUP_ROOT
 
 
 def sandbox_config_from(environ: Mapping[str, str]) -> SandboxConfig:
     """The sandbox settings from the ``EXECSERVER_*`` variables (config.ENVIRONMENT_SETTINGS):
     the only place they are read, for ``serve`` and ``doctor`` alike."""
+    from execserver.config import SandboxConfig
+
     defaults = SandboxConfig()
     try:
         glob_limit = max(
@@ -164,8 +159,10 @@ def _add_auth_flags(p: argparse.ArgumentParser) -> None:
 
 def _add_ops_flags(p: argparse.ArgumentParser) -> None:
     """Limits (0 = unlimited), audit log, log format, metrics."""
-    defaults = LimitsConfig()
+    from execserver.config import LimitsConfig
     from execserver.kernel.limits import LIMIT_FLAGS
+
+    defaults = LimitsConfig()
 
     for name, flag in LIMIT_FLAGS.items():
         default = getattr(defaults, name)
@@ -197,6 +194,7 @@ def config_from_args(
     args: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> ServerConfig:
     """``serve``'s flags + the environment variables it honours -> the one config."""
+    from execserver.config import LimitsConfig, ProcessLimitsConfig, ServerConfig, WsAuthConfig
     from execserver.kernel.limits import LIMIT_FLAGS
 
     env = os.environ if environ is None else environ
@@ -237,6 +235,13 @@ def config_from_args(
 
 
 def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from execserver.config import (
+        DEFAULT_EXITED_RETENTION_S,
+        DEFAULT_LISTEN,
+        DEFAULT_SESSION_TTL_S,
+        PING_INTERVAL_S,
+    )
+
     p = subparsers.add_parser("serve", help="run the exec-server daemon")
     p.add_argument(
         "--listen",
@@ -339,6 +344,8 @@ def run_server(config: ServerConfig) -> int:
 
 
 def _run_async(main: object) -> int:
+    import asyncio
+
     import uvloop
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -22,21 +22,10 @@ from __future__ import annotations
 
 import errno
 import sys
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from execserver.client.errors import (
-    CommandNotExecutable,
-    CommandNotFound,
-    ExecServerConnectError,
-    ExecServerError,
-    ExecServerRpcError,
-    ExecServerTimeout,
-    ExecServerTransportClosed,
-    ExecServerUnavailable,
-    ProcessFailed,
-    WorkingDirectoryNotADirectory,
-    WorkingDirectoryNotFound,
-)
+if TYPE_CHECKING:
+    from execserver.client.errors import ExecServerConnectError
 
 __all__ = [
     "EXIT_BROKEN_PIPE",
@@ -63,6 +52,22 @@ class UsageError(Exception):
 
 def explain(exc: BaseException, *, url: str, verbose: bool = False) -> tuple[int, str]:
     """The exit code and the one-line message for an error of a client tool."""
+    # Imported here: a command that only reports a line (a usage error, or the
+    # answer of a control master) never needs the client's error classes.
+    from execserver.client.errors import (
+        CommandNotExecutable,
+        CommandNotFound,
+        ExecServerConnectError,
+        ExecServerError,
+        ExecServerRpcError,
+        ExecServerTimeout,
+        ExecServerTransportClosed,
+        ExecServerUnavailable,
+        ProcessFailed,
+        WorkingDirectoryNotADirectory,
+        WorkingDirectoryNotFound,
+    )
+
     if isinstance(exc, UsageError | ValueError):
         return EXIT_USAGE, str(exc)
     if isinstance(exc, CommandNotFound):

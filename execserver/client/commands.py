@@ -46,6 +46,7 @@ from execserver.client.errors import (
     WorkingDirectoryNotFound,
 )
 from execserver.client.events import Output, ProcessEvent
+from execserver.client.limits import STDIN_STAGING_LIMIT
 from execserver.client.process import RemoteProcess
 from execserver.client.sandbox import sandbox_param, to_uri
 from execserver.wire import methods
@@ -101,9 +102,6 @@ log = logging.getLogger(__name__)
 INHERIT_ENV_POLICY: Final = ExecEnvPolicy(
     inherit="all", ignore_default_excludes=False, exclude=[], set={}, include_only=[]
 )
-# Staged stdin goes through fs/writeFile, one base64 message; beyond this, write
-# the input to a file yourself and redirect it.
-STDIN_STAGING_LIMIT: Final = 64 * 1024 * 1024
 # Bounds for the clean-up requests sent after a timeout or cancellation.
 TERMINATE_TIMEOUT: Final = 5.0
 START_SETTLE_TIMEOUT: Final = 10.0

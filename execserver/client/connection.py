@@ -24,12 +24,11 @@ import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Literal, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, overload
 
 import msgspec
 
 from execserver.client.calls import TypedCalls
-from execserver.client.commands import CompletedRemoteProcess, run_command
 from execserver.client.errors import (
     ExecServerConnectError,
     ExecServerError,
@@ -53,6 +52,7 @@ from execserver.client.router import ProcessRouter
 from execserver.client.rpc import NOT_HANDLED, RpcConnection
 from execserver.client.sandbox import NULL_SANDBOX, Sandbox, sandbox_param, to_uri
 from execserver.client.transport import StdioTransport, Transport, WebSocketTransport
+from execserver.client.url import check_url
 from execserver.wire import methods
 from execserver.wire.base import Empty
 from execserver.wire.lifecycle import (
@@ -68,6 +68,11 @@ from execserver.wire.process import (
     WriteStatus,
 )
 from execserver.wire.sandbox import FileSystemSandboxContext
+
+if TYPE_CHECKING:
+    # Running a command to completion (``run``) is imported when first used: a
+    # short-lived client such as ``execserver patch`` never needs it.
+    from execserver.client.commands import CompletedRemoteProcess
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -95,7 +100,6 @@ RECOVERY_DEADLINE: Final = 25.0
 RECOVERY_RETRY_DELAY: Final = 0.1
 CONNECT_RETRY_DELAY: Final = 0.05
 CONNECT_RETRY_DELAY_MAX: Final = 1.0
-WEBSOCKET_SCHEMES: Final = ("ws://", "wss://")
 
 
 class ClientState(enum.Enum):
@@ -106,13 +110,6 @@ class ClientState(enum.Enum):
 
 
 Opener = Callable[[], Awaitable[Transport]]
-
-
-def check_url(url: str) -> None:
-    """Refuse what is not a websocket URL before trying to connect to it."""
-    if not url.startswith(WEBSOCKET_SCHEMES):
-        hint = f"; did you mean ws://{url}" if "://" not in url else ""
-        raise ValueError(f"exec-server URL must start with ws:// or wss://, got {url!r}{hint}")
 
 
 class ExecServerClient(TypedCalls):
@@ -600,6 +597,8 @@ class ExecServerClient(TypedCalls):
         Raises ``CommandNotFound`` / ``CommandNotExecutable`` for the program,
         ``FileNotFoundError`` / ``NotADirectoryError`` for the cwd.
         """
+        from execserver.client.commands import run_command
+
         return await run_command(
             self,
             command,

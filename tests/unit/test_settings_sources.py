@@ -4,8 +4,8 @@ onto ServerConfig) and config.py (which lists them).
 
 The daemon's own environment may still be what children inherit or what names
 an upstream proxy; only ``EXECSERVER_*`` settings are checked here. The client's
-command line (client/cli_tools.py, ``--token`` defaulting to $EXECSERVER_TOKEN) is
-a command line too.
+command lines read theirs in client/cli_options.py (``--token`` defaulting to
+$EXECSERVER_TOKEN, the control masters' directory).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "execserver"
-ALLOWED = {"cli.py", "config.py", "client/cli_tools.py"}
+ALLOWED = {"cli.py", "config.py", "client/cli_options.py"}
 PREFIX = "EXECSERVER_"
 
 

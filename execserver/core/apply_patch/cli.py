@@ -7,24 +7,28 @@ connection or authentication; see ``execserver.client.cli_errors``)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import posixpath
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from execserver.client.cli_errors import explain, report
-from execserver.client.cli_tools import add_token_option, add_verbose_option
-from execserver.client.connection import ExecServerClient, check_url
-from execserver.client.errors import (
-    ExecServerError,
-    WorkingDirectoryNotADirectory,
-    WorkingDirectoryNotFound,
+from execserver.client.cli_options import (
+    add_token_option,
+    add_verbose_option,
+    control_directory,
 )
-from execserver.core.apply_patch.engine import PatchOutcome, apply_patch
+from execserver.client.url import check_url
 
-__all__ = ["patch_remote", "register"]
+if TYPE_CHECKING:
+    from execserver.client.connection import ExecServerClient
+    from execserver.core.apply_patch.engine import PatchOutcome
+
+# The client and the patch engine are imported by the functions that use them:
+# `execserver patch --help` or a usage error must not load the network stack.
+
+__all__ = ["apply_on", "patch_remote", "register"]
 
 
 async def patch_remote(
@@ -35,20 +39,33 @@ async def patch_remote(
     token: str | None = None,
     sandbox: dict[str, Any] | None = None,
 ) -> PatchOutcome:
-    """Apply ``patch`` on the executor at ``url``; relative paths resolve
-    against ``cwd`` (an absolute path on the executor), which must exist: it
-    is checked before anything is touched. ``sandbox``: the
-    FileSystemSandboxContext sent with every fs call (None: unsandboxed)."""
-    directory = posixpath.normpath(cwd)
+    """Apply ``patch`` on the executor at ``url``: :func:`apply_on` over a
+    connection of its own."""
+    from execserver.client.connection import ExecServerClient
+
     async with await ExecServerClient.connect(url, token=token) as client:
-        try:
-            meta = await client.fs.get_metadata(directory)
-        except FileNotFoundError as exc:
-            raise WorkingDirectoryNotFound(directory) from exc
-        if not meta.is_directory:
-            raise WorkingDirectoryNotADirectory(directory)
-        fs = client.fs if sandbox is None else client.fs.with_sandbox(sandbox)
-        return await apply_patch(patch, fs, directory)
+        return await apply_on(client, patch, cwd, sandbox)
+
+
+async def apply_on(
+    client: ExecServerClient, patch: str, cwd: str, sandbox: dict[str, Any] | None
+) -> PatchOutcome:
+    """Apply ``patch`` through ``client``; relative paths resolve against ``cwd``
+    (an absolute path on the executor), which must exist: it is checked before
+    anything is touched. ``sandbox``: the FileSystemSandboxContext sent with
+    every fs call (None: unsandboxed)."""
+    from execserver.client.errors import WorkingDirectoryNotADirectory, WorkingDirectoryNotFound
+    from execserver.core.apply_patch.engine import apply_patch
+
+    directory = posixpath.normpath(cwd)
+    try:
+        meta = await client.fs.get_metadata(directory)
+    except FileNotFoundError as exc:
+        raise WorkingDirectoryNotFound(directory) from exc
+    if not meta.is_directory:
+        raise WorkingDirectoryNotADirectory(directory)
+    fs = client.fs if sandbox is None else client.fs.with_sandbox(sandbox)
+    return await apply_patch(patch, fs, directory)
 
 
 def _root_read_profile(cwd: str, *, write_cwd: bool) -> dict[str, Any]:
@@ -110,9 +127,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "under --cwd), 'read-only', or a FileSystemSandboxContext as JSON "
         "(default: no sandbox)",
     )
+    parser.add_argument(
+        "--persist",
+        type=_seconds,
+        metavar="SECONDS",
+        help="keep the connection to URL open for SECONDS after this command, in a "
+        "background process that later `execserver patch --persist` commands with the "
+        "same URL and token reuse (as ssh's ControlPersist); they then skip connecting "
+        "and most of the start-up",
+    )
     add_token_option(parser)
     add_verbose_option(parser)
     parser.set_defaults(func=_cmd_patch)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds > 0")
+    return value
 
 
 def _cmd_patch(args: argparse.Namespace) -> int:
@@ -121,12 +157,18 @@ def _cmd_patch(args: argparse.Namespace) -> int:
         cwd = posixpath.join(os.getcwd(), cwd)
     try:
         sandbox = sandbox_option(args.sandbox, posixpath.normpath(cwd))
+        check_url(args.url)
     except ValueError as exc:
         report("execserver patch", str(exc))
         return 2
     patch = sys.stdin.read()
+    if args.persist is not None:
+        return _patch_through_master(args, patch, cwd, sandbox)
+    import asyncio
+
+    from execserver.client.errors import ExecServerError
+
     try:
-        check_url(args.url)
         outcome = asyncio.run(patch_remote(args.url, patch, cwd, token=args.token, sandbox=sandbox))
     except (ExecServerError, OSError, ValueError) as exc:
         code, message = explain(exc, url=args.url, verbose=args.verbose)
@@ -135,3 +177,42 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     sys.stdout.write(outcome.stdout)
     sys.stderr.write(outcome.stderr)
     return outcome.exit_code
+
+
+# The module the control master runs (python -m), see execserver.client.control.
+CONTROL_MASTER = "execserver.core.apply_patch.control_master"
+
+
+def _patch_through_master(
+    args: argparse.Namespace, patch: str, cwd: str, sandbox: dict[str, Any] | None
+) -> int:
+    from execserver.client.control import ControlError, run_through_master
+
+    request = {
+        "op": "patch", "patch": patch, "cwd": cwd, "sandbox": sandbox, "verbose": args.verbose,
+    }  # fmt: skip
+    try:
+        reply = run_through_master(
+            CONTROL_MASTER,
+            args.url,
+            args.token,
+            args.persist,
+            request,
+            directory=control_directory(),
+        )
+    except ControlError as exc:
+        report("execserver patch", str(exc))
+        return exc.exit_code
+    try:
+        error = reply.get("error")
+        if error is not None:
+            report("execserver patch", str(error["message"]))
+            return int(error["exit"])
+        stdout, stderr, code = str(reply["stdout"]), str(reply["stderr"]), int(reply["exitCode"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        unexpected = repr(reply)[:200]
+        report("execserver patch", f"unexpected answer from the control master: {unexpected}")
+        return 255
+    sys.stdout.write(stdout)
+    sys.stderr.write(stderr)
+    return code
