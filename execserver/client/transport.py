@@ -24,6 +24,12 @@ __all__ = ["StdioTransport", "Transport", "WebSocketTransport"]
 
 log = logging.getLogger(__name__)
 
+# picows logs every connection's start and end at INFO; a host that logs at INFO
+# would get those lines for each connection, while what matters reaches it as
+# this module's errors. Its warnings (a peer's protocol errors) still show.
+_picows_log = logging.getLogger("execserver.client.picows")
+_picows_log.setLevel(logging.WARNING)
+
 # A line from a stdio server can be a whole base64 file; never cut it.
 _STDIO_LINE_LIMIT = 1 << 31
 
@@ -162,6 +168,7 @@ class WebSocketTransport:
                     enable_auto_pong=True,
                     max_redirects=0,
                     websocket_handshake_timeout=None,
+                    logger_name=_picows_log,
                 )
         except TimeoutError as exc:
             raise ExecServerTimeout("connect", f"timed out connecting to {url}") from exc

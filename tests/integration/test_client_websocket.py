@@ -10,6 +10,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import logging
 import os
 import shutil
 import ssl
@@ -222,3 +223,15 @@ async def test_wss_verifies_the_certificate(
         async with await ExecServerClient.connect(url) as client:
             assert client.session_id == "session-1"
             assert client.url is not None and client.url.startswith("wss://")
+
+
+async def test_a_connection_adds_no_websocket_library_lines_to_an_info_log(
+    execserver: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An agent host logging at INFO opens many connections; picows' own
+    # "established"/"Disconnected" lines per connection are noise there.
+    caplog.set_level(logging.INFO)
+    async with await ExecServerClient.connect(execserver.url) as client:
+        await client.fs.get_metadata("/")
+    chatter = [r for r in caplog.records if "picows" in r.name and r.levelno < logging.WARNING]
+    assert chatter == []
