@@ -78,6 +78,24 @@ async def test_a_message_beyond_ten_mib_arrives_whole(
         assert await client.fs.read_file(tmp_path / "big") == data
 
 
+async def test_big_messages_sent_back_to_back_arrive_whole_and_in_order(
+    execserver: RunningServer, tmp_path: Path
+) -> None:
+    # Several multi-megabyte writes in flight at once: the socket's buffer fills,
+    # so each frame is written partly at once and partly later. A byte lost or
+    # reordered there (as the daemon's side once saw with picows' direct send)
+    # would leave a file that differs from what was sent.
+    async with await ExecServerClient.connect(execserver.url) as client:
+        for round_ in range(3):
+            payloads = [os.urandom(3_000_000 + 7919 * k) for k in range(4)]
+            paths = [tmp_path / f"w{round_}-{k}" for k in range(4)]
+            await asyncio.gather(
+                *(client.fs.write_file(p, data) for p, data in zip(paths, payloads, strict=True))
+            )
+            for path, data in zip(paths, payloads, strict=True):
+                assert path.read_bytes() == data
+
+
 async def test_a_server_ping_is_answered_with_its_payload() -> None:
     pongs: asyncio.Queue[tuple[WSMsgType, bytes]] = asyncio.Queue()
 
