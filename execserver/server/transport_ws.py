@@ -11,7 +11,11 @@ When handling a frame has to wait (rarely: a notification waiting for its
 later frames queue behind it in order, and the socket stops reading until
 they are done, so a peer cannot pile up frames in memory.
 
-What the HTTP requests get is decided in server/http_surface.py.
+Only a connection whose first request asks for a websocket upgrade is picows';
+every other one is handed to aiohttp's HTTP server (server/http_plain.py), so
+health probes and other plain requests get full HTTP/1.x (other methods, HEAD,
+HTTP/1.0, keep-alive) as from the reference. What each path answers is decided
+in server/http_surface.py.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import contextlib
 import logging
 import struct
 from collections.abc import Coroutine, Sequence
-from typing import Any
+from typing import Any, cast
 
 from picows import (
     WSAutoPingStrategy,
@@ -39,6 +43,7 @@ from picows.picows import WSProtocol  # type: ignore[attr-defined]  # not in its
 
 from execserver.server.coalesce import Cork
 from execserver.server.connection import Connection, ProtocolViolation, resumed
+from execserver.server.http_plain import PlainHttp
 from execserver.server.http_surface import HttpRequest, HttpSurface, UpgradeCheck
 from execserver.server.runtime import ServerRuntime
 
@@ -55,6 +60,8 @@ _picows_log.setLevel(logging.CRITICAL)
 DRAIN_CHECK_S = 0.05
 # A client that connects must send its HTTP request within this (then it is dropped).
 HANDSHAKE_TIMEOUT_S = 30.0
+# A first request head longer than this is not an upgrade we serve: aiohttp answers it.
+SNIFF_LIMIT = 16 * 1024
 
 
 def format_peer(peername: Any) -> str:
@@ -89,6 +96,7 @@ class WebsocketServer:
     ) -> None:
         self.runtime = runtime
         self.surface = HttpSurface(runtime, upgrade_checks, metrics_checks)
+        self.plain_http = PlainHttp(self.surface, metrics=runtime.config.metrics)
         self._server: asyncio.Server | None = None
         # Websockets not yet closed down (Connection.aclose done); shutdown waits for them.
         self._live: set[_Socket] = set()
@@ -98,6 +106,7 @@ class WebsocketServer:
     async def start(self, host: str, port: int) -> list[tuple[str, int]]:
         """Listen; returns every listening socket's (host, port)."""
         loop = asyncio.get_running_loop()
+        await self.plain_http.start()
         self._server = await loop.create_server(
             self._new_protocol, host=host, port=port, reuse_address=True
         )
@@ -110,8 +119,12 @@ class WebsocketServer:
             self._server.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._none_live.wait(), grace_s)
+        await self.plain_http.close()
 
-    def _new_protocol(self) -> WSProtocol:
+    def _new_protocol(self) -> asyncio.Protocol:
+        return _FirstRequest(self)
+
+    def websocket_protocol(self) -> WSProtocol:
         return _Protocol(self)
 
     def route(self, request: WSUpgradeRequest, peer: Any) -> Any:
@@ -139,6 +152,79 @@ class WebsocketServer:
         self._live.discard(sock)
         if not self._live:
             self._none_live.set()
+
+
+def _asks_for_upgrade(head: bytes) -> bool:
+    """Whether a request head is a GET that asks to switch protocols (an ``Upgrade``
+    header, or ``upgrade`` in ``Connection``): picows' to accept or refuse."""
+    lines = head.split(b"\r\n")
+    if not lines[0].startswith(b"GET "):
+        return False
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"upgrade" or (name == b"connection" and b"upgrade" in value.lower()):
+            return True
+    return False
+
+
+class _FirstRequest(asyncio.Protocol):
+    """Reads a connection's first request head, then hands the connection, with the
+    bytes read so far, to picows (a websocket upgrade) or to aiohttp (anything else)."""
+
+    def __init__(self, server: WebsocketServer) -> None:
+        self._server = server
+        self._head = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self._timeout: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses; they have its methods.
+        self._transport = cast(asyncio.Transport, transport)
+        loop = asyncio.get_running_loop()
+        self._timeout = loop.call_later(HANDSHAKE_TIMEOUT_S, self._transport.abort)
+
+    def data_received(self, data: bytes) -> None:
+        self._head += data
+        end = self._head.find(b"\r\n\r\n")
+        if end < 0 and len(self._head) <= SNIFF_LIMIT:
+            return
+        head = bytes(self._head[: end if end >= 0 else SNIFF_LIMIT])
+        if _asks_for_upgrade(head):
+            self._hand_over(self._server.websocket_protocol())
+        else:
+            self._hand_over(self._server.plain_http.protocol())
+
+    def _hand_over(self, protocol: asyncio.BaseProtocol) -> None:
+        transport = self._transport
+        assert transport is not None
+        self._cancel_timeout()
+        received = bytes(self._head)
+        self._head.clear()
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        if isinstance(protocol, asyncio.BufferedProtocol):
+            view = memoryview(received)
+            while view:
+                buffer = memoryview(protocol.get_buffer(len(view)))
+                size = min(len(buffer), len(view))
+                buffer[:size] = view[:size]
+                protocol.buffer_updated(size)
+                view = view[size:]
+        else:
+            assert isinstance(protocol, asyncio.Protocol)
+            protocol.data_received(received)
+
+    def eof_received(self) -> bool:
+        return False  # nothing to answer: close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timeout()
+
+    def _cancel_timeout(self) -> None:
+        if self._timeout is not None:
+            self._timeout.cancel()
+            self._timeout = None
 
 
 class _Protocol(WSProtocol):  # type: ignore[misc]
