@@ -352,9 +352,10 @@ class _Socket(WSListener):
             self._can_write = None
 
     def _check_drained(self) -> None:
-        # picows writes straight to the socket while uvloop's buffer is empty, and then
-        # the resume_writing call can go missing (seen under load while streaming
-        # 200 MB of output): a writer must not wait for it forever.
+        # A writer must never wait forever for a resume_writing that does not come. It
+        # went missing under load (streaming 200 MB of output) while frames went out
+        # through picows' send, which writes past uvloop's buffer; frames now use the
+        # transport's write, but picows' control frames (ping, pong, close) still do not.
         if self._can_write is None:
             return
         if self._transport.is_disconnected or not self._tcp.get_write_buffer_size():
@@ -387,12 +388,8 @@ class _Socket(WSListener):
             awaiting = rest.send(None)
         except StopIteration:
             return
-        except ProtocolViolation as exc:
-            self._drop(exc)
-            return
-        except Exception:
-            log.exception("connection %s: handling a frame failed", self._peer)
-            self.conn.abort("internal error")
+        except Exception as exc:
+            self._failed(exc)
             return
         # It waits: it goes on in a task, later frames wait behind it, reading stops.
         self._backlog = collections.deque()
@@ -406,20 +403,22 @@ class _Socket(WSListener):
             assert self._backlog is not None
             while self._backlog:
                 await self.conn.handle_frame(self._backlog.popleft())
-        except ProtocolViolation as exc:
-            self._drop(exc)
-            return
-        except Exception:
-            log.exception("connection %s: handling a frame failed", self._peer)
-            self.conn.abort("internal error")
+        except Exception as exc:
+            self._failed(exc)
             return
         self._backlog = None
         if not self._transport.is_disconnected:
             self._tcp.resume_reading()
 
-    def _drop(self, exc: ProtocolViolation) -> None:
-        log.info("connection %s dropped: %s", self._peer, exc)
-        self.conn.abort(str(exc))
+    def _failed(self, exc: Exception) -> None:
+        """Handling a frame raised (inline or in the backlog task): a protocol violation
+        drops the connection as the reference does, anything else is our bug."""
+        if isinstance(exc, ProtocolViolation):
+            log.info("connection %s dropped: %s", self._peer, exc)
+            self.conn.abort(str(exc))
+        else:
+            log.error("connection %s: handling a frame failed", self._peer, exc_info=exc)
+            self.conn.abort("internal error")
 
     def _close(self, code: WSCloseCode, reason: str) -> None:
         self._fragments = None
