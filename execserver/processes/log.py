@@ -10,6 +10,7 @@ bytes missing inside a chunk.
 from __future__ import annotations
 
 import bisect
+import operator
 from typing import NamedTuple
 
 # ServerConfig.process_retained_bytes: the last 1 MiB of output, as the reference.
@@ -24,8 +25,8 @@ class Chunk(NamedTuple):
     data: bytes
 
 
-def _seq_of(chunk: Chunk) -> int:
-    return chunk.seq
+# A C-level key for bisect: a Python function here was called once per bisection step.
+_seq_of = operator.itemgetter(0)
 
 
 class OutputLog:

@@ -81,8 +81,17 @@ def _text_frame(payload: bytes) -> bytes:
     if size < 126:
         return bytes((0x81, size)) + payload
     if size < 65536:
-        return struct.pack("!BBH", 0x81, 126, size) + payload
-    return struct.pack("!BBQ", 0x81, 127, size) + payload
+        return _header_16(0x81, 126, size) + payload
+    return _header_64(0x81, 127, size) + payload
+
+
+_header_16 = struct.Struct("!BBH").pack
+_header_64 = struct.Struct("!BBQ").pack
+# Looked up once per frame; module names are cheaper than the enum's attributes.
+_TEXT = WSMsgType.TEXT
+_BINARY = WSMsgType.BINARY
+_CONTINUATION = WSMsgType.CONTINUATION
+_CLOSE = WSMsgType.CLOSE
 
 
 class WebsocketServer:
@@ -300,30 +309,34 @@ class _Socket(WSListener):
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         # More frames of this read follow: their answers leave together (server/coalesce.py).
+        cork = self._cork
         if not frame.last_in_buffer:
-            self._cork.hold()
+            cork.hold()
+            self._on_frame(transport, frame)
+            return
+        if not cork.held:  # a lone request: nothing to release
             self._on_frame(transport, frame)
             return
         try:
             self._on_frame(transport, frame)
         finally:
-            self._cork.release()
+            cork.release()
 
     def _on_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         kind = frame.msg_type
-        if kind is WSMsgType.TEXT or kind is WSMsgType.BINARY:
+        if kind is _TEXT or kind is _BINARY:
             if frame.fin and self._fragments is None:
                 self._receive(frame.get_payload_as_bytes())
             else:
                 self._fragments = []
                 self._fragments_size = 0
                 self._add_fragment(frame)
-        elif kind is WSMsgType.CONTINUATION:
+        elif kind is _CONTINUATION:
             if self._fragments is None:
                 self._close(WSCloseCode.PROTOCOL_ERROR, "continuation without a start")
                 return
             self._add_fragment(frame)
-        elif kind is WSMsgType.CLOSE:
+        elif kind is _CLOSE:
             code = frame.get_close_code()
             transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO else code)
             transport.disconnect()

@@ -78,14 +78,16 @@ class ParamsDecoder(Generic[T]):
         self._is_unit = isinstance(self._info, mi.StructType) and not self._info.fields
 
     def decode(self, raw: msgspec.Raw) -> T:
-        data = bytes(raw) if len(raw) else b"null"
+        # msgspec decodes the Raw's buffer in place: copying it to bytes first was
+        # ~0.12 µs of a process/read poll's ~5 µs of in-process work.
+        data: msgspec.Raw | bytes = raw if len(raw) else b"null"
         if self._is_unit:
-            value = self._decode_unit(data)
+            value = self._decode_unit(bytes(data))
         else:
             try:
                 value = self._decoder.decode(data)
             except msgspec.ValidationError as exc:
-                value = self._decode_unusual(data, str(exc))
+                value = self._decode_unusual(bytes(data), str(exc))
             except msgspec.DecodeError as exc:  # pragma: no cover - the envelope parsed it
                 raise RpcError.invalid_params(str(exc)) from None
             except RecursionError:

@@ -11,6 +11,7 @@ do we take the slow path that reproduces the reference's serde error texts.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -194,11 +195,11 @@ class RequestMessage(msgspec.Struct):
 
 _encoder = msgspec.json.Encoder()
 
+OutgoingMessage = ResponseMessage | ErrorMessage | NotificationMessage | RequestMessage
 
-def encode_message(
-    message: ResponseMessage | ErrorMessage | NotificationMessage | RequestMessage,
-) -> bytes:
-    return _encoder.encode(message)
+# The encoder's own method rather than a function around it: one Python call less
+# per message written.
+encode_message: Callable[[OutgoingMessage], bytes] = _encoder.encode
 
 
 def encode_error(request_id: RequestId, code: int, message: str) -> bytes:
