@@ -27,7 +27,7 @@ from execserver.sandbox.plan import LaunchPlan, LaunchRequest, off_loop
 from execserver.sandbox.planner import plan_sandboxed
 from execserver.wire import methods as m
 from execserver.wire.base import Empty, WireStruct
-from execserver.wire.base64_json import base64_json
+from execserver.wire.base64_json import SIMD_FROM, base64_json
 from execserver.wire.contract import EncodesAs
 from execserver.wire.errors import RpcError
 from execserver.wire.process import (
@@ -230,12 +230,12 @@ def _must_wait(proc: ManagedProcess, after: int, params: ReadParams) -> bool:
 
 
 class _EncodedChunk(WireStruct):
-    """ProcessOutputChunk as written: ``chunk`` is already the base64 JSON string
-    (wire/base64_json.py, faster than msgspec's own base64); same bytes on the wire."""
+    """ProcessOutputChunk as written: ``chunk`` is the bytes or, when long, already their
+    base64 JSON string (wire/base64_json.py, faster there); same bytes on the wire."""
 
     seq: int
     stream: str
-    chunk: msgspec.Raw
+    chunk: bytes | msgspec.Raw
 
 
 class _ReadResult(WireStruct):
@@ -256,7 +256,13 @@ ReadResult = Annotated[_ReadResult, EncodesAs(ReadResponse)]
 def _read_response(proc: ManagedProcess, after: int, max_bytes: int | None) -> ReadResult:
     chunks, next_seq = proc.log.read(after, max_bytes)
     return _ReadResult(
-        chunks=[_EncodedChunk(c.seq, c.stream, base64_json(c.data)) for c in chunks],
+        # chunk_json inlined (a call per chunk less).
+        chunks=[
+            _EncodedChunk(
+                c.seq, c.stream, c.data if len(c.data) < SIMD_FROM else base64_json(c.data)
+            )
+            for c in chunks
+        ],
         next_seq=next_seq,
         exited=proc.exited,
         exit_code=proc.exit_code,

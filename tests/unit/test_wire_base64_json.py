@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from execserver.processes.service import _EncodedChunk
-from execserver.wire.base64_json import base64_json
+from execserver.wire.base64_json import SIMD_FROM, base64_json, chunk_json
 from execserver.wire.process import ProcessOutputChunk
 
 
@@ -22,9 +22,20 @@ class _AsRaw(msgspec.Struct):
     chunk: msgspec.Raw
 
 
+class _AsEither(msgspec.Struct):
+    chunk: bytes | msgspec.Raw
+
+
 @given(st.binary(max_size=4096))
 def test_the_json_string_is_msgspecs_own(data: bytes) -> None:
-    assert msgspec.json.encode(_AsRaw(base64_json(data))) == msgspec.json.encode(_AsBytes(data))
+    expected = msgspec.json.encode(_AsBytes(data))
+    assert msgspec.json.encode(_AsRaw(base64_json(data))) == expected
+    assert msgspec.json.encode(_AsEither(chunk_json(data))) == expected
+
+
+def test_long_chunks_take_the_simd_encoder_and_short_ones_stay_bytes() -> None:
+    assert isinstance(chunk_json(b"x" * SIMD_FROM), msgspec.Raw)
+    assert chunk_json(b"x" * (SIMD_FROM - 1)) == b"x" * (SIMD_FROM - 1)
 
 
 def test_every_length_around_the_simd_block_sizes() -> None:
@@ -35,7 +46,7 @@ def test_every_length_around_the_simd_block_sizes() -> None:
 
 
 def test_an_encoded_chunk_is_a_process_output_chunk_on_the_wire() -> None:
-    data = os.urandom(1500)
-    ours = msgspec.json.encode(_EncodedChunk(7, "stderr", base64_json(data)))
-    assert ours == msgspec.json.encode(ProcessOutputChunk(7, "stderr", data))
-    assert msgspec.json.decode(ours, type=ProcessOutputChunk).chunk == data
+    for data in (os.urandom(10), os.urandom(SIMD_FROM * 2)):
+        ours = msgspec.json.encode(_EncodedChunk(7, "stderr", chunk_json(data)))
+        assert ours == msgspec.json.encode(ProcessOutputChunk(7, "stderr", data))
+        assert msgspec.json.decode(ours, type=ProcessOutputChunk).chunk == data
