@@ -94,18 +94,19 @@ class OutputLog:
         chunk whenever one was returned (even if nothing was left out); without one,
         or when nothing was returned, it is the next unused seq.
         """
-        start = self._index_after(after_seq)
         chunks = self._chunks
+        # _index_after inlined: this runs on every process/read poll.
+        start = bisect.bisect_right(chunks, after_seq, self._head, key=_seq_of)
         if max_bytes is None:
             return chunks[start:], self.next_seq
-        end = start
-        total = 0
-        while end < len(chunks):
-            size = len(chunks[end].data)
-            if end > start and total + size > max_bytes:
-                break
-            total += size
-            end += 1
-        if end == start:
+        count = len(chunks)
+        if start == count:
             return [], self.next_seq
+        total = len(chunks[start].data)  # the first chunk goes whatever its size
+        end = start + 1
+        while end < count:
+            total += len(chunks[end].data)
+            if total > max_bytes:
+                break
+            end += 1
         return chunks[start:end], chunks[end - 1].seq + 1
