@@ -21,6 +21,21 @@ from prometheus_client.registry import Collector
 
 __all__ = ["RequestMeter"]
 
+_bisect_left = bisect.bisect_left
+
+
+class _MethodRow:
+    """One method's histogram, and its count of ``ok`` answers (the common result, kept
+    here so that counting it takes no dict lookup of a (method, result) key)."""
+
+    __slots__ = ("buckets", "created", "ok", "sum")
+
+    def __init__(self, size: int) -> None:
+        self.buckets = [0] * size  # observations per bucket (not cumulative; last is +Inf)
+        self.sum = 0.0
+        self.created = time.time()
+        self.ok = 0
+
 
 class RequestMeter(Collector):
     """execserver_requests_total{method,result}, execserver_request_duration_seconds{method}
@@ -29,32 +44,34 @@ class RequestMeter(Collector):
     def __init__(self, buckets: Sequence[float]) -> None:
         self._bounds = tuple(float(b) for b in buckets)
         self._labels = [*(repr(b) for b in self._bounds), "+Inf"]  # "0.0005", "1.0"
-        self._counts: dict[tuple[str, str], int] = {}
+        # Every (method, result) seen, in first-seen order, with when it was first seen.
         self._count_created: dict[tuple[str, str], float] = {}
-        # Per method: observations per bucket (not cumulative; the last is +Inf), their sum.
-        self._buckets: dict[str, list[int]] = {}
-        self._sums: dict[str, float] = {}
-        self._histogram_created: dict[str, float] = {}
+        # Counts of results other than "ok" ("ok" is counted in the method's row).
+        self._counts: dict[tuple[str, str], int] = {}
+        self._rows: dict[str, _MethodRow] = {}
         self._created = time.time()
         # Bytes of JSON-RPC frames, by direction (the transports add to these directly).
         self.inbound_bytes = 0
         self.outbound_bytes = 0
 
     def observe(self, method: str, result: str, seconds: float) -> None:
-        key = (method, result)
-        count = self._counts.get(key)
-        if count is None:
-            self._count_created[key] = time.time()
-            count = 0
-        self._counts[key] = count + 1
-        row = self._buckets.get(method)
+        row = self._rows.get(method)
         if row is None:
-            row = self._buckets[method] = [0] * (len(self._bounds) + 1)
-            self._sums[method] = 0.0
-            self._histogram_created[method] = time.time()
+            row = self._rows[method] = _MethodRow(len(self._bounds) + 1)
+        if result == "ok":
+            if not row.ok:
+                self._count_created[(method, result)] = time.time()
+            row.ok += 1
+        else:
+            key = (method, result)
+            count = self._counts.get(key)
+            if count is None:
+                self._count_created[key] = time.time()
+                count = 0
+            self._counts[key] = count + 1
         # A bucket counts the observations <= its bound, as prometheus_client's observe().
-        row[bisect.bisect_left(self._bounds, seconds)] += 1
-        self._sums[method] += seconds
+        row.buckets[_bisect_left(self._bounds, seconds)] += 1
+        row.sum += seconds
 
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily(
@@ -62,24 +79,26 @@ class RequestMeter(Collector):
             "JSON-RPC requests answered, by method and result (ok or the error code).",
             labels=["method", "result"],
         )
-        for key, count in self._counts.items():
-            requests.add_metric(list(key), count, created=self._count_created[key])
+        for key, created in self._count_created.items():
+            method, result = key
+            count = self._rows[method].ok if result == "ok" else self._counts[key]
+            requests.add_metric(list(key), count, created=created)
         yield requests
         seconds = HistogramMetricFamily(
             "execserver_request_duration_seconds",
             "Time from receiving a request to queueing its answer.",
             labels=["method"],
         )
-        for method, row in self._buckets.items():
+        for method, row in self._rows.items():
             cumulative, total = [], 0
-            for label, count in zip(self._labels, row, strict=True):
+            for label, count in zip(self._labels, row.buckets, strict=True):
                 total += count
                 cumulative.append((label, float(total)))
-            seconds.add_metric([method], cumulative, self._sums[method])
+            seconds.add_metric([method], cumulative, row.sum)
             seconds.add_sample(
                 "execserver_request_duration_seconds_created",
                 {"method": method},
-                self._histogram_created[method],
+                row.created,
             )
         yield seconds
         frames = CounterMetricFamily(
