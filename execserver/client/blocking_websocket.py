@@ -126,8 +126,12 @@ class BlockingWebSocket:
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
+        # An ASCII host goes to getaddrinfo as bytes: a str would be encoded with
+        # the "idna" codec, whose import (with stringprep) costs ~2 ms.
+        address: str | bytes = host.encode("ascii") if host.isascii() else host
         try:
-            sock = socket.create_connection((host, port), timeout=timeout)
+            # (typeshed says str; getaddrinfo, which gets it, takes bytes too)
+            sock = socket.create_connection((address, port), timeout=timeout)  # type: ignore[arg-type]
         except TimeoutError as exc:
             raise ExecServerTimeout("connect", f"timed out connecting to {url}") from exc
         except OSError as exc:
