@@ -203,10 +203,18 @@ def _cmd_patch(args: argparse.Namespace) -> int:
         code, message = explain(exc, url=args.url, verbose=args.verbose)
         report("execserver patch", message)
         return code
+    except KeyboardInterrupt:
+        # One line, not a traceback; what landed before the ^C stays (the
+        # engine never rolls back), as with a failure half-way.
+        report("execserver patch", "interrupted; files changed before that stay changed")
+        return EXIT_INTERRUPTED
     sys.stdout.write(outcome.stdout)
     sys.stderr.write(outcome.stderr)
     return outcome.exit_code
 
+
+# 128 + SIGINT, as a shell reports a command ended by ^C.
+EXIT_INTERRUPTED = 130
 
 # The module the control master runs (python -m), see execserver.client.control.
 CONTROL_MASTER = "execserver.core.apply_patch.control_master"
