@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
-import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
@@ -25,11 +24,8 @@ import msgspec
 from execserver.client.calls import Caller
 from execserver.client.errors import (
     ExecServerError,
-    ExecServerRpcError,
-    ExecServerTransportClosed,
-    ExecServerUnavailable,
-    NotFound,
 )
+from execserver.client.fs_errors import fs_error
 from execserver.client.params import b64encode, wire_bytes
 from execserver.client.sandbox import sandbox_param, to_uri
 from execserver.wire import methods
@@ -56,11 +52,7 @@ from execserver.wire.uri import uri_to_path
 
 __all__ = ["RemoteFileHandle", "RemoteFileSystem", "RemotePath", "fs_error"]
 
-__all__ = ["RemoteFileHandle", "RemoteFileSystem", "RemotePath", "fs_error"]
-
 T = TypeVar("T")
-
-_OS_ERROR = re.compile(r"\(os error (\d+)\)\s*$")
 
 
 def _native(path: str | os.PathLike[str] | RemotePath) -> str:
@@ -72,22 +64,6 @@ def _native(path: str | os.PathLike[str] | RemotePath) -> str:
     if not text.startswith("/"):
         raise ValueError(f"remote paths must be absolute: {text!r}")
     return posixpath.normpath(text)
-
-
-def fs_error(exc: ExecServerError, path: str) -> OSError:
-    """The ``OSError`` a local call would have raised for this server error."""
-    if isinstance(exc, ExecServerTransportClosed | ExecServerUnavailable):
-        return BrokenPipeError(errno.EPIPE, "exec-server transport closed")
-    if not isinstance(exc, ExecServerRpcError):
-        return OSError(errno.EIO, str(exc), path)
-    match = _OS_ERROR.search(exc.message)
-    if match:
-        # OSError(errno, ...) picks the subclass (FileExistsError, ...) itself.
-        text = exc.message[: match.start()].rstrip()
-        return OSError(int(match.group(1)), text, path)
-    if isinstance(exc, NotFound):
-        return FileNotFoundError(errno.ENOENT, exc.message, path)
-    return OSError(errno.EINVAL, exc.message, path)
 
 
 async def _os_errors(call: Awaitable[T], path: str) -> T:

@@ -20,13 +20,16 @@ import pytest
 import pytest_asyncio
 
 from execserver.client import ExecServerClient
+from execserver.client.blocking_rpc import BlockingRpcSession, run_blocking
+from execserver.core.apply_patch.blocking_fs import BlockingFileSystem
 from execserver.core.apply_patch.delta import (
     AddChange,
     AppliedPatchDelta,
     DeleteChange,
     UpdateChange,
 )
-from execserver.core.apply_patch.engine import apply_patch
+from execserver.core.apply_patch.engine import PatchOutcome, apply_patch
+from execserver.core.apply_patch.fs import PatchFileSystem
 from tests.support.servers import start_server
 
 CASES_DIR = Path(__file__).resolve().parent.parent / "data" / "apply_patch" / "cases"
@@ -84,17 +87,35 @@ def replay(files: dict[str, str], delta: AppliedPatchDelta, root: Path) -> dict[
     return out
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["execserver", "reference"])
-async def client(request: pytest.FixtureRequest) -> AsyncIterator[ExecServerClient]:
-    async with start_server(request.param) as server:
-        async with await ExecServerClient.connect(server.url) as c:
-            yield c
+@pytest_asyncio.fixture(
+    scope="module",
+    loop_scope="module",
+    params=["execserver", "reference", "execserver-blocking"],
+)
+async def fs(request: pytest.FixtureRequest) -> AsyncIterator[PatchFileSystem]:
+    """The async client's ``RemoteFileSystem`` on each server, and the one-shot
+    command's ``BlockingFileSystem`` on execserver."""
+    kind = request.param.removesuffix("-blocking")
+    async with start_server(kind) as server:
+        if request.param.endswith("-blocking"):
+            with BlockingRpcSession.connect(server.url) as session:
+                yield BlockingFileSystem(session, None)
+        else:
+            async with await ExecServerClient.connect(server.url) as c:
+                yield c.fs
+
+
+async def _apply(patch: str, fs: PatchFileSystem, root: Path) -> PatchOutcome:
+    if isinstance(fs, BlockingFileSystem):
+        # Its calls block, so the engine runs to its end without the event loop.
+        return run_blocking(apply_patch(patch, fs, str(root)))
+    return await apply_patch(patch, fs, str(root))
 
 
 @pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize("case_path", CASES, ids=[p.stem for p in CASES])
 async def test_corpus_case_matches_reference(
-    client: ExecServerClient, case_path: Path, tmp_path: Path
+    fs: PatchFileSystem, case_path: Path, tmp_path: Path
 ) -> None:
     case = load(case_path)
     ref = case["reference"]
@@ -102,7 +123,7 @@ async def test_corpus_case_matches_reference(
     root.mkdir()
     write_tree(root, case["files"], case["dirs"])
 
-    outcome = await apply_patch(case["patch"].replace(ROOT, str(root)), client.fs, str(root))
+    outcome = await _apply(case["patch"].replace(ROOT, str(root)), fs, root)
 
     assert outcome.exit_code == ref["exit_code"]
     assert outcome.stdout.replace(str(root), ROOT) == ref["stdout"]

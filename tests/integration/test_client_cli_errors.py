@@ -245,3 +245,39 @@ async def _patch(url: str, cwd: Path, env: dict[str, str]) -> tuple[int, bytes, 
     out, err = await proc.communicate(PATCH.encode())
     assert proc.returncode is not None
     return proc.returncode, out, err
+
+
+async def test_patch_interrupted_while_waiting_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    # A listener that accepts and never answers: the command waits in the
+    # websocket handshake when the ^C comes.
+    accepted: list[asyncio.StreamWriter] = []
+
+    def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    listener = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *cli("patch", f"ws://127.0.0.1:{port}", "--cwd", str(tmp_path)),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=cli_env(),
+        )
+        assert proc.stdin is not None
+        proc.stdin.write(b"*** Begin Patch\n*** Add File: a.txt\n+a\n*** End Patch\n")
+        proc.stdin.close()
+        await asyncio.sleep(1.0)  # well past start-up: connected, waiting for the answer
+        proc.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), 10)
+    finally:
+        for writer in accepted:
+            writer.close()
+        listener.close()
+        await listener.wait_closed()
+    assert accepted, "the command never connected"
+    assert proc.returncode == 130
+    assert out == b""
+    assert "interrupted" in one_line(err)
+    assert not (tmp_path / "a.txt").exists()

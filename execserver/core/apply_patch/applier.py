@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from execserver.core.apply_patch.delta import (
     AddChange,
@@ -28,13 +27,16 @@ __all__ = ["AffectedPaths", "PatchApplyError", "apply_hunks"]
 NO_FILES_MODIFIED = "No files were modified."
 
 
-@dataclass
 class AffectedPaths:
-    """Paths as spelled in the patch, per kind, in application order."""
+    """Paths as spelled in the patch, per kind, in application order. (Plain
+    classes here, not dataclasses: see ``hunks.py``.)"""
 
-    added: list[str] = field(default_factory=list)
-    modified: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
+    __slots__ = ("added", "deleted", "modified")
+
+    def __init__(self) -> None:
+        self.added: list[str] = []
+        self.modified: list[str] = []
+        self.deleted: list[str] = []
 
 
 class PatchApplyError(ApplyPatchError):
@@ -51,13 +53,13 @@ class _Stop(Exception):
         self.message = message
 
 
-@dataclass
 class _Run:
-    fs: PatchFileSystem
-    cwd: str
-    follow_symlinks: bool
-    delta: AppliedPatchDelta = field(default_factory=AppliedPatchDelta)
-    affected: AffectedPaths = field(default_factory=AffectedPaths)
+    def __init__(self, fs: PatchFileSystem, cwd: str, follow_symlinks: bool) -> None:
+        self.fs = fs
+        self.cwd = cwd
+        self.follow_symlinks = follow_symlinks
+        self.delta = AppliedPatchDelta()
+        self.affected = AffectedPaths()
 
     # -- probes ------------------------------------------------------------
 

@@ -24,11 +24,12 @@ from execserver.client.url import check_url
 if TYPE_CHECKING:
     from execserver.client.connection import ExecServerClient
     from execserver.core.apply_patch.engine import PatchOutcome
+    from execserver.core.apply_patch.fs import PatchFileSystem
 
 # The client and the patch engine are imported by the functions that use them:
 # `execserver patch --help` or a usage error must not load the network stack.
 
-__all__ = ["apply_on", "patch_remote", "register"]
+__all__ = ["apply_in_directory", "apply_on", "patch_once", "patch_remote", "register"]
 
 
 async def patch_remote(
@@ -54,17 +55,47 @@ async def apply_on(
     (an absolute path on the executor), which must exist: it is checked before
     anything is touched. ``sandbox``: the FileSystemSandboxContext sent with
     every fs call (None: unsandboxed)."""
+    fs = client.fs if sandbox is None else client.fs.with_sandbox(sandbox)
+    return await apply_in_directory(client.fs, fs, patch, cwd)
+
+
+def patch_once(
+    url: str,
+    patch: str,
+    cwd: str,
+    *,
+    token: str | None = None,
+    sandbox: dict[str, Any] | None = None,
+) -> PatchOutcome:
+    """:func:`patch_remote` without an event loop, for the one-shot command: a
+    blocking websocket and plain JSON (``execserver.client.blocking_rpc``), so
+    the command does not import asyncio, picows, msgspec or the async client."""
+    from execserver.client.blocking_rpc import BlockingRpcSession, run_blocking
+    from execserver.core.apply_patch.blocking_fs import BlockingFileSystem
+
+    with BlockingRpcSession.connect(url, token=token) as session:
+        work = apply_in_directory(
+            BlockingFileSystem(session, None), BlockingFileSystem(session, sandbox), patch, cwd
+        )
+        return run_blocking(work)
+
+
+async def apply_in_directory(
+    plain_fs: PatchFileSystem, fs: PatchFileSystem, patch: str, cwd: str
+) -> PatchOutcome:
+    """Check that ``cwd`` is a directory (through ``plain_fs``, unsandboxed, so a
+    missing cwd is reported as such whatever the sandbox lets one see), then
+    apply ``patch`` through ``fs``."""
     from execserver.client.errors import WorkingDirectoryNotADirectory, WorkingDirectoryNotFound
     from execserver.core.apply_patch.engine import apply_patch
 
     directory = posixpath.normpath(cwd)
     try:
-        meta = await client.fs.get_metadata(directory)
+        meta = await plain_fs.get_metadata(directory)
     except FileNotFoundError as exc:
         raise WorkingDirectoryNotFound(directory) from exc
     if not meta.is_directory:
         raise WorkingDirectoryNotADirectory(directory)
-    fs = client.fs if sandbox is None else client.fs.with_sandbox(sandbox)
     return await apply_patch(patch, fs, directory)
 
 
@@ -164,20 +195,26 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     patch = sys.stdin.read()
     if args.persist is not None:
         return _patch_through_master(args, patch, cwd, sandbox)
-    import asyncio
-
     from execserver.client.errors import ExecServerError
 
     try:
-        outcome = asyncio.run(patch_remote(args.url, patch, cwd, token=args.token, sandbox=sandbox))
+        outcome = patch_once(args.url, patch, cwd, token=args.token, sandbox=sandbox)
     except (ExecServerError, OSError, ValueError) as exc:
         code, message = explain(exc, url=args.url, verbose=args.verbose)
         report("execserver patch", message)
         return code
+    except KeyboardInterrupt:
+        # One line, not a traceback; what landed before the ^C stays (the
+        # engine never rolls back), as with a failure half-way.
+        report("execserver patch", "interrupted; files changed before that stay changed")
+        return EXIT_INTERRUPTED
     sys.stdout.write(outcome.stdout)
     sys.stderr.write(outcome.stderr)
     return outcome.exit_code
 
+
+# 128 + SIGINT, as a shell reports a command ended by ^C.
+EXIT_INTERRUPTED = 130
 
 # The module the control master runs (python -m), see execserver.client.control.
 CONTROL_MASTER = "execserver.core.apply_patch.control_master"

@@ -9,25 +9,22 @@ unreadable previous content).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 __all__ = ["AddChange", "AppliedPatchChange", "AppliedPatchDelta", "DeleteChange", "UpdateChange"]
 
 
-@dataclass(frozen=True)
-class AddChange:
+class AddChange(NamedTuple):
     content: str
     # What the Add replaced, when the file already existed and was readable.
     overwritten_content: str | None = None
 
 
-@dataclass(frozen=True)
-class DeleteChange:
+class DeleteChange(NamedTuple):
     content: str
 
 
-@dataclass(frozen=True)
-class UpdateChange:
+class UpdateChange(NamedTuple):
     old_content: str
     new_content: str
     move_path: str | None = None
@@ -35,16 +32,30 @@ class UpdateChange:
     overwritten_move_content: str | None = None
 
 
-@dataclass(frozen=True)
-class AppliedPatchChange:
+class AppliedPatchChange(NamedTuple):
     path: str  # absolute path on the executor
     change: AddChange | DeleteChange | UpdateChange
 
 
-@dataclass
 class AppliedPatchDelta:
-    changes: list[AppliedPatchChange] = field(default_factory=list)
-    exact: bool = True
+    """The changes that landed, in order (mutable: a run records as it goes).
+    A plain class for the import-time reason given in ``hunks.py``."""
+
+    __slots__ = ("changes", "exact")
+
+    def __init__(self, changes: list[AppliedPatchChange] | None = None, exact: bool = True) -> None:
+        self.changes: list[AppliedPatchChange] = [] if changes is None else changes
+        self.exact = exact
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AppliedPatchDelta):
+            return NotImplemented
+        return (self.changes, self.exact) == (other.changes, other.exact)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
+
+    def __repr__(self) -> str:
+        return f"AppliedPatchDelta(changes={self.changes!r}, exact={self.exact!r})"
 
     def append(self, other: AppliedPatchDelta) -> None:
         self.changes.extend(other.changes)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from execserver.core.apply_patch.errors import ApplyPatchError
 from execserver.core.apply_patch.hunks import ChunkLine, LineKind, UpdateChunk
@@ -26,8 +26,7 @@ class ComputeReplacementsError(ApplyPatchError):
     """A context anchor or the old lines of a chunk are not in the file."""
 
 
-@dataclass(frozen=True)
-class _Line:
+class _Line(NamedTuple):
     text: str
     ending: str  # "\n", "\r\n", "\r" or "" (last line without one)
 
@@ -54,8 +53,7 @@ def _eol(lines: Sequence[_Line]) -> str:
     return "\n"
 
 
-@dataclass(frozen=True)
-class _Replacement:
+class _Replacement(NamedTuple):
     start: int
     old_len: int
     body: tuple[ChunkLine, ...]

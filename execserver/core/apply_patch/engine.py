@@ -6,7 +6,7 @@ apply, print the summary or the one error line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from execserver.core.apply_patch.applier import PatchApplyError, apply_hunks
 from execserver.core.apply_patch.delta import AppliedPatchDelta
@@ -19,12 +19,12 @@ from execserver.core.apply_patch.summary import success_summary
 __all__ = ["PatchOutcome", "apply_parsed", "apply_patch"]
 
 
-@dataclass(frozen=True)
-class PatchOutcome:
+class PatchOutcome(NamedTuple):
+    # A NamedTuple for the import-time reason given in ``hunks.py``.
     exit_code: int
     stdout: str
     stderr: str
-    delta: AppliedPatchDelta = field(default_factory=AppliedPatchDelta)
+    delta: AppliedPatchDelta
 
     @property
     def success(self) -> bool:
@@ -53,5 +53,5 @@ async def apply_patch(
     try:
         parsed = parse_patch(patch)
     except PatchParseError as exc:
-        return PatchOutcome(1, "", f"{exc}\n")
+        return PatchOutcome(1, "", f"{exc}\n", AppliedPatchDelta())
     return await apply_parsed(parsed.hunks, fs, cwd, follow_symlinks=follow_symlinks)

@@ -1,0 +1,115 @@
+"""The applier's file-system calls (:class:`PatchFileSystem`) over a
+:class:`BlockingRpcSession`, for the one-shot ``execserver patch``.
+
+The same fs/* requests :class:`execserver.client.RemoteFileSystem` sends (every
+key written, in the wire structs' order; ``tests/unit/test_blocking_fs.py``
+compares them) and the same ``OSError`` for a server error
+(:func:`execserver.client.fs_errors.fs_error`). The methods are ``async def``
+because the applier awaits them, but each one blocks until its answer is in:
+the applier's coroutine runs to its end under
+:func:`execserver.client.blocking_rpc.run_blocking`.
+"""
+
+from __future__ import annotations
+
+import base64
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+from execserver.client.blocking_rpc import BlockingRpcSession
+from execserver.client.errors import ExecServerError
+from execserver.client.fs_errors import fs_error
+from execserver.wire.uri import path_to_uri
+
+__all__ = ["BlockingFileSystem", "BlockingMetadata"]
+
+
+class BlockingMetadata:
+    """The part of an fs/getMetadata answer the applier reads."""
+
+    __slots__ = ("is_directory", "is_file", "is_symlink")
+
+    def __init__(self, result: Mapping[str, Any]) -> None:
+        self.is_directory = bool(result["isDirectory"])
+        self.is_file = bool(result["isFile"])
+        self.is_symlink = bool(result["isSymlink"])
+
+
+def _native(path: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError(f"remote paths must be absolute: {path!r}")
+    return posixpath.normpath(path)
+
+
+class BlockingFileSystem:
+    """fs/* calls of one session, all under ``sandbox`` (a
+    FileSystemSandboxContext as plain JSON values; None: unsandboxed)."""
+
+    def __init__(self, session: BlockingRpcSession, sandbox: Mapping[str, Any] | None) -> None:
+        self._session = session
+        self._sandbox = sandbox
+
+    def _path_params(self, path: str, follow_symlinks: bool) -> dict[str, Any]:
+        return {
+            "path": path_to_uri(path),
+            "sandbox": self._sandbox,
+            "followSymlinks": follow_symlinks,
+        }
+
+    def _call(self, method: str, path: str, params: dict[str, Any]) -> Any:
+        try:
+            return self._session.call(method, params)
+        except ExecServerError as exc:
+            raise fs_error(exc, path) from exc
+
+    async def get_metadata(self, path: str, *, follow_symlinks: bool = True) -> BlockingMetadata:
+        p = _native(path)
+        params = self._path_params(p, follow_symlinks)
+        return BlockingMetadata(self._call("fs/getMetadata", p, params))
+
+    async def read_file(self, path: str, *, follow_symlinks: bool = True) -> bytes:
+        p = _native(path)
+        params = self._path_params(p, follow_symlinks)
+        result = self._call("fs/readFile", p, params)
+        return base64.b64decode(result["dataBase64"], validate=True)
+
+    async def write_file(self, path: str, data: bytes, *, follow_symlinks: bool = True) -> None:
+        p = _native(path)
+        params = {
+            "path": path_to_uri(p),
+            "dataBase64": base64.b64encode(data).decode("ascii"),
+            "sandbox": self._sandbox,
+            "followSymlinks": follow_symlinks,
+        }
+        self._call("fs/writeFile", p, params)
+
+    async def create_directory(
+        self, path: str, *, recursive: bool = True, follow_symlinks: bool = True
+    ) -> None:
+        p = _native(path)
+        params = {
+            "path": path_to_uri(p),
+            "recursive": recursive,
+            "sandbox": self._sandbox,
+            "followSymlinks": follow_symlinks,
+        }
+        self._call("fs/createDirectory", p, params)
+
+    async def remove(
+        self,
+        path: str,
+        *,
+        recursive: bool = True,
+        force: bool = True,
+        follow_symlinks: bool = True,
+    ) -> None:
+        p = _native(path)
+        params = {
+            "path": path_to_uri(p),
+            "recursive": recursive,
+            "force": force,
+            "sandbox": self._sandbox,
+            "followSymlinks": follow_symlinks,
+        }
+        self._call("fs/remove", p, params)
