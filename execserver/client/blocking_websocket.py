@@ -28,7 +28,11 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import urlsplit
 
-from execserver.client.errors import ExecServerConnectError, ExecServerTimeout
+from execserver.client.errors import (
+    REFUSAL_BODY_LIMIT,
+    ExecServerConnectError,
+    ExecServerTimeout,
+)
 
 __all__ = ["BlockingWebSocket", "WebSocketClosed"]
 
@@ -49,8 +53,6 @@ _NORMAL_CLOSURE: Final = 1000
 # The upgrade answer's head; a server that sends more without the blank line
 # is not a websocket server.
 _HEAD_LIMIT: Final = 64 * 1024
-# The body of a refused upgrade that goes into the error (as the async client).
-_REASON_LIMIT: Final = 500
 _READ_SIZE: Final = 256 * 1024
 # How long close() waits for the server's close frame before hanging up.
 _CLOSE_WAIT: Final = 1.0
@@ -84,15 +86,6 @@ def _frame(opcode: int, payload: bytes) -> bytes:
     return head + key + _mask(payload, key)
 
 
-def _refusal_reason(status_line: str, body: bytes) -> str:
-    """The body of a refused upgrade as one line, else the status line's text."""
-    reason = " ".join(body[:_REASON_LIMIT].decode("utf-8", "replace").split())
-    if reason:
-        return reason
-    parts = status_line.split(" ", 2)
-    return parts[2] if len(parts) == 3 else status_line
-
-
 class BlockingWebSocket:
     """One client websocket over a blocking socket. Every operation honours the
     socket's timeout (``timeout`` seconds per send or receive; None: no limit)."""
@@ -102,6 +95,8 @@ class BlockingWebSocket:
         self._buffer = bytearray(buffered)
         self._fragments: list[bytes] | None = None
         self.closed = False
+        # Server pings answered so far (they are answered during receive()).
+        self.pings_answered = 0
 
     @classmethod
     def connect(
@@ -205,12 +200,8 @@ class BlockingWebSocket:
             ) from None
         if status != 101:
             body = cls._refusal_body(sock, rest, fields)
-            reason = _refusal_reason(status_line, body)
-            raise ExecServerConnectError(
-                f"websocket upgrade to {url} refused: HTTP {status}: {reason}",
-                status=status,
-                reason=reason,
-            )
+            status_text = status_parts[2] if len(status_parts) == 3 else status_line
+            raise ExecServerConnectError.upgrade_refused(url, status, body, status_text)
         expected = base64.b64encode(hashlib.sha1(key + _ACCEPT_GUID).digest()).decode("ascii")
         if fields.get("sec-websocket-accept") != expected:
             raise ExecServerConnectError(
@@ -220,9 +211,9 @@ class BlockingWebSocket:
 
     @staticmethod
     def _refusal_body(sock: socket.socket, rest: bytes, fields: Mapping[str, str]) -> bytes:
-        """Up to the first ``_REASON_LIMIT`` bytes of a refusal's body."""
+        """Up to the first ``REFUSAL_BODY_LIMIT`` bytes of a refusal's body."""
         try:
-            wanted = min(int(fields.get("content-length", "0")), _REASON_LIMIT)
+            wanted = min(int(fields.get("content-length", "0")), REFUSAL_BODY_LIMIT)
         except ValueError:
             wanted = 0
         body = bytearray(rest)
@@ -264,6 +255,7 @@ class BlockingWebSocket:
                         return message
             elif opcode == _PING:
                 self._sock.sendall(_frame(_PONG, payload))
+                self.pings_answered += 1
             elif opcode == _CLOSE:
                 self._answer_close()
                 raise WebSocketClosed("the server closed the websocket")

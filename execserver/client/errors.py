@@ -10,11 +10,12 @@ session) has its own class.
 from __future__ import annotations
 
 import errno
-from typing import Literal
+from typing import Final, Literal
 
 from execserver.wire import errors as codes
 
 __all__ = [
+    "REFUSAL_BODY_LIMIT",
     "CommandError",
     "CommandFailed",
     "CommandNotExecutable",
@@ -124,6 +125,10 @@ class ProcessFailed(ExecServerError):
     """A remote process's event stream ended in ``Failed`` (e.g. its output was lost)."""
 
 
+# How much of a refused upgrade's body goes into the error.
+REFUSAL_BODY_LIMIT: Final = 500
+
+
 class ExecServerConnectError(ExecServerError):
     """The transport could not be opened (refused, HTTP 401/403/404 on upgrade, spawn failed)."""
 
@@ -132,6 +137,21 @@ class ExecServerConnectError(ExecServerError):
         self.status = status
         # What the server said when it refused the upgrade (the 401 body).
         self.reason = reason
+
+    @classmethod
+    def upgrade_refused(
+        cls, url: str, status: int, body: bytes, status_text: str
+    ) -> ExecServerConnectError:
+        """A refused websocket upgrade: the reason is the body (e.g. ``invalid
+        websocket bearer token``) as one line, else the status line's text. Both
+        client transports (async and blocking) report refusals through this."""
+        text = body[:REFUSAL_BODY_LIMIT].decode("utf-8", "replace")
+        reason = " ".join(text.split()) or status_text
+        return cls(
+            f"websocket upgrade to {url} refused: HTTP {status}: {reason}",
+            status=status,
+            reason=reason,
+        )
 
 
 # -- running a command (``ExecServerClient.run``) ------------------------------

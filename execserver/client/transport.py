@@ -45,7 +45,6 @@ class Transport(Protocol):
         """Drop the connection at once, without a goodbye (used on decode errors)."""
 
 
-_REASON_LIMIT = 500
 # How long close() waits for the server to answer our close frame (aiohttp's
 # default was 10 s; a server that does not answer is dropped after this).
 _CLOSE_TIMEOUT = 5.0
@@ -54,17 +53,6 @@ _CLOSE_TIMEOUT = 5.0
 _NO_FRAME_LIMIT = sys.maxsize
 
 _DATA_FRAMES = (picows.WSMsgType.TEXT, picows.WSMsgType.BINARY)
-
-
-def _refusal_reason(exc: picows.WSHandshakeError) -> str:
-    """The body of a refused upgrade (e.g. ``invalid websocket bearer token``) as
-    one line, else the status line's text."""
-    body = (exc.raw_body or b"")[:_REASON_LIMIT].decode("utf-8", "replace")
-    reason = " ".join(body.split())
-    if reason:
-        return reason
-    response = exc.response
-    return response.status.phrase if response is not None else str(exc)
 
 
 class _Inbox(picows.WSListener):
@@ -176,12 +164,8 @@ class WebSocketTransport:
             response = exc.response
             if response is None:  # not an HTTP answer at all
                 raise ExecServerConnectError(f"cannot connect to {url}: {exc}") from exc
-            status = int(response.status)
-            reason = _refusal_reason(exc)
-            raise ExecServerConnectError(
-                f"websocket upgrade to {url} refused: HTTP {status}: {reason}",
-                status=status,
-                reason=reason,
+            raise ExecServerConnectError.upgrade_refused(
+                url, int(response.status), exc.raw_body or b"", response.status.phrase
             ) from exc
         except (picows.WSError, OSError) as exc:
             raise ExecServerConnectError(f"cannot connect to {url}: {exc}") from exc
