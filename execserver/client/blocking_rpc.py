@@ -20,26 +20,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Coroutine, Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 from execserver.client.blocking_websocket import BlockingWebSocket, WebSocketClosed
+from execserver.client.defaults import (
+    CONNECT_TIMEOUT,
+    DEFAULT_CLIENT_NAME,
+    INITIALIZE_TIMEOUT,
+    REQUEST_TIMEOUT,
+)
 from execserver.client.errors import ExecServerTimeout, ExecServerTransportClosed, rpc_error
 from execserver.wire import errors as codes
 
-__all__ = [
-    "CLIENT_NAME",
-    "CONNECT_TIMEOUT",
-    "REQUEST_TIMEOUT",
-    "BlockingRpcSession",
-    "run_blocking",
-]
+__all__ = ["BlockingRpcSession", "run_blocking"]
 
 T = TypeVar("T")
 
-# The same defaults as the async client (execserver.client.connection).
-CLIENT_NAME: Final = "execserver-client"
-CONNECT_TIMEOUT: Final = 10.0
-REQUEST_TIMEOUT: Final = 60.0
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -72,7 +68,7 @@ class BlockingRpcSession:
         url: str,
         *,
         token: str | None = None,
-        client_name: str = CLIENT_NAME,
+        client_name: str = DEFAULT_CLIENT_NAME,
         timeout: float = CONNECT_TIMEOUT,
     ) -> BlockingRpcSession:
         """Open a websocket to ``url`` and initialize a new session. ``token``
@@ -85,7 +81,7 @@ class BlockingRpcSession:
                 init = session.call(
                     "initialize",
                     {"clientName": client_name, "resumeSessionId": None},
-                    timeout=timeout,
+                    timeout=INITIALIZE_TIMEOUT,
                 )
             except ExecServerTimeout as exc:
                 raise ExecServerTimeout("initialize", "timed out waiting for initialize") from exc
@@ -104,6 +100,10 @@ class BlockingRpcSession:
 
     def close(self) -> None:
         self._ws.close()
+
+    @property
+    def websocket(self) -> BlockingWebSocket:
+        return self._ws
 
     def notify(self, method: str, params: object) -> None:
         self._send({"method": method, "params": params})

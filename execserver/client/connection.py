@@ -29,6 +29,12 @@ from typing import TYPE_CHECKING, Any, Final, Literal, overload
 import msgspec
 
 from execserver.client.calls import TypedCalls
+from execserver.client.defaults import (
+    CONNECT_TIMEOUT,
+    DEFAULT_CLIENT_NAME,
+    INITIALIZE_TIMEOUT,
+    REQUEST_TIMEOUT,
+)
 from execserver.client.errors import (
     ExecServerConnectError,
     ExecServerError,
@@ -90,10 +96,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CLIENT_NAME: Final = "execserver-client"
-CONNECT_TIMEOUT: Final = 10.0
-INITIALIZE_TIMEOUT: Final = 10.0
-REQUEST_TIMEOUT: Final = 60.0
 # A long-poll read may legitimately take waitMs; allow that plus this much.
 READ_TIMEOUT_SLACK: Final = 10.0
 RECOVERY_DEADLINE: Final = 25.0
