@@ -124,20 +124,23 @@ async def test_connection_refused_keeps_the_os_error_as_cause() -> None:
     assert isinstance(cause, OSError) and cause.errno == errno.ECONNREFUSED
 
 
-def _calls_for(url: str, seconds: float) -> int:
+def _calls_until_pinged(url: str, pings: int) -> tuple[int, int]:
+    """Calls one after the other until the server's pings were answered ``pings``
+    times (they arrive between and inside the calls' answers)."""
     import time
 
-    done = 0
+    calls = 0
     with BlockingRpcSession.connect(url) as session:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            session.call("fs/getMetadata", {"path": "file:///", "sandbox": None})
-            done += 1
-            time.sleep(0.01)  # idle gaps, so pings land between answers
-    return done
+        deadline = time.monotonic() + 10
+        while session.websocket.pings_answered < pings and time.monotonic() < deadline:
+            meta = session.call("fs/getMetadata", {"path": "file:///", "sandbox": None})
+            assert meta["isDirectory"]
+            calls += 1
+        return calls, session.websocket.pings_answered
 
 
 async def test_server_pings_between_answers_are_answered_and_skipped() -> None:
     async with start_server("execserver", ["--ping-interval", "0.02"]) as server:
-        calls = await asyncio.to_thread(_calls_for, server.url, 0.6)
-    assert calls > 10
+        calls, pinged = await asyncio.to_thread(_calls_until_pinged, server.url, 5)
+    assert pinged >= 5
+    assert calls > 0
