@@ -7,6 +7,7 @@ with the server tree's CPU per operation, driven by the lean client
 
     python -m benchmarks.ws_stack [--rounds N] [--reads N] [--calls N]
     python -m benchmarks.ws_stack serve-aiohttp     # the prototype server alone
+    python -m benchmarks.ws_stack serve-floor       # the floor server alone
 
 The prototype is what the aiohttp listener did per frame: a reader task
 iterating ``receive()``, ``await Connection.handle_frame`` for each frame,
@@ -14,6 +15,13 @@ and answers written through ``WebSocketResponse.send_frame``, corked while
 more answers follow in the same event-loop round (what server/coalesce.py
 did for it). Without auth, Origin refusal, oversize close or pings: enough
 to measure the listener's cost, not to ship.
+
+``floor`` is the stack with no request work at all: picows on uvloop, each
+frame's id read with msgspec and a canned answer of the right shape written
+back (``serve-floor``). What it costs per operation is what no Python
+daemon on this stack can go below; the daemon's figure minus it is what its
+request handling costs on a real round trip (cold caches after every
+wake-up), which a warm in-process loop understates several times.
 """
 
 from __future__ import annotations
@@ -31,7 +39,16 @@ from benchmarks import figures
 from benchmarks.server_cpu import tree_cpu_seconds
 from scripts.servers import RunningServer, start_server, stop_process
 
-KINDS = ("execserver", "aiohttp", "reference")
+KINDS = ("execserver", "aiohttp", "floor", "reference")
+
+# The floor server's answers: the shapes the figures' clients read.
+_FLOOR_ANSWERS = {
+    "process/read": b'{"chunks":[{"seq":1,"stream":"stdout","chunk":"bGluZSAwCg=="}],'
+    b'"nextSeq":2,"exited":true,"exitCode":0,"closed":true,"failure":null,'
+    b'"sandboxDenied":false}',
+    "fs/getMetadata": b'{"isDirectory":false,"isFile":true,"isSymlink":false,'
+    b'"createdAtMs":0,"modifiedAtMs":0}',
+}
 
 
 def _corked_sender(ws: Any, sock: Any) -> Callable[[bytes], Awaitable[None]]:
@@ -106,17 +123,48 @@ async def _serve_aiohttp() -> None:
     await asyncio.Event().wait()
 
 
-async def _start_aiohttp() -> RunningServer:
+async def _serve_floor() -> None:
+    import msgspec
+    from picows import WSFrame, WSListener, WSTransport, ws_create_server
+
+    class Envelope(msgspec.Struct):
+        id: int | None = None
+        method: str = ""
+
+    decode = msgspec.json.Decoder(Envelope).decode
+
+    class Answerer(WSListener):
+        def on_ws_connected(self, transport: WSTransport) -> None:
+            self.write = transport.underlying_transport.write
+
+        def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+            message = decode(frame.get_payload_as_bytes())
+            if message.id is None:  # a notification
+                return
+            result = _FLOOR_ANSWERS.get(message.method, b"{}")
+            payload = b'{"id":%d,"result":%s}' % (message.id, result)
+            size = len(payload)
+            header = bytes((0x81, size)) if size < 126 else bytes((0x81, 126)) + size.to_bytes(2)
+            self.write(header + payload)
+
+    server = await ws_create_server(lambda request: Answerer(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    sys.stdout.write(f"ws://127.0.0.1:{port}\n")
+    sys.stdout.flush()
+    await server.serve_forever()
+
+
+async def _start_prototype(kind: str) -> RunningServer:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "benchmarks.ws_stack",
-        "serve-aiohttp",
+        f"serve-{kind}",
         stdout=asyncio.subprocess.PIPE,
     )
     assert proc.stdout is not None
     url = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
-    return RunningServer(kind="aiohttp", url=url, process=proc)
+    return RunningServer(kind=kind, url=url, process=proc)
 
 
 async def _measure(kind: str, figure: str, reads: int, calls: int) -> dict[str, float]:
@@ -131,8 +179,8 @@ async def _measure(kind: str, figure: str, reads: int, calls: int) -> dict[str, 
         result["server_cpu_us_per_op"] = cpu / ops * 1e6
         return result
 
-    if kind == "aiohttp":
-        server = await _start_aiohttp()
+    if kind in ("aiohttp", "floor"):
+        server = await _start_prototype(kind)
         try:
             return await run(server)
         finally:
@@ -164,15 +212,17 @@ async def compare(rounds: int, reads: int, calls: int) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("mode", nargs="?", default="compare", choices=["compare", "serve-aiohttp"])
+    parser.add_argument(
+        "mode", nargs="?", default="compare", choices=["compare", "serve-aiohttp", "serve-floor"]
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reads", type=int, default=10000)
     parser.add_argument("--calls", type=int, default=40000)
     args = parser.parse_args()
-    if args.mode == "serve-aiohttp":
+    if args.mode in ("serve-aiohttp", "serve-floor"):
         import uvloop
 
-        uvloop.run(_serve_aiohttp())
+        uvloop.run(_serve_aiohttp() if args.mode == "serve-aiohttp" else _serve_floor())
         return 0
     import json
 
