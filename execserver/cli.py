@@ -1,4 +1,4 @@
-"""Command line: ``execserver serve | run | shell | doctor``."""
+"""Command line: ``execserver serve | doctor | run | shell | patch``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,13 @@ __all__ = [
     "sandbox_config_from",
     "serve",
 ]
+
+# What `execserver --help` says above the subcommands (the docstring is for readers
+# of the code, in reST).
+_DESCRIPTION = (
+    "The exec-server daemon (serve), what this host's sandbox can do (doctor), and "
+    "clients for a running exec-server (run, shell, patch)."
+)
 
 # The daemon's configuration (execserver.config) is imported by the functions that
 # build it: the client subcommands never need it.
@@ -393,7 +400,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     unknown to it: call it with the subcommand the command line names)."""
     # Typed as the base class: the subcommand parsers (of class _Parser at run
     # time) are registered by functions that take plain ArgumentParsers.
-    parser: argparse.ArgumentParser = _Parser(prog="execserver", description=__doc__)
+    parser: argparse.ArgumentParser = _Parser(prog="execserver", description=_DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"execserver {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     registrars = [_SUBCOMMANDS[command]] if command in _SUBCOMMANDS else _SUBCOMMANDS.values()
