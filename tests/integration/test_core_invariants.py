@@ -1,6 +1,7 @@
-"""The core's client-facing guarantees (numbered as in the test names), checked with
-tool calls through the orchestrator against real exec-servers (ours and the
-reference). The only stand-in is the scripted user.
+"""The core's client-facing guarantees (numbered as in the test names and in
+docs/core-guarantees.md), checked with tool calls through the orchestrator
+against real exec-servers (ours and the reference). The only stand-in is the
+scripted user.
 
 Invariants 1, 3, 4, 5 are the client's; here they are checked end to end,
 through the orchestrator. 12 and 14 are checked at the orchestrator's seam

@@ -4,6 +4,8 @@ approval, the attempts and their retries, and the sandbox each attempt gets.
 Everything is real — server process, sandbox, client, processes — except the
 user, who is a scripted approver. Each test runs against our execserver and
 the reference ``codex exec-server``.
+
+``test_invariant_N_...``: guarantee N of docs/core-guarantees.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Review decisions, the approval cache and the approval router."""
+"""Review decisions, the approval cache and the approval router.
+
+``test_invariant_N_...``: guarantee N of docs/core-guarantees.md.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """SandboxAttempt: choosing the attempt, its three notions of "sandbox", and
-the process/start params built from it."""
+the process/start params built from it.
+
+``test_invariant_N_...``: guarantee N of docs/core-guarantees.md.
+"""
 
 from __future__ import annotations
 

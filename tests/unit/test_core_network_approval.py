@@ -1,5 +1,8 @@
 """Network approvals: registrations, dedupe, host caches, finish semantics
-(cases ported from the reference's network-approval tests)."""
+(cases ported from the reference's network-approval tests).
+
+``test_invariant_N_...``: guarantee N of docs/core-guarantees.md.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ The runtime here is a scripted in-memory ToolRuntime: each attempt returns or
 raises what the test lists, so every path of the state diagram can be driven,
 including network denials no real executor produces on demand. The same paths
 run against a real executor in tests/integration/test_core_orchestrator.py.
+
+``test_invariant_N_...``: guarantee N of docs/core-guarantees.md.
 """
 
 from __future__ import annotations

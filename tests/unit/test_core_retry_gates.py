@@ -1,4 +1,7 @@
-"""Retry gates after a sandbox denial."""
+"""Retry gates after a sandbox denial.
+
+``test_invariant_N_...``: guarantee N of docs/core-guarantees.md.
+"""
 
 from __future__ import annotations
 
