@@ -5,7 +5,7 @@ after the other and exits; most of its wall time was start-up. The event loop,
 picows and the async client cost ~80 ms to import on the 2-vCPU machine the
 benchmarks run on (asyncio 29 ms with ssl, concurrent.futures and logging,
 picows 24 ms with its proxy support); this module needs only ``socket``,
-``base64``, ``hashlib`` and ``os`` (~7 ms). The sans-IO libraries were measured
+``base64``, CPython's own SHA-1 and ``os`` (~5 ms). The sans-IO libraries were measured
 too and are not cheap to import either: ``wsproto`` 31 ms (h11 17 ms of it),
 ``websockets`` ~45 ms. What a client of one request at a time needs of the
 protocol is small, so it is written here: the opening handshake (with the
@@ -20,13 +20,19 @@ memory (so is a JSON-RPC message anyway).
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 import socket
 import struct
 from collections.abc import Mapping
 from typing import Final
 from urllib.parse import urlsplit
+
+try:
+    # The handshake's one SHA-1: hashlib would load OpenSSL's _hashlib first,
+    # ~3.5 ms of a one-shot command's start, against ~0.4 ms for this module.
+    from _sha1 import sha1 as _sha1  # type: ignore[import-not-found]
+except ImportError:  # a CPython built without its own hash modules
+    from hashlib import sha1 as _sha1
 
 from execserver.client.errors import (
     REFUSAL_BODY_LIMIT,
@@ -202,7 +208,7 @@ class BlockingWebSocket:
             body = cls._refusal_body(sock, rest, fields)
             status_text = status_parts[2] if len(status_parts) == 3 else status_line
             raise ExecServerConnectError.upgrade_refused(url, status, body, status_text)
-        expected = base64.b64encode(hashlib.sha1(key + _ACCEPT_GUID).digest()).decode("ascii")
+        expected = base64.b64encode(_sha1(key + _ACCEPT_GUID).digest()).decode("ascii")
         if fields.get("sec-websocket-accept") != expected:
             raise ExecServerConnectError(
                 f"cannot connect to {url}: the server's Sec-WebSocket-Accept does not match"

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 
-from execserver.cli import build_parser
+import pytest
+
+from execserver.cli import _terminal_columns, build_parser
 
 
 def test_top_level_help_names_every_subcommand_in_plain_text() -> None:
@@ -20,3 +23,15 @@ def test_top_level_help_names_every_subcommand_in_plain_text() -> None:
     for name in subcommands.choices:
         assert re.search(rf"\b{name}\b", description), name
     assert "``" not in help_text
+
+
+@pytest.mark.parametrize("columns", [None, "60", "137", "0", "-5", "wide"])
+def test_help_width_is_what_shutil_would_give(
+    columns: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The parsers' formatter asks for the width without importing shutil.
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert _terminal_columns() == shutil.get_terminal_size().columns
