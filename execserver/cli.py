@@ -60,6 +60,8 @@ def _terminal_columns() -> int:
 
 
 class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's own, with the default width found by ``_terminal_columns``."""
+
     def __init__(
         self,
         prog: str,
