@@ -249,7 +249,9 @@ def knock_as(uid: int, socket_path: str, request: dict[str, object]) -> bytes:
                 sock.connect(socket_path)
                 sock.sendall(json.dumps(request).encode() + b"\n")
                 os.write(write_end, b"answer:" + sock.recv(1 << 16))
-        except ConnectionResetError:  # closed with the request unread
+        except (ConnectionResetError, BrokenPipeError):
+            # Closed with the request unread; the refusal can come before the
+            # request is sent (BrokenPipe, seen under load) or after (reset).
             os.write(write_end, b"answer:")
         except BaseException as exc:
             os.write(write_end, f"failed: {exc!r}".encode())
