@@ -27,7 +27,7 @@ from execserver.sandbox.plan import LaunchPlan, LaunchRequest, off_loop
 from execserver.sandbox.planner import plan_sandboxed
 from execserver.wire import methods as m
 from execserver.wire.base import Empty, WireStruct
-from execserver.wire.base64_json import SIMD_FROM, base64_json
+from execserver.wire.base64_json import chunk_json
 from execserver.wire.contract import EncodesAs
 from execserver.wire.errors import RpcError
 from execserver.wire.process import (
@@ -197,12 +197,9 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
 def process_read_at_once(ctx: RequestContext, params: ReadParams) -> ReadResult | MustWait:
     """process/read when it need not wait: output already buffered, the process exited,
     or no ``waitMs``; else MUST_WAIT (process_read then waits)."""
-    proc = _lookup(ctx, params.process_id)
-    if proc is None:
-        raise RpcError.invalid_request(f"unknown process id {params.process_id}")
+    proc = _read_target(ctx, params)
     after = params.after_seq or 0
-    # _read_target and _must_wait inlined (each call is ~0.1 µs of a ~5 µs poll).
-    if params.wait_ms and proc.exit_code is None and not proc.log.has_after(after):
+    if _must_wait(proc, after, params):
         return MUST_WAIT
     return _read_response(proc, after, params.max_bytes)
 
@@ -256,13 +253,7 @@ ReadResult = Annotated[_ReadResult, EncodesAs(ReadResponse)]
 def _read_response(proc: ManagedProcess, after: int, max_bytes: int | None) -> ReadResult:
     chunks, next_seq = proc.log.read(after, max_bytes)
     return _ReadResult(
-        # chunk_json inlined (a call per chunk less).
-        chunks=[
-            _EncodedChunk(
-                c.seq, c.stream, c.data if len(c.data) < SIMD_FROM else base64_json(c.data)
-            )
-            for c in chunks
-        ],
+        chunks=[_EncodedChunk(c.seq, c.stream, chunk_json(c.data)) for c in chunks],
         next_seq=next_seq,
         exited=proc.exited,
         exit_code=proc.exit_code,
