@@ -14,7 +14,8 @@ Exit codes (besides the remote command's own 0-255):
 127   the program was not found on the executor (as shells do)
 255   could not connect, authentication refused, or connection lost (as ssh)
 128+N the local ``execserver`` was ended by signal N (the remote command was
-      terminated first); 141 when our stdout was closed (``| head``)
+      terminated first); 141 when our stdout was closed (``| head``); 130 when
+      ``patch`` was interrupted by ^C
 ====  ==========================================================================
 """
 
@@ -31,6 +32,7 @@ __all__ = [
     "EXIT_BROKEN_PIPE",
     "EXIT_CANNOT_START",
     "EXIT_CONNECTION",
+    "EXIT_INTERRUPTED",
     "UsageError",
     "explain",
     "report",
@@ -42,6 +44,7 @@ EXIT_NOT_EXECUTABLE: Final = 126
 EXIT_NOT_FOUND: Final = 127
 EXIT_CONNECTION: Final = 255
 EXIT_BROKEN_PIPE: Final = 128 + 13
+EXIT_INTERRUPTED: Final = 128 + 2  # SIGINT, as a shell reports a command ended by ^C
 
 TOKEN_HINT: Final = "pass it with --token or set $EXECSERVER_TOKEN"
 

@@ -13,7 +13,7 @@ import posixpath
 import sys
 from typing import TYPE_CHECKING, Any
 
-from execserver.client.cli_errors import explain, report
+from execserver.client.cli_errors import EXIT_INTERRUPTED, explain, report
 from execserver.client.cli_options import (
     add_token_option,
     add_verbose_option,
@@ -212,9 +212,6 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     sys.stderr.write(outcome.stderr)
     return outcome.exit_code
 
-
-# 128 + SIGINT, as a shell reports a command ended by ^C.
-EXIT_INTERRUPTED = 130
 
 # The module the control master runs (python -m), see execserver.client.control.
 CONTROL_MASTER = "execserver.core.apply_patch.control_master"
