@@ -7,7 +7,6 @@ sandbox helper (``execserver.sandbox.fs_runner``) for restricted policies.
 
 from __future__ import annotations
 
-import binascii
 import os
 import stat
 from typing import Any
@@ -15,12 +14,14 @@ from typing import Any
 from execserver.fs.errors import contains_symlink, not_a_file, not_a_regular_file
 from execserver.fs.metadata import birth_time_ms, metadata_dict
 from execserver.fs.nofollow import parent_fd
+from execserver.wire.base64_text import base64_text
 from execserver.wire.uri import path_to_uri
 
 __all__ = [
     "canonicalize",
     "get_metadata",
     "lossy_name",
+    "read_cached_file_bytes",
     "read_directory",
     "read_file",
     "read_file_bytes",
@@ -34,7 +35,9 @@ def read_all(fd: int) -> bytes:
         return stream.readall()
 
 
-def read_file_bytes(path: str, follow_symlinks: bool = True) -> bytes:
+def _open_regular(path: str, follow_symlinks: bool) -> tuple[int, os.stat_result]:
+    """An fd on the regular file at ``path`` and its fstat; refuses anything else
+    with fs/readFile's errors."""
     if follow_symlinks:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
@@ -50,7 +53,41 @@ def read_file_bytes(path: str, follow_symlinks: bool = True) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise not_a_file(path) if follow_symlinks else not_a_regular_file()
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_file_bytes(path: str, follow_symlinks: bool = True) -> bytes:
+    fd, _ = _open_regular(path, follow_symlinks)
+    try:
         return read_all(fd)
+    finally:
+        os.close(fd)
+
+
+def read_cached_file_bytes(path: str, follow_symlinks: bool, limit: int) -> bytes | None:
+    """The whole file, when it holds at most ``limit`` bytes and every one of them is
+    in the page cache: read with RWF_NOWAIT, which fails rather than wait for a disk,
+    so the event loop can run this. None when it must be read in a worker instead:
+    larger, not (all) cached, a file system without RWF_NOWAIT (procfs, FUSE), or a
+    size that fstat does not tell. Opening it raises ``read_file_bytes``' errors."""
+    fd, st = _open_regular(path, follow_symlinks)
+    try:
+        size = st.st_size
+        if size > limit:
+            return None
+        # One byte more than fstat says: a file that grew since reads past it.
+        buffer = bytearray(size + 1)
+        try:
+            got = os.preadv(fd, [buffer], 0, os.RWF_NOWAIT)
+        except OSError:  # EAGAIN (not cached), EOPNOTSUPP, ...: the worker reads it
+            return None
+        if got != size:
+            return None
+        del buffer[size:]
+        return bytes(buffer)
     finally:
         os.close(fd)
 
@@ -58,7 +95,7 @@ def read_file_bytes(path: str, follow_symlinks: bool = True) -> bytes:
 def read_file(path: str, follow_symlinks: bool = True) -> str:
     """fs/readFile: the whole file, base64 (JSON-able for the sandbox helper)."""
     data = read_file_bytes(path, follow_symlinks)
-    return binascii.b2a_base64(data, newline=False).decode("ascii")
+    return base64_text(data)
 
 
 def get_metadata(path: str, follow_symlinks: bool = True) -> dict[str, Any]:

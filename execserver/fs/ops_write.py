@@ -8,13 +8,13 @@ true) and Rust's std::fs behaviour (create_dir_all, fs::copy).
 
 from __future__ import annotations
 
-import binascii
 import os
 import shutil
 import stat
 
 from execserver.fs.errors import contains_symlink
 from execserver.fs.nofollow import components, open_dir_nofollow, parent_fd
+from execserver.wire.base64_text import trusted_base64_bytes
 from execserver.wire.errors import RpcError
 
 __all__ = ["copy", "create_directory", "remove", "write_file_bytes"]
@@ -32,7 +32,7 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 def write_file(path: str, data_base64: str, follow_symlinks: bool = True) -> None:
     """fs/writeFile (JSON form, for the sandbox helper); ``data_base64`` was
     validated by the caller."""
-    write_file_bytes(path, binascii.a2b_base64(data_base64.encode("ascii")), follow_symlinks)
+    write_file_bytes(path, trusted_base64_bytes(data_base64), follow_symlinks)
 
 
 def write_file_bytes(path: str, data: bytes, follow_symlinks: bool = True) -> None:

@@ -20,7 +20,6 @@ reference reports them (``rpc_error_from_os_error``).
 from __future__ import annotations
 
 import asyncio
-import binascii
 import contextlib
 import dataclasses
 import json
@@ -47,6 +46,7 @@ from execserver.sandbox.policy import (
     resolve_policy,
     restricts_access,
 )
+from execserver.wire.base64_text import base64_text
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 from execserver.wire.sandbox import FileSystemSandboxContext
 
@@ -123,7 +123,7 @@ def _json_form(func: str, args: dict[str, object]) -> tuple[str, dict[str, objec
         data = args["data"]
         assert isinstance(data, bytes)
         rest = {k: v for k, v in args.items() if k != "data"}
-        encoded = binascii.b2a_base64(data, newline=False).decode()
+        encoded = base64_text(data)
         return _WRITE_BASE64, {**rest, "data_base64": encoded}
     return func, args
 

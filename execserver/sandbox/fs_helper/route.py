@@ -11,23 +11,23 @@ call instead.
 
 from __future__ import annotations
 
-import binascii
 from collections.abc import Callable
 from typing import Any, Final
 
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.pool import eligible, loop_pool
 from execserver.sandbox.policy import ResolvedPolicy
+from execserver.wire.base64_text import base64_text, trusted_base64_bytes
 
 __all__ = ["call_persistent"]
 
 
 def _b64(data: Any) -> str:
-    return binascii.b2a_base64(data, newline=False).decode("ascii")
+    return base64_text(data)
 
 
 def _decoded_write(args: dict[str, Any]) -> dict[str, Any]:
-    data = binascii.a2b_base64(args["data_base64"].encode("ascii"))
+    data = trusted_base64_bytes(args["data_base64"])
     rest = {k: v for k, v in args.items() if k != "data_base64"}
     return {**rest, "data": data}
 
