@@ -1,0 +1,43 @@
+"""glibc malloc settings for a daemon that moves multi-megabyte messages.
+
+An ``fs/writeFile`` of 8 MiB arrives as an 11 MB frame and becomes several
+buffers of that size (the frame, the base64 text, the decoded data). glibc
+serves each from fresh ``mmap`` pages (its threshold adapts only up to the
+size last freed, and it trims the heap back once more than twice that is
+free at its top), so every such request page-faulted in ~21 MB anew: 5 400
+minor faults per write on the benchmark VM. Keeping blocks up to 32 MiB on the
+heap and up to 64 MiB of free heap untrimmed made those writes take 47 instead
+of 83 ms, with no faults after the first, for ~22 MB more resident memory
+after the first large message (102 against 80 MB after twenty 8 MiB writes).
+Process output and small requests never reach these sizes: idle memory is
+unchanged.
+
+Set with ``mallopt`` in the daemon's own process only: ``MALLOC_*``
+environment variables would reach every command it starts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_malloc"]
+
+# From glibc's <malloc.h>.
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+MMAP_THRESHOLD = 32 << 20  # the largest glibc accepts on 64-bit (HEAP_MAX_SIZE / 2)
+TRIM_THRESHOLD = 64 << 20
+
+
+def tune_malloc() -> bool:
+    """Apply the settings; False where the C library has no ``mallopt`` (musl)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )
