@@ -252,6 +252,57 @@ async def read_file(url: str, megabytes: int) -> dict[str, float]:
     }
 
 
+async def write_file(url: str, megabytes: int) -> dict[str, float]:
+    """One fs/writeFile of ``megabytes`` MiB of random data, timed to its answer."""
+    data = os.urandom(megabytes * 1024 * 1024)
+    payload = base64.b64encode(data).decode()
+    target = WORK / f"execserver-bench-write-{megabytes}mb.bin"
+    client = await BenchClient.connect(url)
+    try:
+        start = time.perf_counter()
+        await client.call("fs/writeFile", {"path": "file://" + str(target), "dataBase64": payload})
+        elapsed = time.perf_counter() - start
+        if target.read_bytes() != data:
+            raise RuntimeError("the written file differs")
+    finally:
+        await client.close()
+        target.unlink(missing_ok=True)
+    return {"writeFile_MB_per_s": len(data) / 1e6 / elapsed, "ops": megabytes}
+
+
+async def small_files(url: str, calls: int) -> dict[str, float]:
+    """``calls`` unsandboxed fs/readFile and fs/writeFile of 4 KiB each, one at a
+    time, on one connection: what an agent's file tools wait on."""
+    folder = WORK / "execserver-bench-small"
+    folder.mkdir(exist_ok=True)
+    for i in range(16):
+        (folder / f"f{i}.txt").write_bytes(os.urandom(4096))
+    payload = base64.b64encode(os.urandom(4096)).decode()
+    client = await BenchClient.connect(url)
+    reads: list[float] = []
+    writes: list[float] = []
+    try:
+        for i in range(calls):
+            start = time.perf_counter()
+            result = await client.call("fs/readFile", {"path": f"file://{folder}/f{i % 16}.txt"})
+            reads.append(time.perf_counter() - start)
+            if len(base64.b64decode(result["dataBase64"])) != 4096:
+                raise RuntimeError("short read")
+            start = time.perf_counter()
+            await client.call(
+                "fs/writeFile", {"path": f"file://{folder}/w{i % 16}.txt", "dataBase64": payload}
+            )
+            writes.append(time.perf_counter() - start)
+    finally:
+        await client.close()
+    return {
+        "readFile_p50_ms": statistics.median(reads) * 1e3,
+        "readFile_p99_ms": pct(reads, 0.99) * 1e3,
+        "writeFile_p50_ms": statistics.median(writes) * 1e3,
+        "ops": 2 * calls,
+    }
+
+
 async def many_processes(url: str, pid: int, count: int) -> dict[str, float]:
     server = psutil.Process(pid)
     client = await BenchClient.connect(url)

@@ -84,6 +84,10 @@ def build_figures(smoke: bool) -> list[Figure]:
             True,
         ),
         Figure("read_file", lambda srv: figures.read_file(srv.url, 5 if s else 50), True),
+        # 8 MiB: its base64 (11.2 MB) in one frame stays inside the reference's
+        # 16 MiB frame limit (a 43 MB frame made it drop the connection).
+        Figure("write_file", lambda srv: figures.write_file(srv.url, 2 if s else 8), True),
+        Figure("small_files", lambda srv: figures.small_files(srv.url, 20 if s else 300), False),
         Figure(
             "live_processes",
             lambda srv: figures.many_processes(srv.url, srv.process.pid, 50 if s else 500),
