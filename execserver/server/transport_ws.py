@@ -85,6 +85,17 @@ def _text_frame(payload: bytes) -> bytes:
     return _header_64(0x81, 127, size) + payload
 
 
+def _large_text_frame_header(size: int) -> bytes:
+    """The header of a text frame of ``size`` >= 65536 bytes, written before the
+    payload (``writelines``) instead of joined to it: one copy of a 70 MB readFile
+    answer less, ~17 000 page faults of fresh memory on the benchmark VM."""
+    return _header_64(0x81, 127, size)
+
+
+# From this size on the header and payload go out as two buffers (a writev).
+SEPARATE_HEADER_FROM = 1 << 20
+
+
 _header_16 = struct.Struct("!BBH").pack
 _header_64 = struct.Struct("!BBQ").pack
 # Looked up once per frame; module names are cheaper than the enum's attributes.
@@ -440,16 +451,22 @@ class _Socket(WSListener):
 
     # ---- frames out ---------------------------------------------------------------------
 
+    def _write_frame(self, payload: bytes) -> None:
+        if len(payload) < SEPARATE_HEADER_FROM:
+            self._write(_text_frame(payload))
+        else:
+            self._tcp.writelines((_large_text_frame_header(len(payload)), payload))
+
     def _write_now(self, frame: bytes) -> bool:
         if self._can_write is not None or self._transport.is_disconnected:
             return False
-        self._write(_text_frame(frame))
+        self._write_frame(frame)
         return True
 
     async def _send_frame(self, frame: bytes) -> None:
         if self._transport.is_disconnected:
             raise ConnectionResetError("the peer is gone")
-        self._write(_text_frame(frame))
+        self._write_frame(frame)
         if self._can_write is not None:  # the peer reads slower than we write
             await self._can_write.wait()
             if self._transport.is_disconnected:
