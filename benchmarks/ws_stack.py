@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from benchmarks import figures
-from benchmarks.server_cpu import tree_cpu_seconds
+from benchmarks.server_cpu import tree_cpu_split
 from scripts.servers import RunningServer, start_server, stop_process
 
 KINDS = ("execserver", "aiohttp", "floor", "reference")
@@ -169,14 +169,16 @@ async def _start_prototype(kind: str) -> RunningServer:
 
 async def _measure(kind: str, figure: str, reads: int, calls: int) -> dict[str, float]:
     async def run(server: RunningServer) -> dict[str, float]:
-        before = tree_cpu_seconds(server.process.pid)
+        user_before, system_before = tree_cpu_split(server.process.pid)
         if figure == "read_polling_lean":
             result = await figures.read_polling_lean(server.url, reads)
         else:
             result = await figures.pipelined_metadata_lean(server.url, calls, 64)
-        cpu = tree_cpu_seconds(server.process.pid) - before
+        user_after, system_after = tree_cpu_split(server.process.pid)
+        user, system = user_after - user_before, system_after - system_before
         ops = result.pop("ops")
-        result["server_cpu_us_per_op"] = cpu / ops * 1e6
+        result["server_cpu_us_per_op"] = (user + system) / ops * 1e6
+        result["server_user_cpu_us_per_op"] = user / ops * 1e6
         return result
 
     if kind in ("aiohttp", "floor"):
