@@ -18,7 +18,7 @@ import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -65,6 +65,16 @@ class Lifecycle(enum.Enum):
 
 
 _READY = Lifecycle.READY
+# No params decoded yet (the handler's path decodes them).
+_UNDECODED: Any = object()
+
+
+class _MustWait(NamedTuple):
+    """An at-once attempt that has to wait, with the params it decoded."""
+
+    params: Any
+
+
 # A module-level name for the at-once path, which runs once per polling round trip.
 _clock = time.perf_counter
 
@@ -198,9 +208,13 @@ class Connection:
             # process/start of the same process must find it).
             if spec is not None and spec.at_once is not None and not self._tasks:
                 answer = self._answer_at_once(message, spec)
-                if answer is not None:
+                if isinstance(answer, bytes):
                     self._write_eagerly(answer)
                     return None
+                # It has to wait: its handler takes the params decoded for the attempt
+                # (a sandboxed fs call's context is not decoded twice).
+                self._start_request(message, answer.params)
+                return None
             self._start_request(message)
         elif isinstance(message, IncomingNotification):
             return self._handle_notification(message)
@@ -211,8 +225,8 @@ class Connection:
             return self._enqueue(encode_error(PARSE_ERROR_ID, -32600, text))
         return None
 
-    def _start_request(self, request: IncomingRequest) -> None:
-        task = self._loop.create_task(self._serve_request(request))
+    def _start_request(self, request: IncomingRequest, params: Any = _UNDECODED) -> None:
+        task = self._loop.create_task(self._serve_request(request, params))
         self._track(task)
         if request.method == m.INITIALIZE:
             self._initialize_task = task
@@ -229,9 +243,10 @@ class Connection:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _answer_at_once(self, request: IncomingRequest, spec: MethodSpec[Any]) -> bytes | None:
+    def _answer_at_once(self, request: IncomingRequest, spec: MethodSpec[Any]) -> bytes | _MustWait:
         """The answer frame when the method's ``at_once`` gives it without waiting (or a
-        check refuses the request); None when its handler has to serve it in a task.
+        check refuses the request); else the decoded params, for the handler that has
+        to serve it in a task.
 
         The same steps as ``_serve_request`` and ``_dispatch``, in the same order, minus
         the task and the coroutines: this is the whole request on a polling round trip.
@@ -245,7 +260,7 @@ class Connection:
             assert spec.at_once is not None
             result = spec.at_once(self._at_once_context, params)
             if result is MUST_WAIT:
-                return None
+                return _MustWait(params)
             frame = encode_message(ResponseMessage(request.id, result))
             outcome = "ok"
         except Exception as exc:
@@ -296,10 +311,10 @@ class Connection:
         else:
             future.set_result(msgspec.json.decode(response.result))
 
-    async def _serve_request(self, request: IncomingRequest) -> None:
+    async def _serve_request(self, request: IncomingRequest, params: Any = _UNDECODED) -> None:
         started = time.perf_counter()
         try:
-            result = await self._dispatch(request)
+            result = await self._dispatch(request, params)
             frame = encode_message(ResponseMessage(request.id, result))
             outcome = "ok"
         except Exception as exc:
@@ -327,14 +342,15 @@ class Connection:
         self._observe(method, str(refusal.code), time.perf_counter())
         await self._enqueue(encode_error(request_id, refusal.code, refusal.message))
 
-    async def _dispatch(self, request: IncomingRequest) -> Any:
+    async def _dispatch(self, request: IncomingRequest, params: Any = _UNDECODED) -> Any:
         # Order of checks as the reference: method known -> params -> lifecycle.
         spec = self.runtime.methods.get(request.method)
         if spec is None:
             raise RpcError(
                 METHOD_NOT_FOUND, f"exec-server stub does not implement `{request.method}` yet"
             )
-        params = spec.decoder.decode(request.params)
+        if params is _UNDECODED:
+            params = spec.decoder.decode(request.params)
         async with self._slots:
             if request.method != m.INITIALIZE:
                 self._check_lifecycle(spec.family)

@@ -51,10 +51,12 @@ class Probe:
 
     def __init__(self) -> None:
         self.steps: list[str] = []
+        self.seen: list[Ask] = []  # the params objects each path was given
         self.release = asyncio.Event()
 
     def at_once(self, ctx: RequestContext, params: Ask) -> dict[str, str] | MustWait:
         self.steps.append(f"at once {params.mode}")
+        self.seen.append(params)
         if params.mode in ("wait", "block"):
             return MUST_WAIT
         if params.mode == "refuse":
@@ -65,6 +67,7 @@ class Probe:
 
     async def handler(self, ctx: RequestContext, params: Ask) -> dict[str, str]:
         self.steps.append(f"handler {params.mode}")
+        self.seen.append(params)
         if params.mode in ("wait", "block"):
             await self.release.wait()
         return {"by": "handler"}
@@ -112,6 +115,10 @@ async def test_a_request_that_must_wait_is_served_by_its_handler() -> None:
         probe.release.set()
         assert await sent.wait_for(1) == [{"id": 1, "result": {"by": "handler"}}]
         assert probe.steps == ["at once wait", "handler wait"]
+        # Decoded once: the handler gets the params the at-once attempt decoded (a
+        # sandboxed fs call's context is not decoded a second time).
+        at_once_params, handler_params = probe.seen
+        assert handler_params is at_once_params
     finally:
         await conn.aclose()
         await conn.runtime.aclose()
