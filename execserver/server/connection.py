@@ -69,8 +69,8 @@ _READY = Lifecycle.READY
 _UNDECODED: Any = object()
 
 
-class _MustWait(NamedTuple):
-    """An at-once attempt that has to wait, with the params it decoded."""
+class _ForHandler(NamedTuple):
+    """An at-once attempt that has to wait: its handler serves it, with these params."""
 
     params: Any
 
@@ -243,7 +243,9 @@ class Connection:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _answer_at_once(self, request: IncomingRequest, spec: MethodSpec[Any]) -> bytes | _MustWait:
+    def _answer_at_once(
+        self, request: IncomingRequest, spec: MethodSpec[Any]
+    ) -> bytes | _ForHandler:
         """The answer frame when the method's ``at_once`` gives it without waiting (or a
         check refuses the request); else the decoded params, for the handler that has
         to serve it in a task.
@@ -260,7 +262,7 @@ class Connection:
             assert spec.at_once is not None
             result = spec.at_once(self._at_once_context, params)
             if result is MUST_WAIT:
-                return _MustWait(params)
+                return _ForHandler(params)
             frame = encode_message(ResponseMessage(request.id, result))
             outcome = "ok"
         except Exception as exc:

@@ -22,10 +22,6 @@ from execserver.wire.base64_text import base64_text, trusted_base64_bytes
 __all__ = ["call_persistent"]
 
 
-def _b64(data: Any) -> str:
-    return base64_text(data)
-
-
 def _decoded_write(args: dict[str, Any]) -> dict[str, Any]:
     data = trusted_base64_bytes(args["data_base64"])
     rest = {k: v for k, v in args.items() if k != "data_base64"}
@@ -44,7 +40,7 @@ def _keep(result: Any) -> Any:
 _ROUTES: Final[
     dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]], Callable[[Any], Any]]]
 ] = {
-    "execserver.fs.ops_read:read_file": ("read_file", _same, _b64),
+    "execserver.fs.ops_read:read_file": ("read_file", _same, base64_text),
     "execserver.fs.ops_read:get_metadata": ("get_metadata", _same, _keep),
     "execserver.fs.ops_read:canonicalize": ("canonicalize", _same, _keep),
     "execserver.fs.ops_read:read_directory": ("read_directory", _same, _keep),
