@@ -73,6 +73,16 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+async def timed_call(
+    client: BenchClient, times: list[float], method: str, params: dict[str, Any]
+) -> Any:
+    """One call; its round trip is appended to ``times``."""
+    start = time.perf_counter()
+    result = await client.call(method, params)
+    times.append(time.perf_counter() - start)
+    return result
+
+
 async def spawn_latency(url: str, n: int, sandboxed: bool) -> dict[str, float]:
     client = await BenchClient.connect(url)
     watcher = ProcessWatcher(client)
@@ -283,23 +293,32 @@ async def small_files(url: str, calls: int) -> dict[str, float]:
     writes: list[float] = []
     try:
         for i in range(calls):
-            start = time.perf_counter()
-            result = await client.call("fs/readFile", {"path": f"file://{folder}/f{i % 16}.txt"})
-            reads.append(time.perf_counter() - start)
-            if len(base64.b64decode(result["dataBase64"])) != 4096:
-                raise RuntimeError("short read")
-            start = time.perf_counter()
-            await client.call(
-                "fs/writeFile", {"path": f"file://{folder}/w{i % 16}.txt", "dataBase64": payload}
-            )
-            writes.append(time.perf_counter() - start)
+            read = {"path": f"file://{folder}/f{i % 16}.txt"}
+            write = {"path": f"file://{folder}/w{i % 16}.txt", "dataBase64": payload}
+            await read_then_write(client, (reads, read), (writes, write), 4096)
     finally:
         await client.close()
+    return {**file_latencies(reads, writes), "ops": 2 * calls}
+
+
+async def read_then_write(
+    client: BenchClient,
+    read: tuple[list[float], dict[str, Any]],
+    write: tuple[list[float], dict[str, Any]],
+    size: int,
+) -> None:
+    """One timed fs/readFile of a ``size``-byte file (checked), then one fs/writeFile."""
+    result = await timed_call(client, read[0], "fs/readFile", read[1])
+    if len(base64.b64decode(result["dataBase64"])) != size:
+        raise RuntimeError("short read")
+    await timed_call(client, write[0], "fs/writeFile", write[1])
+
+
+def file_latencies(reads: list[float], writes: list[float]) -> dict[str, float]:
     return {
         "readFile_p50_ms": statistics.median(reads) * 1e3,
         "readFile_p99_ms": pct(reads, 0.99) * 1e3,
         "writeFile_p50_ms": statistics.median(writes) * 1e3,
-        "ops": 2 * calls,
     }
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.client import BenchClient
-from benchmarks.figures import WORK, pct
+from benchmarks.figures import WORK, file_latencies, read_then_write, timed_call
 
 WS = WORK / "execserver-bench-ws"
 SECRET = WORK / "execserver-bench-secret"
@@ -88,27 +88,15 @@ async def sandboxed_fs(url: str, calls: int) -> dict[str, float]:
         else:
             raise RuntimeError("the deny-read entry was not enforced")
         for i in range(calls):
-            target = _uri(WS / f"f{i % 16}.txt")
-            start = time.perf_counter()
-            result = await client.call("fs/readFile", {"path": target, "sandbox": box})
-            reads.append(time.perf_counter() - start)
-            if len(base64.b64decode(result["dataBase64"])) != FILE_SIZE:
-                raise RuntimeError("short read")
-            start = time.perf_counter()
-            await client.call(
-                "fs/writeFile",
-                {"path": _uri(WS / f"w{i % 16}.txt"), "dataBase64": payload, "sandbox": box},
-            )
-            writes.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            await client.call("fs/readDirectory", {"path": _uri(WS), "sandbox": box})
-            listings.append(time.perf_counter() - start)
+            read = {"path": _uri(WS / f"f{i % 16}.txt"), "sandbox": box}
+            write = {"path": _uri(WS / f"w{i % 16}.txt"), "dataBase64": payload, "sandbox": box}
+            await read_then_write(client, (reads, read), (writes, write), FILE_SIZE)
+            listing = {"path": _uri(WS), "sandbox": box}
+            await timed_call(client, listings, "fs/readDirectory", listing)
     finally:
         await client.close()
     return {
-        "readFile_p50_ms": statistics.median(reads) * 1e3,
-        "readFile_p99_ms": pct(reads, 0.99) * 1e3,
-        "writeFile_p50_ms": statistics.median(writes) * 1e3,
+        **file_latencies(reads, writes),
         "readDirectory_p50_ms": statistics.median(listings) * 1e3,
         "ops": 3 * calls,
     }
