@@ -381,7 +381,7 @@ def serve(args: argparse.Namespace, config: ServerConfig) -> int:
 
 
 def run_server(config: ServerConfig) -> int:
-    from execserver.server.malloc_tuning import tune_malloc
+    from execserver.server.memory_tuning import tune_malloc
     from execserver.server.runner import Server
 
     tune_malloc()

@@ -30,6 +30,7 @@ from execserver.server import auth, lifecycle
 from execserver.server.audit import AuditLog
 from execserver.server.http_surface import HttpRequest, HttpResponse, UpgradeCheck
 from execserver.server.listen import ListenAddress, parse_listen
+from execserver.server.memory_tuning import freeze_startup_objects
 from execserver.server.runtime import ServerRuntime
 from execserver.server.sessions import SessionRegistry
 from execserver.server.transport_stdio import serve_stdio
@@ -229,6 +230,9 @@ class Server:
             if self.config.startup_probe
             else None
         )
+        # Everything start-up imported and built stays: keep it out of full collections.
+        frozen = freeze_startup_objects()
+        log.debug("%d start-up objects frozen out of garbage collection", frozen)
         try:
             if self.address.kind == "stdio":
                 return await self._run_stdio()

@@ -1,4 +1,4 @@
-"""The daemon keeps multi-megabyte buffers on its heap (server/malloc_tuning.py):
+"""The daemon keeps multi-megabyte buffers on its heap (server/memory_tuning.py):
 large requests stop page-faulting in fresh memory once the first has been served.
 Real server, real 8 MiB fs/writeFile calls; faults read from /proc/<pid>/stat."""
 

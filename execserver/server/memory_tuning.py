@@ -1,4 +1,7 @@
-"""glibc malloc settings for a daemon that moves multi-megabyte messages.
+"""Memory settings for a long-running daemon: glibc's malloc for multi-megabyte
+messages, and the garbage collector's view of what start-up built.
+
+**malloc.**
 
 An ``fs/writeFile`` of 8 MiB arrives as an 11 MB frame and becomes several
 buffers of that size (the frame, the base64 text, the decoded data). glibc
@@ -14,13 +17,21 @@ unchanged.
 
 Set with ``mallopt`` in the daemon's own process only: ``MALLOC_*``
 environment variables would reach every command it starts.
+
+**The collector.** A full (generation 2) collection walks every container
+object, and most of them are what start-up built: modules, classes, functions,
+the method table. One took 18 to 25 ms in the running daemon on the benchmark VM,
+a pause for every connection. Frozen after start-up (``gc.freeze``), those
+objects are left out and the same collection took 0.10 to 0.13 ms. They stay
+alive for the daemon's life, as they would anyway.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_malloc"]
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "freeze_startup_objects", "tune_malloc"]
 
 # From glibc's <malloc.h>.
 _M_TRIM_THRESHOLD = -1
@@ -41,3 +52,11 @@ def tune_malloc() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     )
+
+
+def freeze_startup_objects() -> int:
+    """Collect once, then move every object that survived into the collector's
+    permanent generation; returns how many objects that is."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
