@@ -381,10 +381,7 @@ def serve(args: argparse.Namespace, config: ServerConfig) -> int:
 
 
 def run_server(config: ServerConfig) -> int:
-    from execserver.server.memory_tuning import tune_malloc
     from execserver.server.runner import Server
-
-    tune_malloc()
 
     async def main() -> int:
         return await Server(config).run()

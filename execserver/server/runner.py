@@ -30,7 +30,7 @@ from execserver.server import auth, lifecycle
 from execserver.server.audit import AuditLog
 from execserver.server.http_surface import HttpRequest, HttpResponse, UpgradeCheck
 from execserver.server.listen import ListenAddress, parse_listen
-from execserver.server.memory_tuning import freeze_startup_objects
+from execserver.server.memory_tuning import freeze_startup_objects, tune_malloc
 from execserver.server.runtime import ServerRuntime
 from execserver.server.sessions import SessionRegistry
 from execserver.server.transport_stdio import serve_stdio
@@ -210,6 +210,8 @@ class Server:
         self.stop()
 
     async def run(self) -> int:
+        # Before any large message: glibc keeps multi-megabyte buffers (memory_tuning).
+        tune_malloc()
         # Children must not inherit (possess) the keys of whoever started us.
         isolate_session_keyring()
         loop = asyncio.get_running_loop()
