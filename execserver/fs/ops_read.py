@@ -28,6 +28,9 @@ __all__ = [
 ]
 
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC
+# Absent from a Python built against headers older than Linux 4.14: every read
+# then goes to a worker.
+_RWF_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)
 
 
 def read_all(fd: int) -> bytes:
@@ -76,12 +79,12 @@ def read_cached_file_bytes(path: str, follow_symlinks: bool, limit: int) -> byte
     fd, st = _open_regular(path, follow_symlinks)
     try:
         size = st.st_size
-        if size > limit:
+        if size > limit or _RWF_NOWAIT is None:
             return None
         # One byte more than fstat says: a file that grew since reads past it.
         buffer = bytearray(size + 1)
         try:
-            got = os.preadv(fd, [buffer], 0, os.RWF_NOWAIT)
+            got = os.preadv(fd, [buffer], 0, _RWF_NOWAIT)
         except OSError:  # EAGAIN (not cached), EOPNOTSUPP, ...: the worker reads it
             return None
         if got != size:
