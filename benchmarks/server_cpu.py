@@ -13,11 +13,6 @@ from __future__ import annotations
 import psutil
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    user, system = tree_cpu_split(pid)
-    return user + system
-
-
 def tree_cpu_split(pid: int) -> tuple[float, float]:
     """(user, system) CPU seconds of the tree. Apart because they move apart: on
     the benchmark VM a round trip's system time is mostly waking the peer's vCPU,

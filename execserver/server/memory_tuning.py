@@ -9,9 +9,10 @@ serves each from fresh ``mmap`` pages (its threshold adapts only up to the
 size last freed, and it trims the heap back once more than twice that is
 free at its top), so every such request page-faulted in ~21 MB anew: 5 400
 minor faults per write on the benchmark VM. Keeping blocks up to 32 MiB on the
-heap and up to 64 MiB of free heap untrimmed made those writes take 47 instead
-of 83 ms, with no faults after the first, for ~22 MB more resident memory
-after the first large message (102 against 80 MB after twenty 8 MiB writes).
+heap and up to 64 MiB of free heap untrimmed: no faults after the first
+write, the server's CPU per write ~40 -> ~25 ms, for ~22 MB more resident
+memory after the first large message (102 against 80 MB after twenty 8 MiB
+writes).
 Process output and small requests never reach these sizes: idle memory is
 unchanged.
 
@@ -22,7 +23,7 @@ environment variables would reach every command it starts.
 object, and most of them are what start-up built: modules, classes, functions,
 the method table. One took 18 to 25 ms in the running daemon on the benchmark VM,
 a pause for every connection. Frozen after start-up (``gc.freeze``), those
-objects are left out and the same collection took 0.10 to 0.13 ms. They stay
+objects are left out and the same collection took 0.10 to 0.14 ms. They stay
 alive for the daemon's life, as they would anyway.
 """
 
