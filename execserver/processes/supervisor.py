@@ -22,6 +22,7 @@ from execserver.processes.tree import (
     read_proc_table,
     read_stat,
     reap_orphans,
+    settle_unread,
 )
 
 if TYPE_CHECKING:
@@ -37,6 +38,12 @@ log = logging.getLogger(__name__)
 SWEEP_INTERVAL_S = 1.0
 # After a kill on the request path: the follow-up scan, shared by a burst of kills.
 FINISH_KILL_DELAY_S = 0.02
+# Orphans whose environment could not be read at their root's exit (mid-execve) are
+# read again this often, and given up as not ours after this many tries: an
+# execve takes well under a millisecond, so an environment still empty after half
+# a second is really empty (``env -i``), which the reading could never attribute.
+UNREAD_RETRY_S = 0.01
+UNREAD_TRIES = 50
 
 
 class Supervisor:
@@ -65,10 +72,33 @@ class Supervisor:
         tree.root_alive = False
         known = {t.root for t in self._trees if t.root_alive}
         adopt_orphans(tree, known)
+        if tree.unread:
+            self._retry_unread(tree, UNREAD_TRIES)
+        else:
+            self._keep_or_forget(tree)
+
+    def _keep_or_forget(self, tree: ProcessTree) -> None:
         if tree.empty:
             self._forget(tree)
         else:
             self._schedule()
+
+    def _retry_unread(self, tree: ProcessTree, tries_left: int) -> None:
+        asyncio.get_running_loop().call_later(
+            UNREAD_RETRY_S, self._settle_unread, tree, tries_left - 1
+        )
+
+    def _settle_unread(self, tree: ProcessTree, tries_left: int) -> None:
+        if self._closed or tree not in self._trees:
+            return
+        settle_unread(tree)
+        if tree.killed and tree.tracked:
+            kill_trees([tree], list(self._trees))
+        if tree.unread and tries_left > 0:
+            self._retry_unread(tree, tries_left)
+            return
+        tree.unread.clear()
+        self._keep_or_forget(tree)
 
     def _forget(self, tree: ProcessTree) -> None:
         self._trees.discard(tree)
@@ -79,6 +109,7 @@ class Supervisor:
         """Kill the whole tree now (before its root's exit can be reaped, so before
         ``closed``); one /proc scan shortly after catches a fork that raced the
         signals, for every tree killed meanwhile. Orphans are reaped by the sweeps."""
+        tree.killed = True
         if tree.cgroup is not None:
             # Every member, however it detached, in one go (the tracking still
             # records the orphans we inherit, for reaping).
@@ -86,7 +117,7 @@ class Supervisor:
         claimed = {t.root for t in self._trees}
         for other in self._trees:
             if other is not tree:
-                claimed.update(other.tracked)
+                claimed.update(other.tracked, other.unread)
         if kill_now(tree, claimed) == 0:
             # A lone child: nothing could fork past the signals (a fork it made
             # just before is in its group, which was killed too).

@@ -51,6 +51,7 @@ __all__ = [
     "read_proc_table",
     "read_stat",
     "reap_orphans",
+    "settle_unread",
 ]
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,12 @@ class ProcessTree:
     # The tree's resource-limit cgroup (when limits are configured): it holds every
     # descendant, escapees included, so it decides emptiness and does the kill.
     cgroup: ProcessCgroup | None = None
+    # Orphans found at the root's exit whose environment read back empty, so not yet
+    # attributed (pid -> start): a process in the middle of execve has no readable
+    # environment for an instant. `setsid sleep &` in a shell that exits at once hit
+    # that window in 47 of 300 tries. ``settle_unread`` reads them again.
+    unread: dict[int, int] = field(default_factory=dict)
+    killed: bool = False  # an orphan attributed after the kill is killed on sight
 
     def live_tracked(self, table: dict[int, ProcInfo]) -> list[int]:
         return [
@@ -179,7 +186,7 @@ class ProcessTree:
 
     @property
     def empty(self) -> bool:
-        if self.root_alive or self.tracked:
+        if self.root_alive or self.tracked or self.unread:
             return False
         return self.cgroup is None or not self.cgroup.populated()
 
@@ -312,7 +319,7 @@ def claim_unowned_children(trees: list[ProcessTree], table: ProcTable) -> None:
     """
     me = os.getpid()
     my_sid = table[me].sid if me in table else os.getsid(0)
-    claimed = {t.root for t in trees} | {pid for t in trees for pid in t.tracked}
+    claimed = {t.root for t in trees} | {pid for t in trees for pid in (*t.tracked, *t.unread)}
     for pid in table.children.get(me, ()):
         info = table[pid]
         if pid in claimed or info.sid == my_sid or info.state == "Z":
@@ -353,8 +360,28 @@ def adopt_orphans(tree: ProcessTree, known: set[int]) -> None:
         info = read_stat(pid)
         if info is None or info.start < tree.root_start or info.sid == my_sid:
             continue
-        if env_similarity(read_environ(pid), tree) >= MIN_ENV_SIMILARITY:
+        env = read_environ(pid)
+        if not env and tree.env_entries and info.state != "Z":
+            tree.unread[pid] = info.start  # maybe mid-execve: decided on a re-read
+        elif env_similarity(env, tree) >= MIN_ENV_SIMILARITY:
             tree.tracked[pid] = info.start
+
+
+def settle_unread(tree: ProcessTree) -> None:
+    """Read the environments of ``tree.unread`` again: each orphan whose environment
+    is readable now is attributed (or not) as ``adopt_orphans`` would have; one that
+    died or whose pid was recycled is dropped; the rest stay for another try."""
+    for pid, start in list(tree.unread.items()):
+        info = read_stat(pid)
+        if info is None or info.start != start or info.state == "Z":
+            del tree.unread[pid]
+            continue
+        env = read_environ(pid)
+        if not env:
+            continue
+        del tree.unread[pid]
+        if env_similarity(env, tree) >= MIN_ENV_SIMILARITY:
+            tree.tracked[pid] = start
 
 
 def kill_all_descendants() -> None:

@@ -1,0 +1,111 @@
+"""An escapee caught mid-execve at its parent's exit is still attributed to its tree.
+
+`bash -c 'setsid sleep 1000 & echo $!'` exits before its background child has
+finished exec'ing sleep; for an instant that child's /proc/<pid>/environ reads
+back empty, so the start-environment match could not claim it, the tree looked
+empty and was forgotten, and the escapee outlived its session. The supervisor
+here is the daemon's own, driven the way ``ManagedProcess`` drives it (pidfd
+wake-up, reap, ``root_exited``), many times, because the window is narrow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import signal
+import subprocess
+
+from execserver.processes.supervisor import Supervisor
+from execserver.processes.tree import ProcessTree
+from tests.support.rpc import poll_until
+
+TRIES = 150
+
+
+async def _root_exit(pid: int) -> None:
+    loop = asyncio.get_running_loop()
+    pidfd = os.pidfd_open(pid)
+    exited = loop.create_future()
+    loop.add_reader(pidfd, exited.set_result, None)
+    try:
+        await exited
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+
+
+def _start_root(env: dict[str, str], script: str) -> subprocess.Popen[bytes]:
+    # As the daemon starts a managed child: its own session. A plain fork + exec,
+    # so a blocking call is fine on the loop here.
+    return subprocess.Popen(
+        ["bash", "-c", script],
+        stdout=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _attributed(tree: ProcessTree, pid: int) -> bool:
+    return pid in tree.tracked
+
+
+def _kill_and_reap(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):  # an inherited orphan is our child
+        os.waitpid(pid, 0)
+
+
+async def test_every_quick_setsid_escapee_is_attributed_at_its_roots_exit() -> None:
+    supervisor = Supervisor()
+    assert supervisor.subreaper
+    missed: list[int] = []
+    escapee: int | None = None
+    try:
+        for n in range(TRIES):
+            # One environment per tree: trees with identical environments started
+            # within one clock tick cannot be told apart by the start-environment
+            # match, and this is not what is tested here.
+            env = {"PATH": os.environ["PATH"], "EXECSERVER_TEST_TREE": f"escapee-{n}"}
+            root = _start_root(env, "setsid sleep 1000 & echo $!")
+            tree = supervisor.track(root.pid, env)
+            await _root_exit(root.pid)
+            root.wait()
+            supervisor.root_exited(tree)
+            assert root.stdout is not None
+            escapee = int(root.stdout.readline())
+            root.stdout.close()
+            # The supervisor re-reads an unreadable environment on its own timer.
+            if not await poll_until(functools.partial(_attributed, tree, escapee), 2):
+                missed.append(escapee)
+            _kill_and_reap(escapee)
+            escapee = None
+    finally:
+        if escapee is not None:
+            _kill_and_reap(escapee)
+        await supervisor.aclose()
+    assert missed == []
+
+
+async def test_an_escapee_with_no_environment_at_all_is_given_up_not_waited_on() -> None:
+    """``env -i`` leaves nothing to match: the re-reading stops and the tree is done."""
+    supervisor = Supervisor()
+    env = {"PATH": os.environ["PATH"], "EXECSERVER_TEST_TREE": "bare-escapee"}
+    root = _start_root(env, "env -i setsid sleep 1000 & echo $!; sleep 0.2")
+    escapee: int | None = None
+    try:
+        tree = supervisor.track(root.pid, env)
+        assert root.stdout is not None
+        escapee = int(root.stdout.readline())
+        await _root_exit(root.pid)
+        root.wait()
+        root.stdout.close()
+        supervisor.root_exited(tree)
+        assert await poll_until(lambda: tree.empty, 5)
+        assert escapee not in tree.tracked
+    finally:
+        if escapee is not None:
+            _kill_and_reap(escapee)
+        await supervisor.aclose()
