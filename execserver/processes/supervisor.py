@@ -70,12 +70,19 @@ class Supervisor:
 
     def root_exited(self, tree: ProcessTree) -> None:
         tree.root_alive = False
-        known = {t.root for t in self._trees if t.root_alive}
-        adopt_orphans(tree, known)
+        adopt_orphans(tree, self._claimed_by_others(tree))
         if tree.unread:
             self._retry_unread(tree, UNREAD_TRIES)
         else:
             self._keep_or_forget(tree)
+
+    def _claimed_by_others(self, tree: ProcessTree) -> set[int]:
+        """Every root, and what every other tree has recorded: never taken from them."""
+        claimed = {t.root for t in self._trees}
+        for other in self._trees:
+            if other is not tree:
+                claimed.update(other.tracked, other.unread)
+        return claimed
 
     def _keep_or_forget(self, tree: ProcessTree) -> None:
         if tree.empty:
@@ -114,11 +121,7 @@ class Supervisor:
             # Every member, however it detached, in one go (the tracking still
             # records the orphans we inherit, for reaping).
             tree.cgroup.kill()
-        claimed = {t.root for t in self._trees}
-        for other in self._trees:
-            if other is not tree:
-                claimed.update(other.tracked, other.unread)
-        if kill_now(tree, claimed) == 0:
+        if kill_now(tree, self._claimed_by_others(tree)) == 0:
             # A lone child: nothing could fork past the signals (a fork it made
             # just before is in its group, which was killed too).
             self._schedule(0.05)

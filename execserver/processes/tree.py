@@ -346,16 +346,18 @@ def claim_unowned_children(trees: list[ProcessTree], table: ProcTable) -> None:
                 best.tracked[sub] = table[sub].start
 
 
-def adopt_orphans(tree: ProcessTree, known: set[int]) -> None:
+def adopt_orphans(tree: ProcessTree, claimed: set[int]) -> None:
     """Right after ``tree.root`` exited: its orphans are now our children; record them.
 
-    A child we did not spawn as a managed root, started after the root, in a
-    session other than ours, and sharing the root's start environment, is an
-    escapee of this tree (another service's helper would not match all four).
+    A child we did not spawn as a managed root, that no other tree has recorded
+    (``claimed``: every root, and the other trees' members), started after the
+    root, in a session other than ours, and sharing the root's start
+    environment, is an escapee of this tree (another service's helper would not
+    match all of these).
     """
     my_sid = os.getsid(0)
     for pid in own_children():
-        if pid in known or pid in tree.tracked:
+        if pid in claimed or pid in tree.tracked:
             continue
         info = read_stat(pid)
         if info is None or info.start < tree.root_start or info.sid == my_sid:

@@ -36,11 +36,14 @@ async def _root_exit(pid: int) -> None:
         os.close(pidfd)
 
 
-def _start_root(env: dict[str, str], script: str) -> subprocess.Popen[bytes]:
+def _start_root(
+    env: dict[str, str], script: str, stdin: int | None = None
+) -> subprocess.Popen[bytes]:
     # As the daemon starts a managed child: its own session. A plain fork + exec,
     # so a blocking call is fine on the loop here.
     return subprocess.Popen(
         ["bash", "-c", script],
+        stdin=stdin,
         stdout=subprocess.PIPE,
         env=env,
         start_new_session=True,
@@ -108,4 +111,45 @@ async def test_an_escapee_with_no_environment_at_all_is_given_up_not_waited_on()
     finally:
         if escapee is not None:
             _kill_and_reap(escapee)
+        await supervisor.aclose()
+
+
+async def test_an_escapee_another_tree_recorded_is_not_taken_at_a_roots_exit() -> None:
+    """Two trees with the same start environment (two agents' commands both inherit
+    the daemon's): when one root exits, the escapee the other tree recorded stays the
+    other tree's, so the first tree's session end does not kill it."""
+    supervisor = Supervisor()
+    env = {"PATH": os.environ["PATH"], "EXECSERVER_TEST_TREE": "shared"}
+    first = _start_root(env, "read -r _", stdin=subprocess.PIPE)
+    second: subprocess.Popen[bytes] | None = None
+    escapee: int | None = None
+    try:
+        first_tree = supervisor.track(first.pid, env)
+        # Start times are in clock ticks (10 ms): among equally close trees the
+        # later root wins, so the second must start in a later tick.
+        await asyncio.sleep(0.05)
+        # The subshell exits at once, so its setsid child is re-parented to us while
+        # the second root lives on; a sweep attributes it to the second tree.
+        second = _start_root(env, "(setsid sleep 1000 & echo $!); exec sleep 1000")
+        second_tree = supervisor.track(second.pid, env)
+        assert second.stdout is not None
+        escapee = int(second.stdout.readline())
+        assert await poll_until(functools.partial(_attributed, second_tree, escapee), 10)
+        assert first.stdin is not None
+        first.stdin.close()  # the first root exits now
+        await _root_exit(first.pid)
+        first.wait()
+        supervisor.root_exited(first_tree)
+        assert escapee not in first_tree.tracked
+        assert escapee not in first_tree.unread
+        assert escapee in second_tree.tracked
+    finally:
+        if escapee is not None:
+            _kill_and_reap(escapee)
+        for root in (first, second):
+            if root is not None:
+                root.kill()
+                root.wait()
+                if root.stdout is not None:
+                    root.stdout.close()
         await supervisor.aclose()
