@@ -98,9 +98,8 @@ class Supervisor:
     def _settle_unread(self, tree: ProcessTree, tries_left: int) -> None:
         if self._closed or tree not in self._trees:
             return
-        settle_unread(tree)
-        if tree.killed and tree.tracked:
-            kill_trees([tree], list(self._trees))
+        if settle_unread(tree) and tree.killed:
+            kill_trees([tree], list(self._trees))  # it escaped the kill: now it goes too
         if tree.unread and tries_left > 0:
             self._retry_unread(tree, tries_left)
             return

@@ -369,10 +369,12 @@ def adopt_orphans(tree: ProcessTree, claimed: set[int]) -> None:
             tree.tracked[pid] = info.start
 
 
-def settle_unread(tree: ProcessTree) -> None:
+def settle_unread(tree: ProcessTree) -> list[int]:
     """Read the environments of ``tree.unread`` again: each orphan whose environment
     is readable now is attributed (or not) as ``adopt_orphans`` would have; one that
-    died or whose pid was recycled is dropped; the rest stay for another try."""
+    died or whose pid was recycled is dropped; the rest stay for another try.
+    Returns the pids attributed now."""
+    attributed: list[int] = []
     for pid, start in list(tree.unread.items()):
         info = read_stat(pid)
         if info is None or info.start != start or info.state == "Z":
@@ -384,6 +386,8 @@ def settle_unread(tree: ProcessTree) -> None:
         del tree.unread[pid]
         if env_similarity(env, tree) >= MIN_ENV_SIMILARITY:
             tree.tracked[pid] = start
+            attributed.append(pid)
+    return attributed
 
 
 def kill_all_descendants() -> None:

@@ -18,7 +18,7 @@ import signal
 import subprocess
 
 from execserver.processes.supervisor import Supervisor
-from execserver.processes.tree import ProcessTree
+from execserver.processes.tree import ProcessTree, read_stat
 from tests.support.rpc import poll_until
 
 TRIES = 150
@@ -52,6 +52,11 @@ def _start_root(
 
 def _attributed(tree: ProcessTree, pid: int) -> bool:
     return pid in tree.tracked
+
+
+def _dead(pid: int) -> bool:
+    info = read_stat(pid)
+    return info is None or info.state == "Z"
 
 
 def _kill_and_reap(pid: int) -> None:
@@ -90,6 +95,35 @@ async def test_every_quick_setsid_escapee_is_attributed_at_its_roots_exit() -> N
             _kill_and_reap(escapee)
         await supervisor.aclose()
     assert missed == []
+
+
+async def test_an_escapee_attributed_after_its_tree_was_killed_is_killed_too() -> None:
+    """The tree is killed right at its root's exit, while its escapee may still be
+    mid-execve (not attributable yet): once attributed, it is killed as well."""
+    supervisor = Supervisor()
+    survivors: list[int] = []
+    escapee: int | None = None
+    try:
+        for n in range(TRIES):
+            env = {"PATH": os.environ["PATH"], "EXECSERVER_TEST_TREE": f"killed-{n}"}
+            root = _start_root(env, "setsid sleep 1000 & echo $!")
+            tree = supervisor.track(root.pid, env)
+            await _root_exit(root.pid)
+            root.wait()
+            supervisor.root_exited(tree)
+            supervisor.kill(tree)  # a session ending at that very moment
+            assert root.stdout is not None
+            escapee = int(root.stdout.readline())
+            root.stdout.close()
+            if not await poll_until(functools.partial(_dead, escapee), 2):
+                survivors.append(escapee)
+            _kill_and_reap(escapee)
+            escapee = None
+    finally:
+        if escapee is not None:
+            _kill_and_reap(escapee)
+        await supervisor.aclose()
+    assert survivors == []
 
 
 async def test_an_escapee_with_no_environment_at_all_is_given_up_not_waited_on() -> None:
