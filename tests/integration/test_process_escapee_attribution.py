@@ -1,11 +1,13 @@
-"""An escapee caught mid-execve at its parent's exit is still attributed to its tree.
+"""How the supervisor attributes escapees (orphans it inherits as subreaper) to trees.
 
 `bash -c 'setsid sleep 1000 & echo $!'` exits before its background child has
 finished exec'ing sleep; for an instant that child's /proc/<pid>/environ reads
 back empty, so the start-environment match could not claim it, the tree looked
 empty and was forgotten, and the escapee outlived its session. The supervisor
 here is the daemon's own, driven the way ``ManagedProcess`` drives it (pidfd
-wake-up, reap, ``root_exited``), many times, because the window is narrow.
+wake-up, reap, ``root_exited``), many times where the window is narrow. Also
+here: an escapee with no environment at all, and one that another tree
+recorded first.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import functools
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 
 from execserver.processes.supervisor import Supervisor
 from execserver.processes.tree import ProcessTree, read_stat
@@ -54,7 +57,7 @@ def _attributed(tree: ProcessTree, pid: int) -> bool:
     return pid in tree.tracked
 
 
-def _dead(pid: int) -> bool:
+def _dead(tree: ProcessTree, pid: int) -> bool:
     info = read_stat(pid)
     return info is None or info.state == "Z"
 
@@ -66,64 +69,55 @@ def _kill_and_reap(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-async def test_every_quick_setsid_escapee_is_attributed_at_its_roots_exit() -> None:
+async def _escapees_failing(
+    label: str,
+    at_exit: Callable[[Supervisor, ProcessTree], None],
+    holds: Callable[[ProcessTree, int], bool],
+) -> list[int]:
+    """Start TRIES roots that each leave a ``setsid`` escapee and exit at once, hand
+    each root's exit to the supervisor as ``ManagedProcess`` does (pidfd wake-up,
+    reap, ``root_exited``), then call ``at_exit``. Returns the escapees for which
+    ``holds(tree, escapee)`` did not come true within 2 s (the supervisor re-reads
+    an unreadable environment on its own timer)."""
     supervisor = Supervisor()
     assert supervisor.subreaper
-    missed: list[int] = []
+    failing: list[int] = []
     escapee: int | None = None
     try:
         for n in range(TRIES):
             # One environment per tree: trees with identical environments started
             # within one clock tick cannot be told apart by the start-environment
             # match, and this is not what is tested here.
-            env = {"PATH": os.environ["PATH"], "EXECSERVER_TEST_TREE": f"escapee-{n}"}
+            env = {"PATH": os.environ["PATH"], "EXECSERVER_TEST_TREE": f"{label}-{n}"}
             root = _start_root(env, "setsid sleep 1000 & echo $!")
             tree = supervisor.track(root.pid, env)
             await _root_exit(root.pid)
             root.wait()
             supervisor.root_exited(tree)
+            at_exit(supervisor, tree)
             assert root.stdout is not None
             escapee = int(root.stdout.readline())
             root.stdout.close()
-            # The supervisor re-reads an unreadable environment on its own timer.
-            if not await poll_until(functools.partial(_attributed, tree, escapee), 2):
-                missed.append(escapee)
+            if not await poll_until(functools.partial(holds, tree, escapee), 2):
+                failing.append(escapee)
             _kill_and_reap(escapee)
             escapee = None
     finally:
         if escapee is not None:
             _kill_and_reap(escapee)
         await supervisor.aclose()
-    assert missed == []
+    return failing
+
+
+async def test_every_quick_setsid_escapee_is_attributed_at_its_roots_exit() -> None:
+    assert await _escapees_failing("escapee", lambda supervisor, tree: None, _attributed) == []
 
 
 async def test_an_escapee_attributed_after_its_tree_was_killed_is_killed_too() -> None:
-    """The tree is killed right at its root's exit, while its escapee may still be
-    mid-execve (not attributable yet): once attributed, it is killed as well."""
-    supervisor = Supervisor()
-    survivors: list[int] = []
-    escapee: int | None = None
-    try:
-        for n in range(TRIES):
-            env = {"PATH": os.environ["PATH"], "EXECSERVER_TEST_TREE": f"killed-{n}"}
-            root = _start_root(env, "setsid sleep 1000 & echo $!")
-            tree = supervisor.track(root.pid, env)
-            await _root_exit(root.pid)
-            root.wait()
-            supervisor.root_exited(tree)
-            supervisor.kill(tree)  # a session ending at that very moment
-            assert root.stdout is not None
-            escapee = int(root.stdout.readline())
-            root.stdout.close()
-            if not await poll_until(functools.partial(_dead, escapee), 2):
-                survivors.append(escapee)
-            _kill_and_reap(escapee)
-            escapee = None
-    finally:
-        if escapee is not None:
-            _kill_and_reap(escapee)
-        await supervisor.aclose()
-    assert survivors == []
+    """The tree is killed right at its root's exit (a session ending at that very
+    moment), while its escapee may still be mid-execve, not attributable yet: once
+    attributed, it is killed as well."""
+    assert await _escapees_failing("killed", Supervisor.kill, _dead) == []
 
 
 async def test_an_escapee_with_no_environment_at_all_is_given_up_not_waited_on() -> None:
