@@ -19,6 +19,7 @@ from execserver.processes.tree import (
     kill_all_descendants,
     kill_now,
     kill_trees,
+    own_helpers,
     read_proc_table,
     read_stat,
     reap_orphans,
@@ -77,8 +78,9 @@ class Supervisor:
             self._keep_or_forget(tree)
 
     def _claimed_by_others(self, tree: ProcessTree) -> set[int]:
-        """Every root, and what every other tree has recorded: never taken from them."""
-        claimed = {t.root for t in self._trees}
+        """Every root, what every other tree has recorded, and the daemon's own
+        helpers: never taken from them."""
+        claimed = {t.root for t in self._trees} | own_helpers()
         for other in self._trees:
             if other is not tree:
                 claimed.update(other.tracked, other.unread)

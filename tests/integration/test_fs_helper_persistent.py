@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from execserver.fs import ops_read
 from execserver.sandbox.fs import run_sandboxed_fs_call
@@ -26,6 +28,7 @@ from execserver.sandbox.fs_helper.pool import HelperPool, close_loop_pool, loop_
 from execserver.sandbox.fs_helper.runtime import PRIVATE_DIR
 from execserver.sandbox.policy import resolve_policy
 from execserver.wire.errors import INTERNAL_ERROR, RpcError
+from tests.support.http import http_get
 from tests.support.procinfo import wait_until
 from tests.support.rpc import b64, connect, unb64, uri
 from tests.support.sandbox import (
@@ -36,7 +39,7 @@ from tests.support.sandbox import (
     managed,
     sandbox_host,
 )
-from tests.support.servers import RunningServer
+from tests.support.servers import RunningServer, start_server
 
 NOT_FOUND = [-32004, "No such file or directory (os error 2)"]
 EACCES = [-32600, "Permission denied (os error 13)"]
@@ -323,3 +326,48 @@ async def test_lru_cap_and_idle_timeout_end_helpers(tmp_path: Path) -> None:
         assert pool.live() == []
     finally:
         await pool.aclose()
+
+
+async def _sessions_expired(url: str) -> float:
+    status, text = await http_get(url, "/metrics")
+    assert status == 200
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "execserver_sessions_expired_total":
+                return float(sample.value)
+    return 0.0
+
+
+def _helper_pids(daemon_pid: int) -> list[int]:
+    return [
+        child.pid
+        for child in psutil.Process(daemon_pid).children()
+        if "execserver.fs.sandbox_helper" in child.cmdline()
+    ]
+
+
+async def test_a_helper_outlives_a_session_whose_command_shares_its_environment(
+    tmp_path: Path,
+) -> None:
+    """Helpers serve every session. One started while another session's command ran,
+    with an environment like that command's (here the same PATH), used to be taken
+    for that command's escapee when it exited, and killed when its session ended,
+    failing whatever the other sessions had in flight."""
+    (tmp_path / "f").write_text("data")
+    box = sandbox([entry(tmp_path, "read")])
+    async with start_server("execserver", ["--session-ttl", "1", "--metrics"]) as server:
+        async with connect(server.url) as user:
+            async with connect(server.url) as other:
+                await other.start("short", ["sleep", "1"], env={"PATH": "/usr/bin:/bin"})
+                assert await _read(user, tmp_path / "f", box) == b"data"
+                [helper] = _helper_pids(server.process.pid)
+                await other.wait_closed("short")
+            # The other session is detached now and ends after its 1 s TTL.
+            async with asyncio.timeout(30):
+                while True:
+                    if await _sessions_expired(server.url) >= 1:
+                        break
+                    await asyncio.sleep(0.1)  # a scrape is the only way to see it
+            assert psutil.Process(helper).status() != psutil.STATUS_ZOMBIE
+            assert _helper_pids(server.process.pid) == [helper]
+            assert await _read(user, tmp_path / "f", box) == b"data"

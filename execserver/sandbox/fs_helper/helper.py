@@ -26,6 +26,7 @@ from contextlib import AsyncExitStack
 from typing import Any, Final
 
 from execserver.containment import contained_helper
+from execserver.processes.tree import register_own_helper
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.protocol import (
     HEADER,
@@ -238,6 +239,7 @@ async def spawn_helper(
                 start_new_session=True,
                 preexec_fn=place,
             )
+            register_own_helper(process.pid)
         finally:
             # The daemon's copies of the child's fds go now; bwrap's status pipe is
             # watched until bwrap exits, which also releases synthetic mount points.
