@@ -23,6 +23,7 @@ from execserver.processes.tree import (
     read_proc_table,
     read_stat,
     reap_orphans,
+    reap_stray_zombies,
     settle_unread,
 )
 
@@ -45,6 +46,9 @@ FINISH_KILL_DELAY_S = 0.02
 # a second is really empty (``env -i``), which the reading could never attribute.
 UNREAD_RETRY_S = 0.01
 UNREAD_TRIES = 50
+# With no tree left, how often children nobody owns are looked at (while there are
+# any), so that one which exits is reaped, not left a zombie until the daemon ends.
+STRAY_SWEEP_S = 2.0
 
 
 class Supervisor:
@@ -58,6 +62,10 @@ class Supervisor:
         # Trees killed on the request path, finished by one /proc scan shortly after.
         self._doomed: set[ProcessTree] = set()
         self._finish_timer: asyncio.TimerHandle | None = None
+        # Children nobody owns (orphans no tree could claim): their zombies waiting
+        # to be reaped (pid -> (start, first seen)), and whether any still runs.
+        self._stray_zombies: dict[int, tuple[int, float]] = {}
+        self._strays_running = False
 
     def track(
         self, pid: int, env: dict[str, str], cgroup: ProcessCgroup | None = None
@@ -77,9 +85,9 @@ class Supervisor:
         else:
             self._keep_or_forget(tree)
 
-    def _claimed_by_others(self, tree: ProcessTree) -> set[int]:
-        """Every root, what every other tree has recorded, and the daemon's own
-        helpers: never taken from them."""
+    def _claimed_by_others(self, tree: ProcessTree | None) -> set[int]:
+        """Every root, what every tree but ``tree`` has recorded, and the daemon's
+        own helpers: never taken from them."""
         claimed = {t.root for t in self._trees} | own_helpers()
         for other in self._trees:
             if other is not tree:
@@ -112,6 +120,8 @@ class Supervisor:
         self._trees.discard(tree)
         if tree.cgroup is not None:
             tree.cgroup.remove()
+        if not self._trees:
+            self._schedule(STRAY_SWEEP_S)  # one look for what the trees left unowned
 
     def kill(self, tree: ProcessTree) -> None:
         """Kill the whole tree now (before its root's exit can be reaped, so before
@@ -156,17 +166,23 @@ class Supervisor:
 
     def _sweep(self) -> None:
         self._timer = None
-        if not self._trees:
-            return
         table = read_proc_table()
         for tree in list(self._trees):
             tree.refresh(table)
         claim_unowned_children(list(self._trees), table)
         reap_orphans(self._trees, table)
+        self._stray_zombies, self._strays_running = reap_stray_zombies(
+            table,
+            self._claimed_by_others(None),
+            self._stray_zombies,
+            asyncio.get_running_loop().time(),
+        )
         for tree in [t for t in self._trees if t.empty]:
             self._forget(tree)
         if self._trees:
             self._schedule()
+        elif self._stray_zombies or self._strays_running:
+            self._schedule(STRAY_SWEEP_S)
 
     async def aclose(self) -> None:
         """Daemon shutdown: nothing a session started may survive it."""

@@ -52,6 +52,7 @@ __all__ = [
     "read_proc_table",
     "read_stat",
     "reap_orphans",
+    "reap_stray_zombies",
     "register_own_helper",
     "settle_unread",
 ]
@@ -372,6 +373,47 @@ def claim_unowned_children(trees: list[ProcessTree], table: ProcTable) -> None:
             best.tracked[pid] = info.start
             for sub in descendants([pid], table):
                 best.tracked[sub] = table[sub].start
+
+
+def reap_stray_zombies(
+    table: ProcTable, claimed: set[int], seen: dict[int, tuple[int, float]], now: float
+) -> tuple[dict[int, tuple[int, float]], bool]:
+    """Reap the zombies among our children that nothing owns (``claimed``: every
+    tree's root and members, and the daemon's own helpers) once they have been
+    zombies for ``STRAY_ZOMBIE_GRACE_S``.
+
+    Such a child is an orphan we inherited and no tree could claim (one that
+    cleared its environment); nothing else would ever reap it. Whatever the daemon
+    starts itself is reaped by its owner as soon as the event loop sees it exit (a
+    pidfd reader, the loop's child watcher, a thread blocked in ``waitpid``), so a
+    child that stays a zombie that long has no owner. ``seen``: the zombies of the
+    last call, pid -> (start, first seen). Returns them for this call, and whether
+    an unowned child is still running (to be reaped when it exits).
+    """
+    me = os.getpid()
+    zombies: dict[int, tuple[int, float]] = {}
+    running = False
+    for pid in table.children.get(me, ()):
+        if pid in claimed:
+            continue
+        info = table[pid]
+        if info.state != "Z":
+            running = True
+            continue
+        start, first_seen = seen.get(pid, (info.start, now))
+        if start != info.start:
+            first_seen = now  # a recycled pid: a new zombie
+        if now - first_seen >= STRAY_ZOMBIE_GRACE_S:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        else:
+            zombies[pid] = (info.start, first_seen)
+    return zombies, running
+
+
+# How long a zombie child nobody owns stays before ``reap_stray_zombies`` reaps it:
+# far longer than any owner takes to reap its own child after the exit.
+STRAY_ZOMBIE_GRACE_S = 1.0
 
 
 def adopt_orphans(tree: ProcessTree, claimed: set[int]) -> None:

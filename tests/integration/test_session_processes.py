@@ -244,3 +244,27 @@ async def test_no_fd_is_leaked_by_any_launch_shape(execserver: RunningServer) ->
         with pytest.raises(RpcFailure):
             await c.start("bad", ["true"], cwd="file:///nonexistent-xyz")
         assert await poll_until(lambda: fds() == baseline)
+
+
+async def test_an_escapee_no_tree_can_claim_is_reaped_when_it_exits() -> None:
+    """An escapee that cleared its environment (`env -i`) matches no tree: it lives
+    on until the daemon ends, but once it exits by itself it must not stay a zombie
+    of the daemon until then."""
+    async with start_server("execserver") as server:
+        async with connect(server.url) as c:
+            for n in range(3):
+                script = "env -i setsid sh -c 'sleep 0.5' >/dev/null 2>&1 & echo $!"
+                await c.run(f"bare{n}", ["bash", "-c", script])
+            pids = [int(c.events(f"bare{n}").output()) for n in range(3)]
+
+            def zombies() -> list[int]:
+                return [
+                    child.pid
+                    for child in psutil.Process(server.process.pid).children()
+                    if child.pid in pids and child.status() == psutil.STATUS_ZOMBIE
+                ]
+
+            # They exit after 0.5 s; the daemon looks for unowned children every
+            # 2 s and reaps a zombie nothing else did within 1 s.
+            gone = await poll_until(lambda: not any(psutil.pid_exists(p) for p in pids), 20)
+            assert gone, zombies()
