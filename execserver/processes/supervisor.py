@@ -19,13 +19,13 @@ from execserver.processes.tree import (
     kill_all_descendants,
     kill_now,
     kill_trees,
-    own_helpers,
     read_proc_table,
     read_stat,
     reap_orphans,
     reap_stray_zombies,
     settle_unread,
 )
+from execserver.sandbox.helper_pids import live_helper_pids
 
 if TYPE_CHECKING:
     from execserver.containment import ProcessCgroup
@@ -88,7 +88,7 @@ class Supervisor:
     def _claimed_by_others(self, tree: ProcessTree | None) -> set[int]:
         """Every root, what every tree but ``tree`` has recorded, and the daemon's
         own helpers: never taken from them."""
-        claimed = {t.root for t in self._trees} | own_helpers()
+        claimed = {t.root for t in self._trees} | live_helper_pids()
         for other in self._trees:
             if other is not tree:
                 claimed.update(other.tracked, other.unread)

@@ -36,6 +36,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
+from execserver.sandbox.helper_pids import live_helper_pids
+
 if TYPE_CHECKING:
     from execserver.containment import ProcessCgroup
 
@@ -48,12 +50,10 @@ __all__ = [
     "kill_all_descendants",
     "kill_now",
     "kill_trees",
-    "own_helpers",
     "read_proc_table",
     "read_stat",
     "reap_orphans",
     "reap_stray_zombies",
-    "register_own_helper",
     "settle_unread",
 ]
 
@@ -108,31 +108,6 @@ class ProcTable(dict[int, ProcInfo]):
         for pid, info in self.items():
             index.setdefault(info.sid, []).append(pid)
         return index
-
-
-# The daemon's own helper processes (the sandboxed fs helpers), pid -> start. They
-# are our direct children in sessions of their own, started after many a command,
-# so to the attribution below they look like a command's escapees: a persistent
-# helper whose environment resembled a command's was taken into its tree and died
-# with that command's session, failing the calls every other session had in it.
-_own_helpers: dict[int, int] = {}
-
-
-def register_own_helper(pid: int) -> None:
-    """Right after spawning a helper: never attribute ``pid`` to a command's tree."""
-    info = read_stat(pid)
-    if info is not None:
-        _own_helpers[pid] = info.start
-
-
-def own_helpers() -> set[int]:
-    """The registered helpers still running or not yet reaped (a recycled pid is no
-    longer one of them)."""
-    for pid, start in list(_own_helpers.items()):
-        info = read_stat(pid)
-        if info is None or info.start != start:
-            del _own_helpers[pid]
-    return set(_own_helpers)
 
 
 def read_proc_table() -> ProcTable:
@@ -348,7 +323,7 @@ def claim_unowned_children(trees: list[ProcessTree], table: ProcTable) -> None:
     me = os.getpid()
     my_sid = table[me].sid if me in table else os.getsid(0)
     claimed = {t.root for t in trees} | {pid for t in trees for pid in (*t.tracked, *t.unread)}
-    claimed |= own_helpers()
+    claimed |= live_helper_pids()
     for pid in table.children.get(me, ()):
         info = table[pid]
         if pid in claimed or info.sid == my_sid or info.state == "Z":

@@ -31,9 +31,9 @@ from typing import Final
 import execserver
 from execserver.config import DEFAULT_GLOB_SCAN_LIMIT, SandboxConfig
 from execserver.containment import contained_helper
-from execserver.processes.tree import register_own_helper
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.route import call_persistent
+from execserver.sandbox.helper_pids import register_helper
 from execserver.sandbox.plan import (
     LaunchPlan,
     LaunchRequest,
@@ -213,7 +213,7 @@ async def _run_helper(plan: LaunchPlan, request: bytes, place: Callable[[], None
             start_new_session=True,
             preexec_fn=place,
         )
-        register_own_helper(proc.pid)
+        register_helper(proc.pid)
     finally:
         plan.close()
     try:

@@ -26,7 +26,6 @@ from contextlib import AsyncExitStack
 from typing import Any, Final
 
 from execserver.containment import contained_helper
-from execserver.processes.tree import register_own_helper
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.protocol import (
     HEADER,
@@ -39,6 +38,7 @@ from execserver.sandbox.fs_helper.protocol import (
     response_decoder,
 )
 from execserver.sandbox.fs_helper.runtime import HelperRuntime
+from execserver.sandbox.helper_pids import register_helper
 from execserver.sandbox.plan import LaunchPlan, LaunchRequest, plan_for_policy
 from execserver.sandbox.policy import ResolvedPolicy
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
@@ -239,7 +239,7 @@ async def spawn_helper(
                 start_new_session=True,
                 preexec_fn=place,
             )
-            register_own_helper(process.pid)
+            register_helper(process.pid)
         finally:
             # The daemon's copies of the child's fds go now; bwrap's status pipe is
             # watched until bwrap exits, which also releases synthetic mount points.

@@ -1,0 +1,43 @@
+"""The sandboxed fs helpers the daemon has running, by pid, for the process supervisor.
+
+Helpers are the daemon's own direct children, in sessions of their own, started
+after many a command; to the supervisor's escapee attribution
+(``execserver.processes.tree``) they look like a command's orphans. A persistent
+helper (shared by every session) whose environment resembled a command's was
+taken into that command's tree and killed when its session ended, failing the
+calls every other session had in it. Each spawn site registers its helper here
+right after the spawn; the supervisor never attributes these pids.
+"""
+
+from __future__ import annotations
+
+__all__ = ["live_helper_pids", "register_helper"]
+
+_helpers: dict[int, int] = {}  # pid -> start time, so a recycled pid is told apart
+
+
+def _start_time(pid: int) -> int | None:
+    # Field 22 of /proc/<pid>/stat, as execserver.processes.tree reads it (this
+    # package may not import that one). The name in field 2 may hold spaces and
+    # parentheses, so the fields are counted after the last ')'.
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return int(data[data.rindex(b")") + 2 :].split()[19])
+
+
+def register_helper(pid: int) -> None:
+    """Right after spawning a helper: ``pid`` is the daemon's, never a command's."""
+    start = _start_time(pid)
+    if start is not None:
+        _helpers[pid] = start
+
+
+def live_helper_pids() -> set[int]:
+    """The registered helpers still running or not yet reaped."""
+    for pid, start in list(_helpers.items()):
+        if _start_time(pid) != start:
+            del _helpers[pid]
+    return set(_helpers)
