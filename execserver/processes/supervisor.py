@@ -19,6 +19,7 @@ from execserver.processes.tree import (
     kill_all_descendants,
     kill_now,
     kill_trees,
+    read_own_children_table,
     read_proc_table,
     read_stat,
     reap_orphans,
@@ -166,7 +167,8 @@ class Supervisor:
 
     def _sweep(self) -> None:
         self._timer = None
-        table = read_proc_table()
+        # With no tree left only our own unowned children are of interest.
+        table = read_proc_table() if self._trees else read_own_children_table()
         for tree in list(self._trees):
             tree.refresh(table)
         claim_unowned_children(list(self._trees), table)
