@@ -26,7 +26,7 @@ from execserver.processes.tree import (
     reap_stray_zombies,
     settle_unread,
 )
-from execserver.sandbox.helper_pids import live_helper_pids
+from execserver.sandbox.helper_pids import helper_pids
 
 if TYPE_CHECKING:
     from execserver.containment import ProcessCgroup
@@ -89,7 +89,7 @@ class Supervisor:
     def _claimed_by_others(self, tree: ProcessTree | None) -> set[int]:
         """Every root, what every tree but ``tree`` has recorded, and the daemon's
         own helpers: never taken from them."""
-        claimed = {t.root for t in self._trees} | live_helper_pids()
+        claimed = {t.root for t in self._trees} | helper_pids()
         for other in self._trees:
             if other is not tree:
                 claimed.update(other.tracked, other.unread)

@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-from execserver.sandbox.helper_pids import live_helper_pids
+from execserver.sandbox.helper_pids import helper_pids
 
 if TYPE_CHECKING:
     from execserver.containment import ProcessCgroup
@@ -335,7 +335,7 @@ def claim_unowned_children(trees: list[ProcessTree], table: ProcTable) -> None:
     me = os.getpid()
     my_sid = table[me].sid if me in table else os.getsid(0)
     claimed = {t.root for t in trees} | {pid for t in trees for pid in (*t.tracked, *t.unread)}
-    claimed |= live_helper_pids()
+    claimed |= helper_pids()
     for pid in table.children.get(me, ()):
         info = table[pid]
         if pid in claimed or info.sid == my_sid or info.state == "Z":

@@ -11,7 +11,7 @@ right after the spawn; the supervisor never attributes these pids.
 
 from __future__ import annotations
 
-__all__ = ["live_helper_pids", "register_helper"]
+__all__ = ["helper_pids", "register_helper"]
 
 _helpers: dict[int, int] = {}  # pid -> start time, so a recycled pid is told apart
 
@@ -29,15 +29,18 @@ def _start_time(pid: int) -> int | None:
 
 
 def register_helper(pid: int) -> None:
-    """Right after spawning a helper: ``pid`` is the daemon's, never a command's."""
+    """Right after spawning a helper: ``pid`` is the daemon's, never a command's.
+    Helpers that have gone are dropped here (one-shot helpers come and go with
+    every call), so the supervisor's look-ups read no /proc files."""
+    for known, known_start in list(_helpers.items()):
+        if _start_time(known) != known_start:
+            del _helpers[known]
     start = _start_time(pid)
     if start is not None:
         _helpers[pid] = start
 
 
-def live_helper_pids() -> set[int]:
-    """The registered helpers still running or not yet reaped."""
-    for pid, start in list(_helpers.items()):
-        if _start_time(pid) != start:
-            del _helpers[pid]
+def helper_pids() -> set[int]:
+    """The helpers registered and not yet seen gone (at most a few: the pool's cap
+    of persistent helpers and the one-shot calls in flight)."""
     return set(_helpers)
