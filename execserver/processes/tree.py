@@ -350,10 +350,15 @@ def claim_unowned_children(trees: list[ProcessTree], table: ProcTable) -> None:
             if score < MIN_ENV_SIMILARITY:
                 continue
             # The closest match wins; among equals, the most recently started tree.
+            # Start times are clock ticks (10 ms), so roots started in one tick are
+            # ordered by pid, which the kernel hands out in order (until it wraps).
             if (
                 best is None
                 or score > best_score
-                or (score == best_score and tree.root_start > best.root_start)
+                or (
+                    score == best_score
+                    and (tree.root_start, tree.root) > (best.root_start, best.root)
+                )
             ):
                 best, best_score = tree, score
         if best is not None:

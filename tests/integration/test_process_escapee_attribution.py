@@ -153,9 +153,8 @@ async def test_an_escapee_another_tree_recorded_is_not_taken_at_a_roots_exit() -
     escapee: int | None = None
     try:
         first_tree = supervisor.track(first.pid, env)
-        # Start times are in clock ticks (10 ms): among equally close trees the
-        # later root wins, so the second must start in a later tick.
-        await asyncio.sleep(0.05)
+        # Among equally close trees the later root wins: with both started within
+        # one clock tick (10 ms) of start time, the later pid.
         # The subshell exits at once, so its setsid child is re-parented to us while
         # the second root lives on; a sweep attributes it to the second tree.
         second = _start_root(env, "(setsid sleep 1000 & echo $!); exec sleep 1000")
