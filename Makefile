@@ -84,7 +84,7 @@ format: $(STAMP)
 	$(BIN)/ruff format execserver tests benchmarks scripts
 
 typecheck: $(STAMP)
-	$(BIN)/mypy execserver scripts
+	$(BIN)/mypy execserver scripts tests benchmarks
 
 # Code lint only: the deployment linters run in `make lint` (and CI) from their own venv.
 test: $(STAMP) system-deps lint-code typecheck

@@ -55,7 +55,7 @@ async def bench_jsonrpcserver(n: int) -> float:
 
 async def bench_method_table(n: int) -> float:
     table = MethodTable()
-    table.add("process/read", _our_read, family="exec")  # type: ignore[arg-type]
+    table.add("process/read", _our_read, family="exec")
     frame = b'{"id":1,"method":"process/read","params":{"processId":"p","afterSeq":3}}'
     start = time.perf_counter()
     for _ in range(n):

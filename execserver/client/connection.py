@@ -24,7 +24,7 @@ import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, Self, overload
 
 import msgspec
 
@@ -247,7 +247,7 @@ class ExecServerClient(TypedCalls):
         *,
         resume_session_id: str | None = None,
         **options: Any,
-    ) -> ExecServerClient:
+    ) -> Self:
         """Connect over any transport ``opener`` returns (called again to reconnect).
         ``options`` are the constructor's keywords (client_name, auto_reconnect, ...)."""
         client = cls(opener, **options)

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -153,7 +154,7 @@ def workspace_write(root: str) -> FileSystemSandboxContext:
     )
 
 
-async def run(client: ExecServerClient, script: str, **kwargs: object) -> tuple[int, str]:
+async def run(client: ExecServerClient, script: str, **kwargs: Any) -> tuple[int, str]:
     proc = await client.start_process(
         ["sh", "-c", script], cwd="/workspace", env={"PATH": "/usr/bin:/bin"}, **kwargs
     )

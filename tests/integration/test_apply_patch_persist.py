@@ -13,7 +13,7 @@ import os
 import socket
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import psutil
@@ -232,7 +232,7 @@ async def test_the_token_is_neither_on_the_masters_command_line_nor_in_its_envir
 _OTHER_USER = 65534  # nobody
 
 
-def knock_as(uid: int, socket_path: str, request: dict[str, object]) -> bytes:
+def knock_as(uid: int, socket_path: str, request: Mapping[str, object]) -> bytes:
     """Connect to ``socket_path`` as ``uid``, send ``request`` as a command would,
     and return what came back before the master closed (a forked child: the
     interpreter under test may live where that uid cannot execute it)."""

@@ -9,6 +9,7 @@ import contextlib
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,7 +100,7 @@ async def test_killing_one_replica_leaves_the_others_and_fails_over_new_sessions
     async with three_replicas() as servers:
         async with pool_of(servers) as pool:
             # One key per replica, each with a process waiting for input.
-            keys = {}
+            keys: dict[str, Any] = {}
             for key in KEYS:
                 replica = pool.ranking(key)[0]
                 keys.setdefault(replica, key)

@@ -424,7 +424,7 @@ async def test_stream_request_id_is_reserved_while_active(
         # buffered requests do not check the id
         assert (await request(client, method="GET", url=f"{base}/echo", requestId="s")).ok
         upstream.release.set()
-        rest = []
+        rest: list[dict[str, Any]] = []
         while not rest or not rest[-1]["done"]:
             rest.append(await client.next_notification(BODY_DELTA))
         assert b"".join(unb64(f["deltaBase64"]) for f in rest) == b"second"

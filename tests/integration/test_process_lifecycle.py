@@ -126,7 +126,12 @@ async def test_start_errors_match_the_reference(
     any_server: RunningServer, params: dict[str, object], code: int, message: str
 ) -> None:
     async with connect(any_server.url) as c:
-        full = {"processId": "e", "argv": ["true"], "cwd": "file:///tmp", "env": BASE_ENV}
+        full: dict[str, object] = {
+            "processId": "e",
+            "argv": ["true"],
+            "cwd": "file:///tmp",
+            "env": BASE_ENV,
+        }
         full["tty"] = False
         full.update(params)
         with pytest.raises(RpcFailure) as err:

@@ -267,7 +267,7 @@ def test_v2_cgroup_placement_kill_and_accounting(tmp_path: Path) -> None:
         for leaf in [p for p in parent.iterdir() if p.is_dir()]:
             with contextlib.suppress(OSError):
                 (leaf / "cgroup.kill").write_text("1")
-            poll_sync(lambda leaf=leaf: not (leaf / "cgroup.procs").read_text())  # type: ignore[misc]
+            poll_sync(lambda leaf=leaf: not (leaf / "cgroup.procs").read_text())
             leaf.rmdir()
         parent.rmdir()
 

@@ -51,7 +51,7 @@ async def test_disabled_permissions_still_report_linux_seccomp(
         result, ev = await _run(c, "d", "echo free; exit 1", tmp_path, sandbox)
     assert result["sandboxType"] == "linuxSeccomp"
     assert ev.output() == b"free\n"
-    assert ev.exited()["exitCode"] == 1  # type: ignore[index]
+    assert ev.exited()["exitCode"] == 1
 
 
 async def test_an_invalid_sandbox_is_rejected_before_the_lifecycle_check(

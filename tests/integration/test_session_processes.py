@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
+from typing import Any
 
 import psutil
 import pytest
@@ -228,7 +229,7 @@ async def test_no_fd_is_leaked_by_any_launch_shape(execserver: RunningServer) ->
     async with connect(execserver.url) as c:
         await c.run("warmup", ["true"])
         baseline = fds()
-        shapes: list[dict[str, object]] = [
+        shapes: list[dict[str, Any]] = [
             {},
             {"tty": True},
             {"pipeStdin": True},

@@ -305,6 +305,7 @@ async def test_clean_terminates_every_stored_process(
         out = await manager.exec_command(
             {"cmd": "sleep 30", "login": False, "yield_time_ms": 250}, turn
         )
+        assert out.session_id is not None
         ids.append(out.session_id)
     assert sorted(manager.store.ids()) == sorted(ids)
     processes = [entry.process for i in ids if (entry := manager.store.get(i)) is not None]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-import atheris
+import atheris  # type: ignore[import-untyped]
 
 with atheris.instrument_imports():
     from execserver.server.runner import build_method_table

@@ -52,7 +52,7 @@ async def _one_cycle(url: str, cycle: int) -> None:
             assert "result" in data, data
             answered += 1
     # Abrupt drop: no close frame, just the TCP connection gone.
-    transport = ws._response.connection.transport if ws._response.connection else None  # type: ignore[union-attr]
+    transport = ws._response.connection.transport if ws._response.connection else None
     if transport is not None:
         transport.abort()
     await session.close()

@@ -196,7 +196,8 @@ class Session:
             data = json.loads((await self.ws.receive(timeout=30)).data)
             # id -1: the frame was refused as a whole (e.g. nesting deeper than the parser allows).
             if data.get("id") in (ident, -1) and "method" not in data:
-                return data
+                answer: dict[str, Any] = data
+                return answer
 
     async def bystander_ok(self) -> bool:
         assert self.bystander is not None
@@ -204,7 +205,7 @@ class Session:
         while True:
             data = json.loads((await self.bystander.receive(timeout=10)).data)
             if data.get("id") == "b":
-                return data.get("result") == {"status": "ready"}
+                return bool(data.get("result") == {"status": "ready"})
 
     def close(self) -> None:
         async def _close() -> None:

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import json
 import random
+from typing import Any
 
 import aiohttp
 
@@ -71,7 +72,7 @@ async def _pump(ws: aiohttp.ClientWebSocketResponse, stream: Stream, budget: flo
     )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + budget
-    pending_live: list[dict] = []
+    pending_live: list[dict[str, Any]] = []
     read_done = False
     while loop.time() < deadline and not stream.closed:
         try:
@@ -143,7 +144,7 @@ async def test_every_byte_exactly_once_across_random_drops() -> None:
         for _ in range(DROPS):
             await _pump(ws, stream, rng.uniform(0.05, 0.4))
             # Abrupt drop, then a pause during which output accumulates server-side.
-            if ws._response.connection is not None:  # type: ignore[union-attr]
+            if ws._response.connection is not None:
                 ws._response.connection.transport.abort()  # type: ignore[union-attr]
             await http.close()
             await asyncio.sleep(rng.uniform(0.0, 0.2))

@@ -48,7 +48,8 @@ async def _worker(
 async def _check(reply: dict[str, Any]) -> dict[str, Any]:
     if "error" in reply:
         raise RuntimeError(reply["error"])
-    return reply["result"]
+    result: dict[str, Any] = reply["result"]
+    return result
 
 
 async def _drain_until_closed(peer: RpcClient, pid: str) -> bytes:

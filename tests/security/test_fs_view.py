@@ -46,7 +46,13 @@ def _workspace(tmp_path: Path) -> Path:
 async def test_fs_read_outside_the_policy_fails_like_the_process_does(tmp_path: Path) -> None:
     ws = _workspace(tmp_path)
     policy = sandbox([entry(ws, "read")], cwd=ws)
-    targets = ["/etc/shadow", "/etc/passwd", PACKAGE_FILE, sys.executable, ws / "shadow_link"]
+    targets: list[str | Path] = [
+        "/etc/shadow",
+        "/etc/passwd",
+        PACKAGE_FILE,
+        sys.executable,
+        ws / "shadow_link",
+    ]
     async with start_server("execserver") as server, connect(server.url) as client:
         own = await _read(client, ws / "notes.txt", policy)
         outcomes = {str(t): await _read(client, t, policy) for t in targets}

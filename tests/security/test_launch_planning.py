@@ -90,9 +90,9 @@ async def test_a_glob_past_the_scan_limit_refuses_the_launch(tmp_path: Path) -> 
             fs_refusal = failure
         else:
             raise AssertionError("fs/readFile ran with a partially expanded deny glob")
-    for failure in (refusal, fs_refusal):
-        assert failure.code == -32602, failure
-        assert "needs more than 1000 directory entries" in failure.message, failure.message
+    for refused in (refusal, fs_refusal):
+        assert refused.code == -32602, refused
+        assert "needs more than 1000 directory entries" in refused.message, refused.message
     assert not (ws / "ran").exists()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,7 +65,7 @@ attempt("stream_pair_addressed", stream_pair_addressed)
 @pytest.mark.parametrize("managed", [False, True])
 async def test_no_datagram_reaches_a_host_unix_socket(tmp_path: Path, managed: bool) -> None:
     sockets = Path(short_tmp_dir())
-    extra = (
+    extra: dict[str, Any] = (
         {
             "networkProxy": proxy_params(domains={"localhost": "allow"}),
             "enforceManagedNetwork": True,

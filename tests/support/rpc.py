@@ -24,7 +24,7 @@ import contextlib
 import itertools
 import json
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,7 +194,7 @@ class RpcClient:
         await self._wait(lambda: bool(self._unread), timeout)
         return self._take(next(iter(self._unread)))
 
-    async def response(self, request_id: Any, timeout: float = 30.0) -> Reply:
+    async def response(self, request_id: Any, timeout: float | None = 30.0) -> Reply:
         """The response to ``request_id`` (sent by hand); other frames stay unread."""
         slot = _id_key(request_id)
         await self._wait(lambda: bool(self._responses.get(slot)), timeout)
@@ -409,7 +409,7 @@ def outcome(reply: Reply, root: str) -> Any:
 
 
 async def check_cases(
-    client: RpcClient, root: str, cases: list[tuple[str, str, dict[str, Any], Any]]
+    client: RpcClient, root: str, cases: Sequence[tuple[str, str, Any, Any]]
 ) -> None:
     """Run ``(label, method, params, expected outcome)`` in order; report every mismatch."""
     mismatches = []

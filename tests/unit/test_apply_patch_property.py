@@ -4,6 +4,7 @@ new one (parser and derive together)."""
 from __future__ import annotations
 
 import difflib
+from typing import Literal
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,10 +13,13 @@ from execserver.core.apply_patch.derive import derive_new_contents
 from execserver.core.apply_patch.hunks import UpdateFile
 from execserver.core.apply_patch.parser import parse_patch
 
+SURROGATES: tuple[Literal["Cs"]] = ("Cs",)
 # Any text without line breaks; a few recurring lines make matches ambiguous.
 LINE = st.one_of(
     st.sampled_from(["", "x", "  x", "x  ", "}", "*** End of File", "@@ y", "-", "+"]),
-    st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12),
+    st.text(
+        st.characters(blacklist_characters="\r\n", blacklist_categories=SURROGATES), max_size=12
+    ),
 )
 LINES = st.lists(LINE, max_size=12)
 

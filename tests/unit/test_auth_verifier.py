@@ -8,11 +8,11 @@ from pathlib import Path
 
 import jwt
 import pytest
-from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
 from execserver.config import ServerConfig, WsAuthConfig
 from execserver.server import auth
+from execserver.server.http_surface import HttpRequest
 from execserver.server.listen import parse_listen
 from tests.support.http import make_jwt
 
@@ -71,7 +71,7 @@ def test_capability_token_compares_the_digest_of_the_presented_token() -> None:
 def test_bearer_token_parsing(
     headers: list[tuple[str, str]], expected: tuple[str | None, str | None]
 ) -> None:
-    request = make_mocked_request("GET", "/", headers=CIMultiDict(headers))
+    request = HttpRequest(path="/", headers=CIMultiDict(headers), remote=None)
     assert auth.bearer_token(request) == expected
 
 

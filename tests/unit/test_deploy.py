@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 from execserver.cli import build_parser, config_from_args
 from execserver.config import ServerConfig
@@ -191,7 +191,7 @@ def execserver_containers() -> list[tuple[dict[str, Any], dict[str, Any]]]:
 
 
 def listen_of(container: dict[str, Any]) -> str:
-    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    env: dict[str, str] = {e["name"]: e["value"] for e in container.get("env", [])}
     return env["EXECSERVER_LISTEN"]
 
 

@@ -61,7 +61,7 @@ async def test_request_over_the_inflight_limit_is_refused_naming_it() -> None:
     try:
         assert (await sent.next())["id"] == 0  # initialize answered
         for request_id in (1, 2, 3):
-            frame = {"id": request_id, "method": "test/block", "params": {}}
+            frame: dict[str, Any] = {"id": request_id, "method": "test/block", "params": {}}
             await conn.handle_frame(json.dumps(frame).encode())
         refusal = await sent.next()
         assert refusal["id"] == 3

@@ -76,7 +76,7 @@ def environment_reads(source: str) -> list[tuple[int, str]]:
         for key in keys:
             name = name_of(key)
             if name is not None and name.startswith(PREFIX):
-                reads.append((node.lineno, name))
+                reads.append((getattr(node, "lineno", 0), name))
     return reads
 
 

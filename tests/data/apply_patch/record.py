@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[2]))  # the project root, for scripts.reference
 
-from define_cases import CASES, Case  # noqa: E402
+from define_cases import CASES, Case  # type: ignore[import-not-found]  # noqa: E402
 
 from scripts.reference import ReferenceUnavailable  # noqa: E402
 from scripts.reference import reference_binary as _reference_binary  # noqa: E402
