@@ -83,7 +83,8 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix execserver tests benchmarks scripts
 	$(BIN)/ruff format execserver tests benchmarks scripts
 
-typecheck: $(STAMP)
+# The benchmarks are type-checked against their own extra (jsonrpcserver) too.
+typecheck: $(BENCH_STAMP)
 	$(BIN)/mypy execserver scripts tests benchmarks
 
 # Code lint only: the deployment linters run in `make lint` (and CI) from their own venv.
