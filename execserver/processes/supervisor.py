@@ -15,6 +15,7 @@ from execserver.processes.tree import (
     ProcessTree,
     adopt_orphans,
     claim_unowned_children,
+    claimed_pids,
     enable_subreaper,
     kill_all_descendants,
     kill_now,
@@ -26,7 +27,6 @@ from execserver.processes.tree import (
     reap_stray_zombies,
     settle_unread,
 )
-from execserver.sandbox.helper_pids import helper_pids
 
 if TYPE_CHECKING:
     from execserver.containment import ProcessCgroup
@@ -80,20 +80,11 @@ class Supervisor:
 
     def root_exited(self, tree: ProcessTree) -> None:
         tree.root_alive = False
-        adopt_orphans(tree, self._claimed_by_others(tree))
+        adopt_orphans(tree, claimed_pids(self._trees, but=tree))
         if tree.unread:
             self._retry_unread(tree, UNREAD_TRIES)
         else:
             self._keep_or_forget(tree)
-
-    def _claimed_by_others(self, tree: ProcessTree | None) -> set[int]:
-        """Every root, what every tree but ``tree`` has recorded, and the daemon's
-        own helpers: never taken from them."""
-        claimed = {t.root for t in self._trees} | helper_pids()
-        for other in self._trees:
-            if other is not tree:
-                claimed.update(other.tracked, other.unread)
-        return claimed
 
     def _keep_or_forget(self, tree: ProcessTree) -> None:
         if tree.empty:
@@ -133,7 +124,7 @@ class Supervisor:
             # Every member, however it detached, in one go (the tracking still
             # records the orphans we inherit, for reaping).
             tree.cgroup.kill()
-        if kill_now(tree, self._claimed_by_others(tree)) == 0:
+        if kill_now(tree, claimed_pids(self._trees, but=tree)) == 0:
             # A lone child: nothing could fork past the signals (a fork it made
             # just before is in its group, which was killed too).
             self._schedule(0.05)
@@ -175,7 +166,7 @@ class Supervisor:
         reap_orphans(self._trees, table)
         self._stray_zombies, self._strays_running = reap_stray_zombies(
             table,
-            self._claimed_by_others(None),
+            claimed_pids(self._trees),
             self._stray_zombies,
             asyncio.get_running_loop().time(),
         )

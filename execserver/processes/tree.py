@@ -45,6 +45,7 @@ __all__ = [
     "ProcessTree",
     "adopt_orphans",
     "claim_unowned_children",
+    "claimed_pids",
     "descendants",
     "enable_subreaper",
     "kill_all_descendants",
@@ -324,6 +325,18 @@ def read_environ(pid: int) -> frozenset[bytes]:
         return frozenset()
 
 
+def claimed_pids(trees: Iterable[ProcessTree], but: ProcessTree | None = None) -> set[int]:
+    """What no attribution may take: every tree's root, what every tree but ``but``
+    has recorded or is still reading (its unread orphans), and the daemon's own
+    helpers."""
+    claimed = helper_pids()
+    for tree in trees:
+        claimed.add(tree.root)
+        if tree is not but:
+            claimed.update(tree.tracked, tree.unread)
+    return claimed
+
+
 def claim_unowned_children(trees: list[ProcessTree], table: ProcTable) -> None:
     """Attribute children the daemon inherited as subreaper that no tree has recorded.
 
@@ -334,8 +347,7 @@ def claim_unowned_children(trees: list[ProcessTree], table: ProcTable) -> None:
     """
     me = os.getpid()
     my_sid = table[me].sid if me in table else os.getsid(0)
-    claimed = {t.root for t in trees} | {pid for t in trees for pid in (*t.tracked, *t.unread)}
-    claimed |= helper_pids()
+    claimed = claimed_pids(trees)
     for pid in table.children.get(me, ()):
         info = table[pid]
         if pid in claimed or info.sid == my_sid or info.state == "Z":
