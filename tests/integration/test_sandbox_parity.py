@@ -87,7 +87,11 @@ class ReferenceClient:
             },
         )
         assert reply.get("result", {}).get("sandboxType") == "linuxSeccomp", reply
-        output = b""
+        # Per stream: the reference reads stdout and stderr on their own, so a
+        # chunk of one may land between two writes of the other (glibc's
+        # error() writes "cat: PATH" and ": Permission denied" separately),
+        # which glues a marker to a path if the two are concatenated by arrival.
+        output: dict[str, bytes] = {}
         exited: dict[str, Any] | None = None
         pending, self.notes = self.notes, []
         while True:
@@ -96,7 +100,8 @@ class ReferenceClient:
                 if params.get("processId") != process_id:
                     continue
                 if note["method"] == "process/output":
-                    output += base64.b64decode(params["chunk"])
+                    stream = str(params.get("stream"))
+                    output[stream] = output.get(stream, b"") + base64.b64decode(params["chunk"])
                 elif note["method"] == "process/exited":
                     exited = params
                 elif note["method"] == "process/closed":
@@ -104,7 +109,7 @@ class ReferenceClient:
                     return (
                         exited["exitCode"],
                         exited["sandboxDenied"],
-                        output.decode(errors="replace"),
+                        b"\n".join(output.values()).decode(errors="replace"),
                     )
             pending = [await self.ws.receive_json(timeout=60)]
 
