@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-from execserver.sandbox.helper_pids import helper_pids
+from execserver.sandbox.helper_pids import HELPER_ENV_ENTRY, helper_pids
 
 if TYPE_CHECKING:
     from execserver.containment import ProcessCgroup
@@ -312,6 +312,8 @@ MIN_ENV_SIMILARITY = 0.5
 
 
 def env_similarity(env: frozenset[bytes], tree: ProcessTree) -> float:
+    if HELPER_ENV_ENTRY in env:
+        return 0.0  # the daemon's own helper, maybe not registered yet: nobody's escapee
     if not tree.env_entries:
         return MIN_ENV_SIMILARITY  # no evidence either way: a weak match
     return len(env & tree.env_entries) / len(tree.env_entries)

@@ -33,7 +33,7 @@ from execserver.config import DEFAULT_GLOB_SCAN_LIMIT, SandboxConfig
 from execserver.containment import contained_helper
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.route import call_persistent
-from execserver.sandbox.helper_pids import register_helper
+from execserver.sandbox.helper_pids import helper_environment, register_helper
 from execserver.sandbox.plan import (
     LaunchPlan,
     LaunchRequest,
@@ -204,7 +204,7 @@ async def _run_helper(plan: LaunchPlan, request: bytes, place: Callable[[], None
     try:
         proc = await asyncio.create_subprocess_exec(
             *plan.argv,
-            env=plan.env,
+            env=helper_environment(plan.env),
             pass_fds=plan.pass_fds,
             cwd="/",
             stdin=asyncio.subprocess.PIPE,

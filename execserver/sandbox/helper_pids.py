@@ -7,11 +7,29 @@ helper (shared by every session) whose environment resembled a command's was
 taken into that command's tree and killed when its session ended, failing the
 calls every other session had in it. Each spawn site registers its helper here
 right after the spawn; the supervisor never attributes these pids.
+
+Between the spawn and the registration the daemon awaits the child's pipes, and a
+command's root exiting in that moment has its orphans attributed; so each helper
+is also spawned with a marker in its environment (``helper_environment``), which
+the attribution reads anyway, and an environment carrying it matches no tree.
+The event loop spawns helpers (fork to exec in one call that returns once the
+child has exec'd), so the supervisor, which runs on the loop too, never sees a
+helper before its exec, when its environment would still be the daemon's.
 """
 
 from __future__ import annotations
 
-__all__ = ["helper_pids", "register_helper"]
+import secrets
+from collections.abc import Mapping
+
+__all__ = ["HELPER_ENV_ENTRY", "helper_environment", "helper_pids", "register_helper"]
+
+# Random per daemon: a command cannot name it to pass for a helper without reading
+# a helper's environment first (an ``env -i`` escapee goes unattributed anyway).
+_HELPER_ENV_NAME = "EXECSERVER_HELPER"
+_HELPER_ENV_VALUE = secrets.token_hex(8)
+# As /proc/<pid>/environ gives it (execserver.processes.tree.read_environ).
+HELPER_ENV_ENTRY = f"{_HELPER_ENV_NAME}={_HELPER_ENV_VALUE}".encode()
 
 _helpers: dict[int, int] = {}  # pid -> start time, so a recycled pid is told apart
 
@@ -38,6 +56,11 @@ def register_helper(pid: int) -> None:
     start = _start_time(pid)
     if start is not None:
         _helpers[pid] = start
+
+
+def helper_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` plus the helper marker: the environment to spawn a helper with."""
+    return {**env, _HELPER_ENV_NAME: _HELPER_ENV_VALUE}
 
 
 def helper_pids() -> set[int]:

@@ -7,7 +7,7 @@ empty and was forgotten, and the escapee outlived its session. The supervisor
 here is the daemon's own, driven the way ``ManagedProcess`` drives it (pidfd
 wake-up, reap, ``root_exited``), many times where the window is narrow. Also
 here: an escapee with no environment at all, and one that another tree
-recorded first.
+recorded first, and a helper of the daemon's not registered yet.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import subprocess
 from collections.abc import Callable
 
 from execserver.processes.supervisor import Supervisor
-from execserver.processes.tree import ProcessTree, read_stat
+from execserver.processes.tree import ProcessTree, read_environ, read_stat
+from execserver.sandbox.helper_pids import HELPER_ENV_ENTRY, helper_environment
 from tests.support.rpc import poll_until
 
 TRIES = 150
@@ -51,6 +52,11 @@ def _start_root(
         env=env,
         start_new_session=True,
     )
+
+
+def _start_helper(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    # As the daemon spawns a sandboxed fs helper: its own session, the marker added.
+    return subprocess.Popen(["sleep", "1000"], env=helper_environment(env), start_new_session=True)
 
 
 def _attributed(tree: ProcessTree, pid: int) -> bool:
@@ -179,4 +185,42 @@ async def test_an_escapee_another_tree_recorded_is_not_taken_at_a_roots_exit() -
                 root.wait()
                 if root.stdout is not None:
                     root.stdout.close()
+        await supervisor.aclose()
+
+
+async def test_a_helper_not_yet_registered_is_nobodys_escapee() -> None:
+    """A sandboxed fs helper is the daemon's own child in a session of its own, and
+    is registered only once its spawn's pipes are set up. A root exiting before that
+    has its orphans attributed: the helper's marker keeps it out, even when the rest
+    of its environment is the tree's, and a kill of the tree leaves it running."""
+    supervisor = Supervisor()
+    env = {"PATH": os.environ["PATH"], "EXECSERVER_TEST_TREE": "helper-window"}
+    root = _start_root(env, "read -r _", stdin=subprocess.PIPE)
+    helper: subprocess.Popen[bytes] | None = None
+    try:
+        tree = supervisor.track(root.pid, env)
+        # Started after the root, in its own session, with the tree's environment:
+        # everything an escapee of the tree would be, but for the marker.
+        helper = _start_helper(env)
+        assert await poll_until(lambda: HELPER_ENV_ENTRY in read_environ(helper.pid), 5)
+        assert root.stdin is not None
+        root.stdin.close()  # the root exits now
+        await _root_exit(root.pid)
+        root.wait()
+        supervisor.root_exited(tree)
+        assert helper.pid not in tree.tracked
+        assert helper.pid not in tree.unread
+        supervisor.kill(tree)
+        await asyncio.sleep(0.2)  # a kill would have landed by now
+        assert helper.poll() is None
+        info = read_stat(helper.pid)
+        assert info is not None and info.state != "Z"
+    finally:
+        if helper is not None:
+            helper.kill()
+            helper.wait()
+        root.kill()
+        root.wait()
+        if root.stdout is not None:
+            root.stdout.close()
         await supervisor.aclose()

@@ -38,7 +38,7 @@ from execserver.sandbox.fs_helper.protocol import (
     response_decoder,
 )
 from execserver.sandbox.fs_helper.runtime import HelperRuntime
-from execserver.sandbox.helper_pids import register_helper
+from execserver.sandbox.helper_pids import helper_environment, register_helper
 from execserver.sandbox.plan import LaunchPlan, LaunchRequest, plan_for_policy
 from execserver.sandbox.policy import ResolvedPolicy
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
@@ -230,7 +230,7 @@ async def spawn_helper(
             place = await resources.enter_async_context(contained_helper())
             process = await asyncio.create_subprocess_exec(
                 *plan.argv,
-                env=plan.env,
+                env=helper_environment(plan.env),
                 pass_fds=plan.pass_fds,
                 cwd="/",
                 stdin=channel_child.fileno(),
