@@ -5,7 +5,7 @@ here), with the reference alongside — interleaved in one run, each figure
 with the server tree's CPU per operation, driven by the lean client
 (benchmarks/fast_client.py) so that the client's Python hides less.
 
-    python -m benchmarks.ws_stack [--rounds N] [--reads N] [--calls N]
+    python -m benchmarks.ws_stack [--rounds N] [--reads N] [--calls N] [--placement P]
     python -m benchmarks.ws_stack serve-aiohttp     # the prototype server alone
     python -m benchmarks.ws_stack serve-floor       # the floor server alone
 
@@ -22,6 +22,14 @@ back (``serve-floor``). What it costs per operation is what no Python
 daemon on this stack can go below; the daemon's figure minus it is what its
 request handling costs on a real round trip (cold caches after every
 wake-up), which a warm in-process loop understates several times.
+
+``--placement`` pins the server (every thread) and the client: ``same`` puts
+both on CPU 0, ``split`` the server on CPU 0 and the client on CPU 1; the
+default leaves both to the scheduler, as ``make bench`` does. On a VM a
+polling round trip costs about twice as much CPU when it crosses vCPUs (the
+idle vCPU halts, its caches go cold, waking it takes an IPI) than when it
+stays on one, for every server alike, so an unpinned run's figure mostly
+measures where the scheduler happened to put the processes.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import socket
 import statistics
 import sys
@@ -167,8 +176,28 @@ async def _start_prototype(kind: str) -> RunningServer:
     return RunningServer(kind=kind, url=url, process=proc)
 
 
-async def _measure(kind: str, figure: str, reads: int, calls: int) -> dict[str, float]:
+# --placement: (server CPU, client CPU); None leaves both to the scheduler.
+PLACEMENTS: dict[str, tuple[int, int] | None] = {"free": None, "same": (0, 0), "split": (0, 1)}
+
+
+def _pin_tree(pid: int, cpu: int) -> None:
+    """Every thread of ``pid`` and its descendants onto ``cpu`` (threads and
+    children started later inherit it)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    for process in (root, *root.children(recursive=True)):
+        for thread in process.threads():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(thread.id, {cpu})
+
+
+async def _measure(
+    kind: str, figure: str, reads: int, calls: int, placement: tuple[int, int] | None = None
+) -> dict[str, float]:
     async def run(server: RunningServer) -> dict[str, float]:
+        if placement is not None:
+            _pin_tree(server.process.pid, placement[0])
         user_before, system_before = tree_cpu_split(server.process.pid)
         if figure == "read_polling_lean":
             result = await figures.read_polling_lean(server.url, reads)
@@ -192,14 +221,18 @@ async def _measure(kind: str, figure: str, reads: int, calls: int) -> dict[str, 
         return await run(server)
 
 
-async def compare(rounds: int, reads: int, calls: int) -> dict[str, Any]:
+async def compare(
+    rounds: int, reads: int, calls: int, placement: tuple[int, int] | None = None
+) -> dict[str, Any]:
     report: dict[str, Any] = {}
+    if placement is not None:  # the client: this process, every thread
+        _pin_tree(os.getpid(), placement[1])
     for figure in ("read_polling_lean", "pipelined_getMetadata_lean"):
         samples: dict[str, list[dict[str, float]]] = {k: [] for k in KINDS}
         for r in range(rounds):
             order = KINDS if r % 2 == 0 else tuple(reversed(KINDS))
             for kind in order:
-                samples[kind].append(await _measure(kind, figure, reads, calls))
+                samples[kind].append(await _measure(kind, figure, reads, calls, placement))
         report[figure] = {
             kind: {
                 key: statistics.median(s[key] for s in samples[kind]) for key in samples[kind][0]
@@ -220,6 +253,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reads", type=int, default=10000)
     parser.add_argument("--calls", type=int, default=40000)
+    parser.add_argument("--placement", choices=sorted(PLACEMENTS), default="free")
     args = parser.parse_args()
     if args.mode in ("serve-aiohttp", "serve-floor"):
         import uvloop
@@ -228,7 +262,10 @@ def main() -> int:
         return 0
     import json
 
-    report = asyncio.run(compare(args.rounds, args.reads, args.calls))
+    placement = PLACEMENTS[args.placement]
+    if placement is not None and max(placement) >= (os.cpu_count() or 1):
+        parser.error(f"--placement {args.placement} needs {max(placement) + 1} CPUs")
+    report = asyncio.run(compare(args.rounds, args.reads, args.calls, placement))
     print(
         json.dumps({f: {k: v for k, v in r.items() if k != "samples"} for f, r in report.items()})
     )
