@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import platform
 import statistics
@@ -26,6 +27,7 @@ from typing import Any
 import psutil
 
 from benchmarks import figures, physical, sandboxed_fs
+from benchmarks.placement import pinned
 from benchmarks.server_cpu import tree_cpu_split
 from scripts.servers import RunningServer, start_server
 
@@ -38,6 +40,9 @@ class Figure:
     name: str
     run: Callable[[RunningServer], Awaitable[dict[str, float]]]
     higher_is_better: bool
+    # benchmarks/placement.py: "same" or "split" pins server and client for the
+    # figure; None leaves them to the scheduler.
+    placement: str | None = None
 
 
 def build_figures(smoke: bool) -> list[Figure]:
@@ -83,6 +88,21 @@ def build_figures(smoke: bool) -> list[Figure]:
             lambda srv: figures.pipelined_metadata_lean(srv.url, 1000 if s else 20000, 64),
             True,
         ),
+        # Polling with server and client pinned to one CPU, then to two: left to
+        # the scheduler the figure above measures where they landed as much as
+        # the server (benchmarks/placement.py).
+        Figure(
+            "read_polling_lean_same_cpu",
+            lambda srv: figures.read_polling_lean(srv.url, 200 if s else 20000),
+            True,
+            placement="same",
+        ),
+        Figure(
+            "read_polling_lean_split_cpus",
+            lambda srv: figures.read_polling_lean(srv.url, 200 if s else 20000),
+            True,
+            placement="split",
+        ),
         Figure("read_file", lambda srv: figures.read_file(srv.url, 5 if s else 50), True),
         # 8 MiB: its base64 (11.2 MB) in one frame stays inside the reference's
         # 16 MiB frame limit (a 43 MB frame made it drop the connection).
@@ -117,9 +137,12 @@ async def measure(figure: Figure, kind: str) -> dict[str, float] | str:
         async with start_server(
             kind, extra=["--log-level", "warning"] if kind == "execserver" else []
         ) as server:
-            user_before, system_before = tree_cpu_split(server.process.pid)
-            result = await figure.run(server)
-            user_after, system_after = tree_cpu_split(server.process.pid)
+            with contextlib.ExitStack() as stack:
+                if figure.placement is not None:
+                    stack.enter_context(pinned(server.process.pid, figure.placement))
+                user_before, system_before = tree_cpu_split(server.process.pid)
+                result = await figure.run(server)
+                user_after, system_after = tree_cpu_split(server.process.pid)
             user, system = user_after - user_before, system_after - system_before
     except Exception as exc:  # a figure that fails is reported, not fatal
         traceback.print_exc(file=sys.stderr)
@@ -195,13 +218,13 @@ async def run(smoke: bool, only: list[str], rounds: int) -> dict[str, Any]:
 def print_row(name: str, entry: dict[str, Any]) -> None:
     ours, ref = entry["execserver"], entry["reference"]
     if not isinstance(ours, dict) or not isinstance(ref, dict):
-        print(f"{name:24} execserver={ours} reference={ref}", flush=True)
+        print(f"{name:30} execserver={ours} reference={ref}", flush=True)
         return
     for key in ours:
         ratio = entry.get("ratio", {}).get(key)
         shown = f"{ratio:6.2f}x" if ratio is not None else "   n/a"
         print(
-            f"{name:24} {key:20} {ours[key]:12.2f} {ref.get(key, float('nan')):12.2f} {shown}",
+            f"{name:30} {key:20} {ours[key]:12.2f} {ref.get(key, float('nan')):12.2f} {shown}",
             flush=True,
         )
 
@@ -213,7 +236,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=None)
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.smoke else 3)
-    print(f"{'figure':24} {'metric':20} {'execserver':>12} {'reference':>12}  ratio", flush=True)
+    print(f"{'figure':30} {'metric':20} {'execserver':>12} {'reference':>12}  ratio", flush=True)
     report = asyncio.run(run(args.smoke, args.only, rounds))
     print(
         f"physical: fork/exec true {report['physical']['fork_exec_true_ms']:.2f} ms, "

@@ -23,13 +23,9 @@ daemon on this stack can go below; the daemon's figure minus it is what its
 request handling costs on a real round trip (cold caches after every
 wake-up), which a warm in-process loop understates several times.
 
-``--placement`` pins the server (every thread) and the client: ``same`` puts
-both on CPU 0, ``split`` the server on CPU 0 and the client on CPU 1; the
-default leaves both to the scheduler, as ``make bench`` does. On a VM a
-polling round trip costs about twice as much CPU when it crosses vCPUs (the
-idle vCPU halts, its caches go cold, waking it takes an IPI) than when it
-stays on one, for every server alike, so an unpinned run's figure mostly
-measures where the scheduler happened to put the processes.
+``--placement same|split`` pins the server and the client to one CPU or to
+two (benchmarks/placement.py); the default, ``free``, leaves both to the
+scheduler.
 """
 
 from __future__ import annotations
@@ -45,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from benchmarks import figures
+from benchmarks.placement import PLACEMENTS, cpus_needed, pinned
 from benchmarks.server_cpu import tree_cpu_split
 from scripts.servers import RunningServer, start_server, stop_process
 
@@ -176,28 +173,16 @@ async def _start_prototype(kind: str) -> RunningServer:
     return RunningServer(kind=kind, url=url, process=proc)
 
 
-# --placement: (server CPU, client CPU); None leaves both to the scheduler.
-PLACEMENTS: dict[str, tuple[int, int] | None] = {"free": None, "same": (0, 0), "split": (0, 1)}
-
-
-def _pin_tree(pid: int, cpu: int) -> None:
-    """Every thread of ``pid`` and its descendants onto ``cpu`` (threads and
-    children started later inherit it)."""
-    import psutil
-
-    root = psutil.Process(pid)
-    for process in (root, *root.children(recursive=True)):
-        for thread in process.threads():
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(thread.id, {cpu})
-
-
 async def _measure(
-    kind: str, figure: str, reads: int, calls: int, placement: tuple[int, int] | None = None
+    kind: str, figure: str, reads: int, calls: int, placement: str = "free"
 ) -> dict[str, float]:
     async def run(server: RunningServer) -> dict[str, float]:
-        if placement is not None:
-            _pin_tree(server.process.pid, placement[0])
+        with contextlib.ExitStack() as stack:
+            if placement != "free":
+                stack.enter_context(pinned(server.process.pid, placement))
+            return await run_figure(server)
+
+    async def run_figure(server: RunningServer) -> dict[str, float]:
         user_before, system_before = tree_cpu_split(server.process.pid)
         if figure == "read_polling_lean":
             result = await figures.read_polling_lean(server.url, reads)
@@ -221,12 +206,8 @@ async def _measure(
         return await run(server)
 
 
-async def compare(
-    rounds: int, reads: int, calls: int, placement: tuple[int, int] | None = None
-) -> dict[str, Any]:
+async def compare(rounds: int, reads: int, calls: int, placement: str = "free") -> dict[str, Any]:
     report: dict[str, Any] = {}
-    if placement is not None:  # the client: this process, every thread
-        _pin_tree(os.getpid(), placement[1])
     for figure in ("read_polling_lean", "pipelined_getMetadata_lean"):
         samples: dict[str, list[dict[str, float]]] = {k: [] for k in KINDS}
         for r in range(rounds):
@@ -253,7 +234,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reads", type=int, default=10000)
     parser.add_argument("--calls", type=int, default=40000)
-    parser.add_argument("--placement", choices=sorted(PLACEMENTS), default="free")
+    parser.add_argument("--placement", choices=["free", *sorted(PLACEMENTS)], default="free")
     args = parser.parse_args()
     if args.mode in ("serve-aiohttp", "serve-floor"):
         import uvloop
@@ -262,10 +243,9 @@ def main() -> int:
         return 0
     import json
 
-    placement = PLACEMENTS[args.placement]
-    if placement is not None and max(placement) >= (os.cpu_count() or 1):
-        parser.error(f"--placement {args.placement} needs {max(placement) + 1} CPUs")
-    report = asyncio.run(compare(args.rounds, args.reads, args.calls, placement))
+    if args.placement != "free" and cpus_needed(args.placement) > len(os.sched_getaffinity(0)):
+        parser.error(f"--placement {args.placement} needs {cpus_needed(args.placement)} CPUs")
+    report = asyncio.run(compare(args.rounds, args.reads, args.calls, args.placement))
     print(
         json.dumps({f: {k: v for k, v in r.items() if k != "samples"} for f, r in report.items()})
     )
