@@ -43,7 +43,7 @@ from picows.picows import WSProtocol  # type: ignore[attr-defined]  # not in its
 
 from execserver.server.coalesce import Cork
 from execserver.server.connection import Connection, ProtocolViolation, resumed
-from execserver.server.http_plain import PlainHttp
+from execserver.server.http_plain import HEAD_TIMEOUT_S, PlainHttp
 from execserver.server.http_surface import HttpRequest, HttpSurface, UpgradeCheck
 from execserver.server.runtime import ServerRuntime
 
@@ -58,8 +58,9 @@ _picows_log.setLevel(logging.CRITICAL)
 
 # While writing is paused, how often to check whether the socket's buffer drained.
 DRAIN_CHECK_S = 0.05
-# A client that connects must send its HTTP request within this (then it is dropped).
-HANDSHAKE_TIMEOUT_S = 30.0
+# A client that connects must send its first HTTP request head within this, in all
+# (then it is dropped); plain HTTP bounds every later head the same way.
+HANDSHAKE_TIMEOUT_S = HEAD_TIMEOUT_S
 # A first request head longer than this is not an upgrade we serve: aiohttp answers it.
 SNIFF_LIMIT = 16 * 1024
 
@@ -139,8 +140,8 @@ class WebsocketServer:
     def _new_protocol(self) -> asyncio.Protocol:
         return _FirstRequest(self)
 
-    def websocket_protocol(self) -> WSProtocol:
-        return _Protocol(self)
+    def websocket_protocol(self, handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S) -> WSProtocol:
+        return _Protocol(self, handshake_timeout_s)
 
     def route(self, request: WSUpgradeRequest, peer: Any) -> Any:
         """What picows does with an HTTP request: our listener (upgrade) or a response."""
@@ -192,12 +193,14 @@ class _FirstRequest(asyncio.Protocol):
         self._head = bytearray()
         self._transport: asyncio.Transport | None = None
         self._timeout: asyncio.TimerHandle | None = None
+        self._deadline = 0.0  # loop time by which the first request head must be in
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses; they have its methods.
         self._transport = cast(asyncio.Transport, transport)
         loop = asyncio.get_running_loop()
-        self._timeout = loop.call_later(HANDSHAKE_TIMEOUT_S, self._transport.abort)
+        self._deadline = loop.time() + HANDSHAKE_TIMEOUT_S
+        self._timeout = loop.call_at(self._deadline, self._transport.abort)
 
     def data_received(self, data: bytes) -> None:
         self._head += data
@@ -205,10 +208,13 @@ class _FirstRequest(asyncio.Protocol):
         if end < 0 and len(self._head) <= SNIFF_LIMIT:
             return
         head = bytes(self._head[: end if end >= 0 else SNIFF_LIMIT])
+        # A head longer than SNIFF_LIMIT is handed over unfinished: what is left of
+        # the deadline goes with it, so the whole head never gets more than it.
+        left = max(self._deadline - asyncio.get_running_loop().time(), 0.0)
         if _asks_for_upgrade(head):
-            self._hand_over(self._server.websocket_protocol())
+            self._hand_over(self._server.websocket_protocol(left))
         else:
-            self._hand_over(self._server.plain_http.protocol())
+            self._hand_over(self._server.plain_http.protocol(left))
 
     def _hand_over(self, protocol: asyncio.BaseProtocol) -> None:
         transport = self._transport
@@ -246,7 +252,7 @@ class _Protocol(WSProtocol):  # type: ignore[misc]
     """picows' protocol, knowing its peer before the HTTP request is routed (the audit
     log names who was refused)."""
 
-    def __init__(self, server: WebsocketServer) -> None:
+    def __init__(self, server: WebsocketServer, handshake_timeout_s: float) -> None:
         self._peer: Any = None
         super().__init__(
             host_port=None,
@@ -255,7 +261,7 @@ class _Protocol(WSProtocol):  # type: ignore[misc]
             ws_listener_factory=lambda request: server.route(request, self._peer),
             logger=_picows_log,
             disconnect_on_exception=True,
-            websocket_handshake_timeout=HANDSHAKE_TIMEOUT_S,
+            websocket_handshake_timeout=handshake_timeout_s,
             enable_auto_ping=False,  # ours: every ping_interval_s, a missing pong is not fatal
             auto_ping_idle_timeout=20,
             auto_ping_reply_timeout=20,
