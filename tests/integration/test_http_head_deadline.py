@@ -75,23 +75,24 @@ async def _short_head_never_finished(server: RunningServer) -> float:
     return await _seconds_until_closed(reader, writer, b"X-Pad: a\r\n")
 
 
-async def _idle_after_an_answer(server: RunningServer) -> float:
-    reader, writer = await _open(server)
+async def _probe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """One health probe, answered 200, on a kept-alive connection."""
     writer.write(PROBE)
     await writer.drain()
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
     assert head.startswith(b"HTTP/1.1 200"), head
     await reader.readexactly(_content_length(head))
+
+
+async def _idle_after_an_answer(server: RunningServer) -> float:
+    reader, writer = await _open(server)
+    await _probe(reader, writer)
     return await _seconds_until_closed(reader, writer, None)
 
 
 async def _second_head_never_finished(server: RunningServer) -> float:
     reader, writer = await _open(server)
-    writer.write(PROBE)
-    await writer.drain()
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-    assert head.startswith(b"HTTP/1.1 200"), head
-    await reader.readexactly(_content_length(head))
+    await _probe(reader, writer)
     writer.write(b"GET /readyz HTTP/1.1\r\n")
     await writer.drain()
     return await _seconds_until_closed(reader, writer, b"X-Pad: a\r\n")
@@ -130,11 +131,7 @@ async def test_a_kept_alive_connection_answers_within_the_deadline_as_before(
     reader, writer = await _open(execserver)
     try:
         for _ in range(3):
-            writer.write(PROBE)
-            await writer.drain()
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            assert head.startswith(b"HTTP/1.1 200"), head
-            await reader.readexactly(_content_length(head))
+            await _probe(reader, writer)
             await asyncio.sleep(0.5)
     finally:
         writer.close()
