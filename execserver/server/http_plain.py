@@ -9,7 +9,7 @@ What each path answers is still decided in one place, server/http_surface.py.
 aiohttp puts no time limit on reading a request head, so a client could hold a
 connection (and its fd) for ever by sending a head a byte at a time (measured:
 a 17 KiB head, one more line every 5 s, was still open after 75 s; the reference
-behaves the same). Every head here must be complete within ``head_timeout_s``:
+behaves the same). Every head here must be complete within ``HEAD_TIMEOUT_S``:
 the first one counted from the connection's start, each later one from the
 previous answer (so an idle kept-alive connection closes after as long).
 """
