@@ -48,9 +48,31 @@ def _type_sandbox_fields(defs: dict[str, Any]) -> None:
             props["sandbox"] = {"anyOf": [_SANDBOX_REF, {"type": "null"}]}
 
 
+# execserver.wire.base.U64 bounds its members at int64's top, the largest bound msgspec
+# can state; execserver.wire.decode accepts the rest of the u64 range as serde does.
+_MSGSPEC_U64_MAX = 2**63 - 1
+_U64_MAX = 2**64 - 1
+
+
+def _widen_u64_bounds(node: Any) -> None:
+    """State the range the daemon accepts for u64 members (0 ..= 2**64 - 1)."""
+    if isinstance(node, dict):
+        if node.get("type") == "integer" and (node.get("minimum"), node.get("maximum")) == (
+            0,
+            _MSGSPEC_U64_MAX,
+        ):
+            node["maximum"] = _U64_MAX
+        for value in node.values():
+            _widen_u64_bounds(value)
+    elif isinstance(node, list):
+        for value in node:
+            _widen_u64_bounds(value)
+
+
 def build_schema() -> dict[str, Any]:
     _, defs = msgspec.json.schema_components(_all_types(), ref_template="#/$defs/{name}")
     _type_sandbox_fields(defs)
+    _widen_u64_bounds(defs)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "Codex exec-server protocol (0.169.0) as served by execserver",

@@ -47,3 +47,27 @@ def test_wire_names_are_camel_case_outside_the_sandbox_permissions() -> None:
     assert {"processId", "pipeStdin", "envPolicy", "enforceManagedNetwork"} <= set(exec_params)
     read_response = schema["$defs"]["ReadResponse"]["required"]
     assert {"nextSeq", "exitCode", "sandboxDenied"} <= set(read_response)
+
+
+def _integer_bounds(node: object) -> list[tuple[object, object]]:
+    found: list[tuple[object, object]] = []
+    if isinstance(node, dict):
+        if node.get("type") == "integer" and "maximum" in node:
+            found.append((node.get("minimum"), node["maximum"]))
+        for value in node.values():
+            found += _integer_bounds(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _integer_bounds(value)
+    return found
+
+
+def test_u64_members_state_the_range_the_daemon_accepts() -> None:
+    """u64 members take 0 ..= 2**64 - 1 on the wire (tests/unit/test_params_decoder.py),
+    not int64's top, which is all msgspec can state."""
+    schema = json.loads(COMMITTED.read_text())
+    walk = schema["$defs"]["WalkOptions"]["properties"]
+    assert (walk["maxDepth"]["minimum"], walk["maxDepth"]["maximum"]) == (0, 2**64 - 1)
+    bounds = _integer_bounds(schema["$defs"])
+    assert (0, 2**64 - 1) in bounds
+    assert (0, 2**63 - 1) not in bounds
