@@ -144,7 +144,7 @@ class PlainHttp:
     async def close(self) -> None:
         await self._runner.cleanup()
 
-    def protocol(self, first_head_s: float = HEAD_TIMEOUT_S) -> asyncio.Protocol:
+    def protocol(self, first_head_s: float) -> asyncio.Protocol:
         """The protocol for one connection; its first request head must be complete
         within ``first_head_s`` (what is left of the listener's deadline)."""
         server = self._runner.server

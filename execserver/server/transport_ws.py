@@ -58,9 +58,6 @@ _picows_log.setLevel(logging.CRITICAL)
 
 # While writing is paused, how often to check whether the socket's buffer drained.
 DRAIN_CHECK_S = 0.05
-# A client that connects must send its first HTTP request head within this, in all
-# (then it is dropped); plain HTTP bounds every later head the same way.
-HANDSHAKE_TIMEOUT_S = HEAD_TIMEOUT_S
 # A first request head longer than this is not an upgrade we serve: aiohttp answers it.
 SNIFF_LIMIT = 16 * 1024
 
@@ -140,7 +137,7 @@ class WebsocketServer:
     def _new_protocol(self) -> asyncio.Protocol:
         return _FirstRequest(self)
 
-    def websocket_protocol(self, handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S) -> WSProtocol:
+    def websocket_protocol(self, handshake_timeout_s: float) -> WSProtocol:
         return _Protocol(self, handshake_timeout_s)
 
     def route(self, request: WSUpgradeRequest, peer: Any) -> Any:
@@ -199,7 +196,9 @@ class _FirstRequest(asyncio.Protocol):
         # uvloop's transports are not asyncio.Transport subclasses; they have its methods.
         self._transport = cast(asyncio.Transport, transport)
         loop = asyncio.get_running_loop()
-        self._deadline = loop.time() + HANDSHAKE_TIMEOUT_S
+        # A connection's first request head has HEAD_TIMEOUT_S in all, whoever reads
+        # the rest of it (http_plain bounds every later head the same way).
+        self._deadline = loop.time() + HEAD_TIMEOUT_S
         self._timeout = loop.call_at(self._deadline, self._transport.abort)
 
     def data_received(self, data: bytes) -> None:
