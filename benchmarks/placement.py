@@ -42,10 +42,13 @@ def cpus_needed(placement: str) -> int:
 
 
 @contextlib.contextmanager
-def pinned(server_pid: int, placement: str) -> Iterator[None]:
+def pinned(server_pid: int, placement: str | None) -> Iterator[None]:
     """Pin the server tree and this process (the client) as ``placement`` says,
-    and give this process its CPUs back afterwards. RuntimeError when this
-    machine has too few CPUs for it."""
+    and give this process its CPUs back afterwards; None leaves both to the
+    scheduler. RuntimeError when this machine has too few CPUs for it."""
+    if placement is None:
+        yield
+        return
     allowed = sorted(os.sched_getaffinity(0))
     server_index, client_index = PLACEMENTS[placement]
     if cpus_needed(placement) > len(allowed):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import platform
 import statistics
@@ -137,9 +136,7 @@ async def measure(figure: Figure, kind: str) -> dict[str, float] | str:
         async with start_server(
             kind, extra=["--log-level", "warning"] if kind == "execserver" else []
         ) as server:
-            with contextlib.ExitStack() as stack:
-                if figure.placement is not None:
-                    stack.enter_context(pinned(server.process.pid, figure.placement))
+            with pinned(server.process.pid, figure.placement):
                 user_before, system_before = tree_cpu_split(server.process.pid)
                 result = await figure.run(server)
                 user_after, system_after = tree_cpu_split(server.process.pid)

@@ -177,18 +177,13 @@ async def _measure(
     kind: str, figure: str, reads: int, calls: int, placement: str = "free"
 ) -> dict[str, float]:
     async def run(server: RunningServer) -> dict[str, float]:
-        with contextlib.ExitStack() as stack:
-            if placement != "free":
-                stack.enter_context(pinned(server.process.pid, placement))
-            return await run_figure(server)
-
-    async def run_figure(server: RunningServer) -> dict[str, float]:
-        user_before, system_before = tree_cpu_split(server.process.pid)
-        if figure == "read_polling_lean":
-            result = await figures.read_polling_lean(server.url, reads)
-        else:
-            result = await figures.pipelined_metadata_lean(server.url, calls, 64)
-        user_after, system_after = tree_cpu_split(server.process.pid)
+        with pinned(server.process.pid, None if placement == "free" else placement):
+            user_before, system_before = tree_cpu_split(server.process.pid)
+            if figure == "read_polling_lean":
+                result = await figures.read_polling_lean(server.url, reads)
+            else:
+                result = await figures.pipelined_metadata_lean(server.url, calls, 64)
+            user_after, system_after = tree_cpu_split(server.process.pid)
         user, system = user_after - user_before, system_after - system_before
         ops = result.pop("ops")
         result["server_cpu_us_per_op"] = (user + system) / ops * 1e6

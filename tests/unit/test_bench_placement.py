@@ -39,6 +39,9 @@ def test_same_pins_server_tree_and_client_to_one_cpu_then_restores_the_client() 
             except (IndexError, OSError):
                 os.sched_yield()
         assert child
+        with pinned(server.pid, None):  # left to the scheduler
+            assert os.sched_getaffinity(server.pid) == allowed
+            assert os.sched_getaffinity(0) == allowed
         with pinned(server.pid, "same"):
             first = min(allowed)
             assert os.sched_getaffinity(0) == {first}
