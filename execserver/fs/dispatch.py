@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from execserver.fs.errors import fs_error
 from execserver.fs.local_mounts import LOCAL_MOUNTS
+from execserver.fs.worker_pool import WorkerPool
 from execserver.kernel.methods import MUST_WAIT
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs import SandboxHost, needs_sandboxed_fs, run_sandboxed_fs_call
@@ -39,21 +39,16 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _WORKERS = 16
-_executor: ThreadPoolExecutor | None = None
-
-
-def executor() -> ThreadPoolExecutor:
-    global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="execserver-fs")
-    return _executor
+_POOL = WorkerPool(max_workers=_WORKERS, name="execserver-fs")
 
 
 async def in_thread(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """Run blocking ``func`` in the fs pool; OSError becomes the reference's RpcError."""
     loop = asyncio.get_running_loop()
+    if kwargs:
+        func, args = functools.partial(func, **kwargs), ()
     try:
-        return await loop.run_in_executor(executor(), functools.partial(func, *args, **kwargs))
+        return await _POOL.submit(loop, func, args)
     except OSError as exc:
         raise fs_error(exc) from None
 
@@ -71,8 +66,7 @@ async def in_thread_to_completion(
     the fd. ``on_abandon`` receives the result the cancelled caller drops
     (e.g. to close a freshly opened fd).
     """
-    loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(executor(), functools.partial(func, *args))
+    future = _POOL.submit(asyncio.get_running_loop(), func, args)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
