@@ -7,7 +7,6 @@ and parse the events read from it.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import struct
 from collections.abc import Iterator
@@ -38,7 +37,7 @@ IN_CLOEXEC = os.O_CLOEXEC
 
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # the process's own libc (fs/metadata.py says why)
 _init1: Any = _libc.inotify_init1
 _init1.argtypes = [ctypes.c_int]
 _init1.restype = ctypes.c_int

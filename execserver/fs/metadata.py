@@ -8,7 +8,6 @@ statx is called through ctypes.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import stat
 import struct
@@ -23,7 +22,11 @@ _STATX_BUFSIZE = 256
 _MASK_OFFSET = 0
 _BTIME_OFFSET = 80  # struct statx: stx_btime {i64 tv_sec; u32 tv_nsec; i32 pad}
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+# The process's own symbols, libc's among them. ctypes.util.find_library("c") ran
+# `/sbin/ldconfig -p` and imported subprocess, shutil and tempfile: ~12-19 ms at
+# every start of the daemon and of each sandboxed fs helper, where the policy's
+# view may not even hold ldconfig.
+_libc = ctypes.CDLL(None, use_errno=True)
 _statx: Any = getattr(_libc, "statx", None)
 if _statx is not None:
     _statx.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
