@@ -27,8 +27,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from execserver.fs import handle_io, ops_read, ops_write, walk
 from execserver.sandbox.fs_helper.protocol import (
@@ -92,10 +91,6 @@ class _Output:
                 data = data[os.write(self._fd, data) :]
 
 
-def _answer(output: _Output, request: Request) -> None:
-    output.send(run(request))
-
-
 def lock_runtime(private_dir: str) -> None:
     os.chmod(private_dir, 0)
     try:
@@ -106,18 +101,69 @@ def lock_runtime(private_dir: str) -> None:
 
 
 def serve(in_fd: int = 0, out_fd: int = 1) -> None:
-    source = os.fdopen(in_fd, "rb", closefd=False)
+    """Answer requests until the daemon closes the pipe, on ``_WORKERS`` threads.
+
+    Each thread reads one request itself and runs it (leader/followers): no
+    thread pool, so the helper does not import ``concurrent.futures`` (and
+    ``logging`` with it), ~10 ms of every helper's start. While one thread
+    reads, the others run their operations or wait their turn to read; a stuck
+    operation holds only its own thread. A frame that cannot be read or decoded
+    ends the helper once the running operations have answered (the daemon fails
+    the calls still in flight and starts a new helper for the next one)."""
+    reader = _Reader(os.fdopen(in_fd, "rb", closefd=False))
     output = _Output(out_fd)
-    with ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="fs-helper") as pool:
-        while True:
-            header = source.read(HEADER.size)
-            if len(header) < HEADER.size:
-                return  # the daemon closed the pipe: exit quietly
-            (size,) = HEADER.unpack(header)
-            body = source.read(size)
-            if len(body) < size:
-                return
-            pool.submit(_answer, output, request_decoder.decode(body))
+    threads = [
+        threading.Thread(target=_follow, args=(reader, output), name=f"fs-helper_{n}")
+        for n in range(_WORKERS - 1)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        _follow(reader, output)
+    finally:
+        for thread in threads:
+            thread.join()
+    if reader.error is not None:
+        raise reader.error
+
+
+class _Reader:
+    """The request pipe, read by one thread at a time; once it ends (closed, cut
+    short or undecodable) every thread stops reading."""
+
+    def __init__(self, source: BinaryIO) -> None:
+        self._source = source
+        self._turn = threading.Lock()
+        self._ended = False
+        self.error: BaseException | None = None
+
+    def next_request(self) -> Request | None:
+        with self._turn:
+            if self._ended:
+                return None
+            try:
+                request = self._read()
+            except BaseException as exc:
+                self.error = exc
+                request = None
+            if request is None:
+                self._ended = True
+            return request
+
+    def _read(self) -> Request | None:
+        header = self._source.read(HEADER.size)
+        if len(header) < HEADER.size:
+            return None  # the daemon closed the pipe: exit quietly
+        (size,) = HEADER.unpack(header)
+        body = self._source.read(size)
+        if len(body) < size:
+            return None
+        return request_decoder.decode(body)
+
+
+def _follow(reader: _Reader, output: _Output) -> None:
+    while (request := reader.next_request()) is not None:
+        output.send(run(request))
 
 
 def main() -> int:
