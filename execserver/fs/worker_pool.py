@@ -30,7 +30,7 @@ __all__ = ["WorkerPool"]
 
 T = TypeVar("T")
 
-# (loop, future, func, args); None tells one worker to stop.
+# (loop, future, func, args)
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
 
 
@@ -40,7 +40,7 @@ class WorkerPool:
     def __init__(self, max_workers: int, name: str) -> None:
         self._max_workers = max_workers
         self._name = name
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         # One release per worker waiting for a job: a submit takes one, or starts a thread.
         self._idle = threading.Semaphore(0)
         self._threads: list[threading.Thread] = []
@@ -77,8 +77,6 @@ class WorkerPool:
         jobs = self._jobs
         while True:
             job = jobs.get()
-            if job is None:
-                return
             loop, future, func, args = job
             # A read of the future's state from this thread: a cancel that lands just
             # after it only means the result is dropped in _settle.
