@@ -87,11 +87,7 @@ def _spec(func: Callable[..., Any]) -> str:
 
 def sandbox_host(ctx: RequestContext) -> SandboxHost:
     """The server's sandboxing (backend probed at start-up, configured helper mode)."""
-    return SandboxHost.of(
-        ctx.server.resources.get(SandboxBackend),
-        ctx.server.config.sandbox,
-        mounts_local=LOCAL_MOUNTS.all_local(),
-    )
+    return SandboxHost.of(ctx.server.resources.get(SandboxBackend), ctx.server.config.sandbox)
 
 
 def needs_sandbox(sandbox: FileSystemSandboxContext | None, *, write: bool) -> bool:

@@ -44,7 +44,6 @@ from execserver.sandbox.plan import (
 from execserver.sandbox.policy import (
     MINIMAL_READ_PATHS,
     ResolvedPolicy,
-    has_glob_entries,
     resolve_policy,
     restricts_access,
 )
@@ -66,24 +65,19 @@ _PACKAGE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(execserve
 
 @dataclasses.dataclass(frozen=True)
 class SandboxHost:
-    """The daemon's sandboxing as fs/* needs it: the backend probed at start-up,
-    the configured helper mode and glob limit (``SandboxConfig``), and whether
-    every mounted file system is local (then a policy without globs is resolved
-    on the event loop: a few ``realpath`` calls cost less than a thread hop)."""
+    """The daemon's sandboxing as fs/* needs it: the backend probed at start-up
+    and the configured helper mode and glob limit (``SandboxConfig``)."""
 
     backend: SandboxBackend
     persistent_fs_helper: bool = True
     glob_scan_limit: int = DEFAULT_GLOB_SCAN_LIMIT
-    mounts_local: bool = False
 
     @classmethod
-    def of(
-        cls, backend: SandboxBackend | None, config: SandboxConfig, *, mounts_local: bool = False
-    ) -> SandboxHost:
+    def of(cls, backend: SandboxBackend | None, config: SandboxConfig) -> SandboxHost:
         """The server's; a server that never probed its backend refuses (fail closed)."""
         if backend is None:
             raise RpcError.internal("the sandbox backend was not probed at start-up")
-        return cls(backend, config.persistent_fs_helper, config.glob_scan_limit, mounts_local)
+        return cls(backend, config.persistent_fs_helper, config.glob_scan_limit)
 
 
 def needs_sandboxed_fs(context: FileSystemSandboxContext, *, write: bool) -> bool:
@@ -172,17 +166,11 @@ async def run_sandboxed_fs_call(
     inside the sandbox of ``context``; its OSError/RpcError come back as RpcError."""
     del write  # the sandbox enforces both kinds of access alike
     backend = host.backend
-
     # fs/* has no process cwd to fall back to: dynamic entries need the context's cwd.
-    def resolve() -> ResolvedPolicy:
-        return resolve_policy(context, fallback_cwd=None, glob_scan_limit=host.glob_scan_limit)
-
-    if host.mounts_local and not has_glob_entries(context):
-        # A realpath or two per entry on a local disk (~0.1 ms for the usual
-        # workspace-write context): less than the hop to a worker thread and back.
-        resolved = resolve()
-    else:  # a glob may read a large tree, a network mount may hang: off the loop
-        resolved = await off_loop(resolve, _keep)
+    resolved = await off_loop(
+        lambda: resolve_policy(context, fallback_cwd=None, glob_scan_limit=host.glob_scan_limit),
+        _keep,
+    )
     if host.persistent_fs_helper:
         served, result = await call_persistent(resolved, backend, func, dict(args))
         if served:

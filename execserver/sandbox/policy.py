@@ -55,7 +55,6 @@ __all__ = [
     "PathRule",
     "ResolvedPolicy",
     "has_dynamic_entries",
-    "has_glob_entries",
     "resolve_policy",
     "restricts_access",
     "unenforceable",
@@ -135,17 +134,6 @@ def has_dynamic_entries(context: FileSystemSandboxContext) -> bool:
     if not isinstance(fs, RestrictedFileSystem):
         return False
     return any(_is_dynamic(e.path) for e in fs.entries)
-
-
-def has_glob_entries(context: FileSystemSandboxContext) -> bool:
-    """True when resolving the policy expands a glob (it may read a large tree)."""
-    perms = context.permissions
-    if not isinstance(perms, ManagedPermissions):
-        return False
-    fs = perms.file_system
-    if not isinstance(fs, RestrictedFileSystem):
-        return False
-    return any(isinstance(e.path, GlobPatternPath) for e in fs.entries)
 
 
 class _GlobScan:

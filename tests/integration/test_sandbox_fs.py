@@ -4,19 +4,13 @@ errors come back with the reference's codes and texts."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import dataclasses
 import os
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from execserver.sandbox import needs_sandboxed_fs, run_sandboxed_fs_call
-from execserver.sandbox.fs_helper.pool import close_loop_pool
-from execserver.sandbox.policy import ResolvedPolicy, resolve_policy
 from execserver.wire.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -228,58 +222,3 @@ async def _pgrep(pattern: str) -> bytes:
     )
     out, _ = await pgrep.communicate()
     return out.strip()
-
-
-@pytest.mark.parametrize(
-    ("with_glob", "mounts_local", "on_loop"),
-    [(False, True, True), (True, True, False), (False, False, False)],
-    ids=["plain-local", "glob", "non-local-mounts"],
-)
-async def test_a_policy_is_resolved_on_the_loop_only_when_that_cannot_take_long(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    with_glob: bool,
-    mounts_local: bool,
-    on_loop: bool,
-) -> None:
-    """Resolving walks the file system: on the event loop only without globs (a glob
-    may scan a large tree) and with every mount local (a network mount may hang).
-    Either way the call is served the same, deny entries included."""
-    tree = make_tree(tmp_path)
-    (tree.ws / "key.pem").write_text("secret")
-    (tree.ws / "notes.txt").write_text("notes")
-    entries = [ROOT_READ, entry(tree.ws, "write"), entry(tree.secret, "none")]
-    if with_glob:
-        entries.append(entry({"type": "glob_pattern", "pattern": f"{tree.ws}/*.pem"}, "none"))
-    ctx = context(managed(entries))
-    resolved_on: list[int] = []
-
-    def watched_resolve(*args: Any, **kwargs: Any) -> ResolvedPolicy:
-        resolved_on.append(threading.get_ident())
-        return resolve_policy(*args, **kwargs)
-
-    monkeypatch.setattr("execserver.sandbox.fs.resolve_policy", watched_resolve)
-    host = dataclasses.replace(sandbox_host(), mounts_local=mounts_local)
-    try:
-        read = {"path": str(tree.ws / "notes.txt"), "follow_symlinks": True}
-        answer = await run_sandboxed_fs_call(
-            ctx, func="execserver.fs.ops_read:read_file", args=read, write=False, host=host
-        )
-        assert isinstance(answer, str) and base64.b64decode(answer) == b"notes"
-        assert resolved_on and all(
-            (ident == threading.get_ident()) is on_loop for ident in resolved_on
-        )
-        denied = {"path": str(tree.secret / "s.txt"), "follow_symlinks": True}
-        with pytest.raises(RpcError) as info:
-            await run_sandboxed_fs_call(
-                ctx, func="execserver.fs.ops_read:read_file", args=denied, write=False, host=host
-            )
-        assert info.value.code == PARSE_OR_INVALID_REQUEST  # EACCES, as the reference
-        if with_glob:  # the glob's match is denied too
-            pem = {"path": str(tree.ws / "key.pem"), "follow_symlinks": True}
-            with pytest.raises(RpcError):
-                await run_sandboxed_fs_call(
-                    ctx, func="execserver.fs.ops_read:read_file", args=pem, write=False, host=host
-                )
-    finally:
-        await close_loop_pool()  # the persistent helper this started
