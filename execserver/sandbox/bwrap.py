@@ -25,6 +25,7 @@ from execserver.sandbox.policy import (
     PROTECTED_NAMES,
     PathRule,
     ResolvedPolicy,
+    canonical_path,
 )
 from execserver.wire.errors import RpcError
 
@@ -256,4 +257,6 @@ def _fill(
     # A private /proc always: a backend whose bwrap cannot mount one is not used.
     # /proc/keys lists every key the uid may view, descriptions included.
     args += ["--proc", "/proc", "--ro-bind", "/dev/null", "/proc/keys"]
-    args += ["--cap-drop", "ALL", "--chdir", os.path.realpath(cwd)]
+    # Resolved as the kernel does (a planted chain of links is refused, not walked);
+    # a cwd that does not exist is passed as given and the spawn reports it.
+    args += ["--cap-drop", "ALL", "--chdir", canonical_path(cwd) or cwd]

@@ -7,12 +7,13 @@ context alone:
   roots (``policyContext.workspaceRoots`` wins over the flat member); the policy
   cwd itself grants nothing (verified against 0.169.0: a cwd-entry write grant
   with a cwd but no roots left the cwd read-only).
-* Paths are canonicalised with ``realpath``, because bind mounts are per real
-  path: a writable root given through a symlink is bound at its target, and a
-  grant cannot be widened by naming a link. A path that follows a symlink
-  lying inside one of the policy's writable roots is refused outright (the
-  sandboxed command could have planted it: ``crossed_writable_symlink``); this
-  covers every entry, ``project_roots`` subpaths and the temporary directories.
+* Paths are canonicalised as the kernel resolves them (``canonical_path``),
+  because bind mounts are per real path: a writable root given through a
+  symlink is bound at its target, and a grant cannot be widened by naming a
+  link. A path that follows a symlink lying inside one of the policy's
+  writable roots is refused outright (the sandboxed command could have
+  planted it: ``crossed_writable_symlink``); this covers every entry,
+  ``project_roots`` subpaths and the temporary directories.
 * For one path, the most specific entry wins; for the same path
   ``deny``/``none`` > ``write`` > ``read``.
 * Missing paths grant nothing (a writable root that does not exist is accepted
@@ -21,9 +22,11 @@ context alone:
 
 from __future__ import annotations
 
+import collections
 import fnmatch
 import glob
 import os
+import stat
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -54,6 +57,7 @@ __all__ = [
     "PROTECTED_NAMES",
     "PathRule",
     "ResolvedPolicy",
+    "canonical_path",
     "has_dynamic_entries",
     "resolve_policy",
     "restricts_access",
@@ -216,10 +220,59 @@ def _expand_glob(pattern: str, max_depth: int, limit: int) -> list[str]:
 
 
 _MAX_SYMLINK_HOPS: Final = 40  # the kernel's limit (ELOOP)
+# Components one resolution may walk, links' targets included: a real path needs
+# far fewer (PATH_MAX is 4 096 bytes); a planted chain of long links needs more.
+_MAX_RESOLVE_STEPS: Final = 4096
 
 
 def _inside(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def canonical_path(path: str) -> str | None:
+    """``path`` (absolute) with every symlink resolved, or None when that names
+    nothing that exists (such a path grants and denies nothing). The same
+    answer as ``os.path.realpath`` (a missing component is kept as named and a
+    ``..`` after it removes it again), within the kernel's bounds: at most 40
+    symlinks, else RpcError, and at most ``_MAX_RESOLVE_STEPS`` components
+    walked in all, else RpcError.
+
+    Why not ``os.path.realpath`` itself: it follows a chain of symlinks
+    without any limit, one Python step per component. A sandboxed command that
+    plants a chain where a context names a writable path made one resolution
+    take 0.8 s (900 links whose targets are ~200 components each) and a chain
+    of 3 000 raised RecursionError."""
+    current = "/"
+    pending = collections.deque(c for c in path.split("/") if c and c != ".")
+    hops = steps = 0
+    while pending:
+        steps += 1
+        if steps > _MAX_RESOLVE_STEPS:
+            raise unenforceable(f"cannot resolve {path}: too many path components")
+        component = pending.popleft()
+        if component == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, component)
+        try:
+            is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
+        except OSError:
+            is_link = False  # missing (or unreadable): kept as named, as realpath does
+        if not is_link:
+            current = candidate
+            continue
+        hops += 1
+        if hops > _MAX_SYMLINK_HOPS:
+            raise unenforceable(f"cannot resolve {path}: too many levels of symbolic links")
+        try:
+            link = os.readlink(candidate)
+        except OSError:  # replaced meanwhile: resolve it as it is now, next time round
+            pending.appendleft(component)
+            continue
+        if link.startswith("/"):
+            current = "/"
+        pending.extendleft(reversed([c for c in link.split("/") if c and c != "."]))
+    return current if os.path.exists(current) else None
 
 
 def crossed_writable_symlink(target: str, writable_roots: list[str]) -> str | None:
@@ -336,7 +389,9 @@ def resolve_policy(
                 continue  # forward compatibility: ignored, as the reference does
         named += [(target, access) for target in targets]
 
-    writable_roots = [os.path.realpath(t) for t, a in named if a == "write" and os.path.lexists(t)]
+    writable_roots = [
+        root for t, a in named if a == "write" and (root := canonical_path(t)) is not None
+    ]
     for target, access in named:
         if not os.path.lexists(target):
             continue  # grants nothing; `missing_path_behavior: skip` is the same here
@@ -345,8 +400,8 @@ def resolve_policy(
             raise RpcError.internal(
                 f"cannot enforce sandbox path {target} because it crosses writable symlink {link}"
             )
-        canonical = os.path.realpath(target)
-        if not os.path.exists(canonical):
+        canonical = canonical_path(target)
+        if canonical is None:
             continue
         previous = wanted.get(canonical)
         if previous is None or _PRECEDENCE[access] > _PRECEDENCE[previous]:
@@ -361,7 +416,7 @@ def resolve_policy(
         root_access=root_access,
         minimal_read=minimal,
         rules=rules,
-        cwd=os.path.realpath(cwd) if cwd is not None else None,
+        cwd=None if cwd is None else canonical_path(cwd) or os.path.normpath(cwd),
         legacy_landlock=context.use_legacy_landlock,
     )
 

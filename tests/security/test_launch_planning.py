@@ -15,7 +15,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from tests.support.attacks import ROOT_READ, attack, bash, entry, sandbox, special
+from tests.support.attacks import ROOT_READ, attack, bash, entry, python, sandbox, special
 from tests.support.rpc import RpcFailure, connect
 from tests.support.servers import start_server
 
@@ -119,3 +119,63 @@ async def test_arg0_reaches_sandboxed_processes(tmp_path: Path) -> None:
                 arg0="renamed-shell",
             )
             assert result.marker("argv0") == "renamed-shell", (name, result.output)
+
+
+# Each link's target climbs 100 directories down and back up before naming the next
+# link: os.path.realpath walked every component of every link (0.8 s for 900 links
+# here) and raised RecursionError past ~1 000 links.
+_PLANT_CHAIN = """
+import os, sys
+ws, links = sys.argv[1], int(sys.argv[2])
+detour = "deep/" + "d/" * 99
+os.makedirs(os.path.join(ws, detour))
+climb = detour + "../" * 100
+for i in range(links):
+    os.symlink(f"{ws}/{climb}link{i + 1}", f"{ws}/link{i}")
+os.mkdir(f"{ws}/link{links}")
+os.symlink(f"{ws}/link0", f"{ws}/sub")
+print("planted=yes")
+"""
+
+
+async def test_a_planted_symlink_chain_is_refused_not_walked(tmp_path: Path) -> None:
+    """A sandboxed command plants a chain of 3 000 symlinks where a later context
+    names a writable path inside its workspace. Resolving that context follows
+    links as the kernel does (40 at most): the request is refused at once with a
+    clear error, nothing runs, and the daemon keeps serving."""
+    ws, secret = tmp_path / "ws", tmp_path / "secret"
+    ws.mkdir()
+    secret.mkdir()
+    writable_ws = sandbox([ROOT_READ, entry(ws, "write")], cwd=ws)
+    # The deny entry restricts reads, so fs/readFile goes through the sandbox too.
+    chained = sandbox(
+        [ROOT_READ, entry(ws, "write"), entry(ws / "sub", "write"), entry(secret, "none")],
+        cwd=ws,
+    )
+    async with start_server("execserver") as server, connect(server.url) as client:
+        planted = await attack(
+            client, python(_PLANT_CHAIN, str(ws), "3000"), cwd=ws, context=writable_ws
+        )
+        assert planted.marker("planted") == "yes", planted.output
+        refusals = []
+        for method, params in (
+            ("fs/readFile", {"path": f"file://{ws}/sub/x", "sandbox": chained}),
+            ("fs/writeFile", {"path": f"file://{ws}/x", "dataBase64": "", "sandbox": chained}),
+        ):
+            try:
+                await client.ok(method, params)
+            except RpcFailure as failure:
+                refusals.append(failure)
+            else:
+                raise AssertionError(f"{method} ran under a context that cannot be resolved")
+        try:
+            await attack(client, bash("touch ran"), cwd=ws, context=chained)
+        except RpcFailure as failure:
+            refusals.append(failure)
+        else:
+            raise AssertionError("the launch ran under a context that cannot be resolved")
+        await client.ok("environment/status", {})
+    for refused in refusals:
+        assert refused.code == -32602, refused
+        assert "cannot resolve" in refused.message and str(ws) in refused.message, refused.message
+    assert not (ws / "ran").exists() and not (ws / "x").exists()
