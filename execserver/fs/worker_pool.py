@@ -20,6 +20,7 @@ stuck on a hung network mount must not hold the daemon's exit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import queue
 import threading
@@ -102,10 +103,8 @@ def _deliver(
     result: Any,
     error: BaseException | None,
 ) -> None:
-    try:
+    with contextlib.suppress(RuntimeError):  # the loop was closed: nobody is waiting any more
         loop.call_soon_threadsafe(_settle, future, result, error)
-    except RuntimeError:  # the loop was closed meanwhile: nobody is waiting any more
-        pass
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -7,13 +7,13 @@ context alone:
   roots (``policyContext.workspaceRoots`` wins over the flat member); the policy
   cwd itself grants nothing (verified against 0.169.0: a cwd-entry write grant
   with a cwd but no roots left the cwd read-only).
-* Paths are canonicalised as the kernel resolves them (``canonical_path``),
-  because bind mounts are per real path: a writable root given through a
-  symlink is bound at its target, and a grant cannot be widened by naming a
-  link. A path that follows a symlink lying inside one of the policy's
-  writable roots is refused outright (the sandboxed command could have
-  planted it: ``crossed_writable_symlink``); this covers every entry,
-  ``project_roots`` subpaths and the temporary directories.
+* Paths are canonicalised (``canonical_path``: ``realpath``'s answer, within
+  the kernel's bounds), because bind mounts are per real path: a writable
+  root given through a symlink is bound at its target, and a grant cannot be
+  widened by naming a link. A path that follows a symlink lying inside one
+  of the policy's writable roots is refused outright (the sandboxed command
+  could have planted it: ``crossed_writable_symlink``); this covers every
+  entry, ``project_roots`` subpaths and the temporary directories.
 * For one path, the most specific entry wins; for the same path
   ``deny``/``none`` > ``write`` > ``read``.
 * Missing paths grant nothing (a writable root that does not exist is accepted
@@ -230,7 +230,7 @@ def _inside(path: str, roots: list[str]) -> bool:
 
 
 def canonical_path(path: str) -> str | None:
-    """``path`` (absolute) with every symlink resolved, or None when that names
+    """``path`` with every symlink resolved, or None when that names
     nothing that exists (such a path grants and denies nothing). The same
     answer as ``os.path.realpath`` (a missing component is kept as named and a
     ``..`` after it removes it again), within the kernel's bounds: at most 40
@@ -242,7 +242,7 @@ def canonical_path(path: str) -> str | None:
     plants a chain where a context names a writable path made one resolution
     take 0.8 s (900 links whose targets are ~200 components each) and a chain
     of 3 000 raised RecursionError."""
-    current = "/"
+    current = "/" if path.startswith("/") else os.getcwd()
     pending = collections.deque(c for c in path.split("/") if c and c != ".")
     hops = steps = 0
     while pending:

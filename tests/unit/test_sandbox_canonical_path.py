@@ -1,8 +1,9 @@
-"""``canonical_path`` (sandbox/policy.py) resolves paths as the kernel does: for
-every path that exists it gives what ``os.path.realpath`` gives, on random trees
-of directories, files and symlinks (relative and absolute targets, ``..``,
-dangling links, loops); for a path that does not exist, None; past the
-kernel's 40 links, a refusal."""
+"""``canonical_path`` (sandbox/policy.py): for every path that exists it gives
+what ``os.path.realpath`` gives, on random trees of directories, files and
+symlinks (relative and absolute targets, ``..``, dangling links, loops); for a
+path that does not exist, None; past the kernel's 40 links (a loop among them),
+a refusal, where ``realpath`` walked on without limit (and, for a loop, answered
+a path the kernel cannot open)."""
 
 from __future__ import annotations
 
@@ -56,9 +57,10 @@ def test_it_agrees_with_realpath_on_what_exists(
         expected = os.path.realpath(path)
         try:
             resolved = canonical_path(path)
-        except RpcError as refusal:  # a loop: the kernel gives up (ELOOP)
+        except RpcError as refusal:  # a loop: the kernel cannot resolve it either
             assert refusal.code == INVALID_PARAMS
-            assert not os.path.exists(expected)
+            with pytest.raises(OSError):
+                os.stat(path)
             return
         if os.path.exists(expected):
             assert resolved == expected
@@ -86,3 +88,13 @@ def test_a_path_that_does_not_exist_is_none(tmp_path: Path) -> None:
     assert canonical_path(str(tmp_path / "nope")) is None
     assert canonical_path(str(tmp_path / "dangling")) is None
     assert canonical_path(str(tmp_path / "dangling" / "x")) is None
+
+
+def test_a_relative_path_is_taken_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "real").mkdir()
+    os.symlink("real", tmp_path / "link")
+    monkeypatch.chdir(tmp_path)
+    assert canonical_path("link/../link") == os.path.realpath("link/../link")
+    assert canonical_path("link") == str(tmp_path.resolve() / "real")
