@@ -229,19 +229,12 @@ def _inside(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def canonical_path(path: str) -> str | None:
-    """``path`` with every symlink resolved, or None when that names
-    nothing that exists (such a path grants and denies nothing). The same
-    answer as ``os.path.realpath`` (a missing component is kept as named and a
-    ``..`` after it removes it again), within the kernel's bounds: at most 40
-    symlinks, else RpcError, and at most ``_MAX_RESOLVE_STEPS`` components
-    walked in all, else RpcError.
-
-    Why not ``os.path.realpath`` itself: it follows a chain of symlinks
-    without any limit, one Python step per component. A sandboxed command that
-    plants a chain where a context names a writable path made one resolution
-    take 0.8 s (900 links whose targets are ~200 components each) and a chain
-    of 3 000 raised RecursionError."""
+def _walk(path: str, stop_in: list[str] | None = None) -> tuple[str, str | None]:
+    """Resolve ``path`` as ``os.path.realpath`` does (a missing component is kept as
+    named, ``..`` after a link applies to the link's target), within the kernel's
+    bounds: past 40 symlinks, or ``_MAX_RESOLVE_STEPS`` components walked in all,
+    RpcError. Returns ``(resolved path, None)``; with ``stop_in``, it stops at the
+    first symlink met inside one of those directories and returns it second."""
     current = "/" if path.startswith("/") else os.getcwd()
     pending = collections.deque(c for c in path.split("/") if c and c != ".")
     hops = steps = 0
@@ -261,6 +254,8 @@ def canonical_path(path: str) -> str | None:
         if not is_link:
             current = candidate
             continue
+        if stop_in is not None and _inside(current, stop_in):
+            return current, candidate
         hops += 1
         if hops > _MAX_SYMLINK_HOPS:
             raise unenforceable(f"cannot resolve {path}: too many levels of symbolic links")
@@ -272,38 +267,33 @@ def canonical_path(path: str) -> str | None:
         if link.startswith("/"):
             current = "/"
         pending.extendleft(reversed([c for c in link.split("/") if c and c != "."]))
-    return current if os.path.exists(current) else None
+    return current, None
+
+
+def canonical_path(path: str) -> str | None:
+    """``path`` with every symlink resolved (``_walk``), or None when that names
+    nothing that exists (such a path grants and denies nothing).
+
+    Why not ``os.path.realpath`` itself: it follows a chain of symlinks
+    without any limit, one Python step per component. A sandboxed command that
+    plants a chain where a context names a writable path made one resolution
+    take 0.8 s (900 links whose targets are ~200 components each) and a chain
+    of 3 000 raised RecursionError."""
+    resolved, _ = _walk(path)
+    return resolved if os.path.exists(resolved) else None
 
 
 def crossed_writable_symlink(target: str, writable_roots: list[str]) -> str | None:
     """The first symlink that resolving ``target`` follows from inside a writable
-    root, or None. Walks the path as the kernel does (``..`` after a link applies
-    to the link's target), so ``ws/link/..`` is caught too.
+    root, or None (``_walk``, so ``ws/link/..`` is caught too, and a chain past
+    the kernel's bounds is refused).
 
     Why: a sandboxed command may plant ``ws/cache -> ../outside``; a later grant
     naming ``ws/cache`` would then be bound at ``outside``, widening the grant to
     a place no policy named. Symlinks outside every writable root (``/var/run``,
     a workspace given through a link) are the host's and are followed."""
-    current = "/"
-    pending = [c for c in target.split("/") if c and c != "."]
-    hops = 0
-    while pending:
-        component = pending.pop(0)
-        if component == "..":
-            current = os.path.dirname(current)
-            continue
-        candidate = os.path.join(current, component)
-        if not os.path.islink(candidate):
-            current = candidate
-            continue
-        hops += 1
-        if _inside(current, writable_roots) or hops > _MAX_SYMLINK_HOPS:
-            return candidate
-        link = os.readlink(candidate)
-        if link.startswith("/"):
-            current = "/"
-        pending = [c for c in link.split("/") if c and c != "."] + pending
-    return None
+    _, link = _walk(target, writable_roots)
+    return link
 
 
 def _temporary_dirs(context: FileSystemSandboxContext) -> list[str]:
