@@ -2,7 +2,10 @@
 # Everything else is set up on demand: a private virtualenv (.venv), the
 # Python packages, and (when running as root) bubblewrap for the sandbox.
 
-PYTHON ?= python3
+# The interpreter the virtualenv is made from (scripts/pick-python says which and
+# why: a distribution's optimised build wins a tie). Evaluated only when the
+# virtualenv is made; an existing .venv is kept as it is.
+PYTHON ?= $(shell scripts/pick-python)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import statistics
 import sys
@@ -168,13 +169,24 @@ def _median_dicts(samples: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(s[k] for s in samples) for k in keys}
 
 
+def _interpreter() -> dict[str, str]:
+    """The Python that runs the daemon, and which build of it: a distribution's
+    optimised build and a plain source build of the same version differ by 10-20%
+    of the daemon's user CPU per request (scripts/pick-python)."""
+    return {
+        "python": platform.python_version(),
+        "python_executable": os.path.realpath(sys.executable),
+        "python_build": " ".join(platform.python_build()),
+    }
+
+
 async def run(smoke: bool, only: list[str], rounds: int) -> dict[str, Any]:
     report: dict[str, Any] = {
         "machine": {
             "cpus": psutil.cpu_count(),
             "memory_GB": round(psutil.virtual_memory().total / 1e9, 1),
             "platform": platform.platform(),
-            "python": platform.python_version(),
+            **_interpreter(),
         },
         "mode": "smoke" if smoke else "full",
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
