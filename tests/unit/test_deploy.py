@@ -268,24 +268,6 @@ def test_the_localhost_seccomp_profile_is_the_shipped_one() -> None:
     assert added[0]["action"] == "SCMP_ACT_ALLOW"
 
 
-def test_the_seccomp_profile_is_regenerated_from_the_packaged_runtime_default() -> None:
-    source = Path("/usr/share/containers/seccomp.json")
-    if not source.exists():
-        pytest.skip("golang-github-containers-common is not installed (comes with podman)")
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "deploy" / "seccomp" / "generate.py"), str(source)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert json.loads(done.stdout) == json.loads(
-        (ROOT / "deploy" / "seccomp" / "execserver.json").read_text()
-    )
-
-
 def test_there_is_a_devbox_statefulset_and_a_native_sidecar_example() -> None:
     (statefulset,) = of_kind("StatefulSet")
     assert statefulset["spec"]["replicas"] >= 2
