@@ -171,8 +171,8 @@ def _median_dicts(samples: list[dict[str, float]]) -> dict[str, float]:
 
 def _interpreter() -> dict[str, str]:
     """The Python that runs the daemon, and which build of it: a distribution's
-    optimised build and a plain source build of the same version differ by 10-20%
-    of the daemon's user CPU per request (scripts/pick-python)."""
+    optimised build and a plain source build of the same version give different
+    figures (scripts/pick-python)."""
     return {
         "python": platform.python_version(),
         "python_executable": os.path.realpath(sys.executable),
