@@ -23,6 +23,7 @@ from execserver.wire.discovery import (
     EnvironmentConfigReadResponse,
 )
 from execserver.wire.errors import RpcError
+from execserver.wire.json_value import decode_json_value
 from execserver.wire.rust import serde
 from execserver.wire.sandbox import decode_sandbox_param
 
@@ -37,7 +38,7 @@ def _validate_config(params: EnvironmentConfigReadParams) -> EnvironmentConfigRe
 def _decode_v2_sandbox(raw: msgspec.Raw) -> None:
     """discoverV2 takes its own sandbox type (no policyContext) whose ``cwd`` is a
     required string, reported after ``permissions`` and before ``windowsSandboxLevel``."""
-    value = msgspec.json.decode(bytes(raw)) if len(raw) else None
+    value = decode_json_value(bytes(raw)) if len(raw) else None
     if isinstance(value, dict) and "permissions" in value:
         if "cwd" not in value:
             raise RpcError.invalid_params(serde.missing_field("cwd"))

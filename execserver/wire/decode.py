@@ -27,6 +27,7 @@ import msgspec
 from msgspec import inspect as mi
 
 from execserver.wire.errors import RpcError
+from execserver.wire.json_value import decode_json_value
 from execserver.wire.rust import serde
 
 __all__ = ["ParamsDecoder", "rust_struct_name"]
@@ -102,7 +103,7 @@ class ParamsDecoder(Generic[T]):
         if data[:1] == b"[" and isinstance(self._info, mi.StructType):
             return self._decode_sequence(data)
         try:
-            value = msgspec.json.decode(data)
+            value = decode_json_value(data)
         except RecursionError:
             raise RpcError.invalid_params("recursion limit exceeded") from None
         try:
@@ -124,7 +125,7 @@ class ParamsDecoder(Generic[T]):
     def _decode_sequence(self, data: bytes) -> Any:
         """serde also accepts a struct as an array of its fields in declaration order."""
         assert isinstance(self._info, mi.StructType)
-        items = msgspec.json.decode(data)
+        items = decode_json_value(data)
         fields = self._info.fields
         as_map = {f.encode_name: item for f, item in zip(fields, items, strict=False)}
         try:
@@ -145,7 +146,7 @@ class ParamsDecoder(Generic[T]):
 
     def _decode_unit(self, data: bytes) -> Any:
         """Methods without params accept null, {} (and nothing else)."""
-        value = msgspec.json.decode(data)
+        value = decode_json_value(data)
         if value is None or value == {}:
             return self._decoder.decode(b"{}")
         raise RpcError.invalid_params(serde.invalid_type(value, "unit", arbitrary_precision=True))

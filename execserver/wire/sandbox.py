@@ -30,6 +30,7 @@ import msgspec
 
 from execserver.wire.base import absent_raw
 from execserver.wire.errors import RpcError
+from execserver.wire.json_value import decode_json_value
 from execserver.wire.process import ManagedNetworkSandboxContext
 from execserver.wire.rust import serde
 from execserver.wire.uri import uri_to_path
@@ -277,6 +278,25 @@ def _missing(fields: dict[str, object], required: Sequence[str]) -> None:
             raise _fail(serde.missing_field(key))
 
 
+def _not_a_tagged_map(value: object, name: str, tag: str) -> RpcError:
+    """What serde answers when an internally tagged enum's value is not a map. It
+    buffers the whole value into its Content before looking for the tag, so a
+    number reads in Content's words (``integer `5```), one past 64 bits as a
+    128-bit integer, and one that fits no 128-bit integer or f64 (``wire/
+    json_value.py`` turns one past f64's range into such an integer) comes as
+    serde_json's arbitrary-precision token: a one-entry map without the tag."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not -(2**127) <= value <= 2**128 - 1:
+            return _fail(serde.missing_field(tag))
+        if value > 2**64 - 1 or value < -(2**63):
+            width = "u128" if value > 0 else "i128"
+            return _fail(
+                f"invalid type: integer `{value}` as {width}, "
+                f"expected internally tagged enum {name}"
+            )
+    return _invalid_type(value, _Level.CONTENT, f"internally tagged enum {name}")
+
+
 def _tagged(
     value: object,
     level: _Level,
@@ -288,7 +308,7 @@ def _tagged(
     if isinstance(value, list) and not value:
         raise _fail(serde.missing_field(tag))
     if not isinstance(value, dict):
-        raise _invalid_type(value, level, f"internally tagged enum {name}")
+        raise _not_a_tagged_map(value, name, tag)
     if tag not in value:
         raise _fail(serde.missing_field(tag))
     variant = value[tag]
@@ -474,7 +494,7 @@ def decode_sandbox_param(raw: msgspec.Raw | bytes | None) -> FileSystemSandboxCo
     ``null`` means no sandbox (``sandboxType: "none"``)."""
     if raw is None or len(raw) == 0 or raw is _ABSENT:
         return None
-    value = msgspec.json.decode(bytes(raw))
+    value = decode_json_value(bytes(raw))
     if value is None:
         return None
     return decode_sandbox_context(value)

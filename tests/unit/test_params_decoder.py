@@ -13,8 +13,8 @@ import pytest
 
 from execserver.wire.decode import ParamsDecoder
 from execserver.wire.errors import RpcError
-from execserver.wire.fs import OpenParams, ReadBlockParams, WalkParams
-from execserver.wire.process import CredentialAuthMethod, ExecParams
+from execserver.wire.fs import OpenParams, ReadBlockParams, ReadFileParams, WalkParams
+from execserver.wire.process import CredentialAuthMethod, ExecParams, ReadParams
 
 START = {"processId": "p", "argv": ["true"], "cwd": "file:///", "env": {}, "tty": False}
 PROXY = {
@@ -99,3 +99,34 @@ def test_u64_beyond_u64_is_an_invalid_number() -> None:
     with pytest.raises(RpcError) as info:
         _decode(ReadBlockParams, {"handleId": "h", "offset": 2**64, "len": 1})
     assert info.value.message == "invalid number"
+
+
+# Numbers past a double's range: msgspec refuses them outright ("Number out of
+# range"), which escaped as -32603; the reference (serde_json, arbitrary
+# precision) answers as for any number of the wrong kind. Each text was observed
+# on the 0.169.0 binary.
+@pytest.mark.parametrize(
+    ("params_type", "params", "message"),
+    [
+        # The input the full atheris run found.
+        (WalkParams, b'{"pa":"","options":{"maxDepth":122222222E22222222222,"Ditor":false}}', "invalid number"),  # noqa: E501
+        (WalkParams, b'{"path":"file:///tmp","options":{"maxDepth":1E400,"maxDirectories":1,"maxEntries":1,"followDirectorySymlinks":false}}', "invalid number"),  # noqa: E501
+        (ReadParams, b'{"processId":"p","afterSeq":-1E400}', "invalid number"),
+        (ReadFileParams, b'{"path":1E400}', "invalid type: number, expected a string"),
+        (ReadFileParams, b"[1E400]", "invalid type: number, expected a string"),
+        (ReadFileParams, b'{"path":"file:///x","followSymlinks":1E400}', "invalid type: number, expected a boolean"),  # noqa: E501
+    ],
+)  # fmt: skip
+def test_a_number_past_a_doubles_range_is_refused_as_serde_does(
+    params_type: type, params: bytes, message: str
+) -> None:
+    with pytest.raises(RpcError) as info:
+        ParamsDecoder(params_type).decode(msgspec.Raw(params))
+    assert info.value.message == message
+
+
+def test_a_number_past_a_doubles_range_in_an_unknown_member_is_ignored() -> None:
+    decoded = ParamsDecoder(ReadFileParams).decode(
+        msgspec.Raw(b'{"path":"file:///etc/hostname","x":-1E400}')
+    )
+    assert decoded.path == "file:///etc/hostname"

@@ -7,12 +7,11 @@ with a process/start, and the -32602 message it answered (None: accepted).
 
 from __future__ import annotations
 
-import json
-
 import msgspec
 import pytest
 
 from execserver.wire.errors import INVALID_PARAMS, RpcError
+from execserver.wire.json_value import decode_json_value
 from execserver.wire.sandbox import (
     CwdSpecial,
     ExternalPermissions,
@@ -28,6 +27,42 @@ from execserver.wire.sandbox import (
 
 OBSERVED: list[tuple[str, str | None]] = [
     ("{}", "missing field `permissions`"),
+    # A number where the internally tagged permissions go: serde's Content words,
+    # 128-bit beyond 64, and its arbitrary-precision token (no tag) beyond both.
+    (
+        '{"permissions":5}',
+        "invalid type: integer `5`, expected internally tagged enum ExecPermissionProfile",
+    ),
+    (
+        '{"permissions":-1.5}',
+        "invalid type: floating point `-1.5`, expected internally tagged enum ExecPermissionProfile",
+    ),
+    (
+        '{"permissions":1.5e300}',
+        "invalid type: floating point `1.5e+300`, expected internally tagged enum ExecPermissionProfile",
+    ),
+    (
+        '{"permissions":18446744073709551615}',
+        "invalid type: integer `18446744073709551615`, expected internally tagged enum ExecPermissionProfile",
+    ),
+    (
+        '{"permissions":18446744073709551616}',
+        "invalid type: integer `18446744073709551616` as u128, expected internally tagged enum ExecPermissionProfile",
+    ),
+    (
+        '{"permissions":-9223372036854775809}',
+        "invalid type: integer `-9223372036854775809` as i128, expected internally tagged enum ExecPermissionProfile",
+    ),
+    (
+        '{"permissions":340282366920938463463374607431768211455}',
+        "invalid type: integer `340282366920938463463374607431768211455` as u128, expected internally tagged enum ExecPermissionProfile",
+    ),
+    ('{"permissions":340282366920938463463374607431768211456}', "missing field `type`"),
+    ('{"permissions":1E400}', "missing field `type`"),
+    (
+        '{"permissions":{"type":"managed","network":"restricted","file_system":{"type":"restricted","entries":[{"path":1E400,"access":"read"}]}},"windowsSandboxLevel":"disabled"}',
+        "missing field `type`",
+    ),
     ('{"permissions":{"type":"disabled"}}', "missing field `windowsSandboxLevel`"),
     (
         '{"permissions":{"type":"disabled"},"windowsSandboxLevel":"bad"}',
@@ -393,7 +428,7 @@ OBSERVED: list[tuple[str, str | None]] = [
 
 @pytest.mark.parametrize(("sandbox_json", "message"), OBSERVED)
 def test_decode_matches_reference_message(sandbox_json: str, message: str | None) -> None:
-    value = json.loads(sandbox_json)
+    value = decode_json_value(sandbox_json.encode())  # as the daemon parses it
     if message is None:
         assert isinstance(decode_sandbox_context(value), FileSystemSandboxContext)
         return

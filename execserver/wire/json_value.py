@@ -1,0 +1,39 @@
+"""Untyped decoding of a JSON text that the envelope already parsed, for the
+paths that inspect a value to word serde's error (``wire/decode.py``,
+``wire/sandbox.py``).
+
+msgspec refuses a number beyond the range of a double (``1E400``) with
+"Number out of range", while the reference (serde_json with
+``arbitrary_precision``) keeps it as a number and then refuses it as the field's
+type dictates: "invalid number" for an integer field, "invalid type: number,
+expected a string" for a string. So such a number comes back here as an integer
+just as far out of range, which every caller already words as serde does (a
+400-digit integer is what msgspec gives for one written out in digits).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+
+__all__ = ["decode_json_value"]
+
+_BEYOND_EVERY_RANGE = 10**400
+
+
+def _number(text: str) -> float | int:
+    value = float(text)  # Python's float() saturates to +-inf where msgspec refuses
+    if math.isfinite(value):
+        return value
+    return _BEYOND_EVERY_RANGE if value > 0 else -_BEYOND_EVERY_RANGE
+
+
+_decoder = msgspec.json.Decoder(float_hook=_number)
+
+
+def decode_json_value(data: bytes) -> Any:
+    """The JSON value of ``data``: msgspec's untyped decoding, except that a number
+    beyond a double's range is an integer beyond every range instead of an error."""
+    return _decoder.decode(data)
