@@ -101,10 +101,10 @@ def test_u64_beyond_u64_is_an_invalid_number() -> None:
     assert info.value.message == "invalid number"
 
 
-# Numbers past a double's range: msgspec refuses them outright ("Number out of
-# range"), which escaped as -32603; the reference (serde_json, arbitrary
-# precision) answers as for any number of the wrong kind. Each text was observed
-# on the 0.169.0 binary.
+# Numbers past a double's range or past Python's integer digits: msgspec refuses
+# them outright ("Number out of range"), which escaped as -32603; the reference
+# (serde_json, arbitrary precision) answers as for any number of the wrong kind.
+# Each text was observed on the 0.169.0 binary.
 @pytest.mark.parametrize(
     ("params_type", "params", "message"),
     [
@@ -114,6 +114,9 @@ def test_u64_beyond_u64_is_an_invalid_number() -> None:
         (ReadParams, b'{"processId":"p","afterSeq":-1E400}', "invalid number"),
         (ReadFileParams, b'{"path":1E400}', "invalid type: number, expected a string"),
         (ReadFileParams, b"[1E400]", "invalid type: number, expected a string"),
+        # An integer longer than Python converts (4 300 digits): msgspec refuses it too.
+        (ReadFileParams, b'{"path":' + b"1" * 5000 + b"}", "invalid type: number, expected a string"),  # noqa: E501
+        (ReadParams, b'{"processId":"p","afterSeq":-' + b"1" * 5000 + b"}", "invalid number"),
         (ReadFileParams, b'{"path":"file:///x","followSymlinks":1E400}', "invalid type: number, expected a boolean"),  # noqa: E501
     ],
 )  # fmt: skip

@@ -59,6 +59,7 @@ OBSERVED: list[tuple[str, str | None]] = [
     ),
     ('{"permissions":340282366920938463463374607431768211456}', "missing field `type`"),
     ('{"permissions":1E400}', "missing field `type`"),
+    ('{"permissions":' + "1" * 5000 + "}", "missing field `type`"),
     (
         '{"permissions":{"type":"managed","network":"restricted","file_system":{"type":"restricted","entries":[{"path":1E400,"access":"read"}]}},"windowsSandboxLevel":"disabled"}',
         "missing field `type`",
