@@ -15,6 +15,8 @@ import pytest
 
 pytestmark = [
     pytest.mark.container,
+    # The container suite's own condition (tests/container/test_image.py): `make
+    # container-test`, which CI runs, installs podman first, so there it runs.
     pytest.mark.skipif(shutil.which("podman") is None, reason="podman is not installed"),
 ]
 
