@@ -23,6 +23,7 @@ import msgspec
 __all__ = ["decode_json_value"]
 
 _BEYOND_EVERY_RANGE = 10**400
+_MAX_DIGITS = 4_000  # below sys.get_int_max_str_digits()'s default of 4 300
 
 
 def _number(text: str) -> float | int:
@@ -38,7 +39,6 @@ def _integer(text: str) -> int:
     return int(text)
 
 
-_MAX_DIGITS = 4_000
 _decoder = msgspec.json.Decoder(float_hook=_number)
 
 
