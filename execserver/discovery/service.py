@@ -25,7 +25,7 @@ from execserver.wire.discovery import (
 from execserver.wire.errors import RpcError
 from execserver.wire.json_value import decode_json_value
 from execserver.wire.rust import serde
-from execserver.wire.sandbox import decode_sandbox_param
+from execserver.wire.sandbox import decode_sandbox_context, decode_sandbox_param
 
 __all__ = ["register"]
 
@@ -46,7 +46,8 @@ def _decode_v2_sandbox(raw: msgspec.Raw) -> None:
             raise RpcError.invalid_params(
                 serde.invalid_type(None, "a string", arbitrary_precision=True)
             )
-    decode_sandbox_param(raw)
+    if value is not None:  # absent or null: no sandbox (decode_sandbox_param's rule)
+        decode_sandbox_context(value)
 
 
 def _validate_v2(params: CapabilitiesDiscoverV2Params) -> CapabilitiesDiscoverV2Params:

@@ -191,3 +191,40 @@ async def test_capability_roots(server: tuple[RunningServer, Path], tmp_path: Pa
         ),
         "f.txt": ([], f"capability root {uri(d / 'f.txt')} is not a directory"),
     }
+
+
+DISABLED = {"type": "disabled"}
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "expected"),
+    [
+        # discoverV2's own sandbox type: cwd is a required string...
+        ({"permissions": DISABLED, "windowsSandboxLevel": "disabled"}, "missing field `cwd`"),
+        (
+            {"permissions": DISABLED, "windowsSandboxLevel": "disabled", "cwd": None},
+            "invalid type: null, expected a string",
+        ),
+        # ...and the rest is the shared sandbox context, with its texts.
+        (
+            {"permissions": {"type": "bogus"}, "windowsSandboxLevel": "disabled", "cwd": "x"},
+            "unknown variant `bogus`, expected one of `managed`, `disabled`, `external`",
+        ),
+        (None, None),
+        ({"permissions": DISABLED, "windowsSandboxLevel": "disabled", "cwd": "file:///"}, None),
+    ],
+)
+async def test_discover_v2_sandbox(
+    server: tuple[RunningServer, Path], sandbox: Any, expected: str | None
+) -> None:
+    running, _ = server
+    params = {"cwd": "file:///", "sandbox": sandbox}
+    async with connect(running.url) as client:
+        if expected is None:
+            assert await client.ok("capabilities/discoverV2", params) == {
+                "plugins": [],
+                "skills": [],
+                "warnings": [],
+            }
+        else:
+            assert await client.err("capabilities/discoverV2", params) == (-32602, expected)
