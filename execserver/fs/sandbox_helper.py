@@ -11,7 +11,12 @@ Start-up order is the security argument:
    capability dropped (``--cap-drop ALL``) not even uid 0 may traverse a mode
    000 directory — from now on no path a request names, symlinks included,
    reaches the runtime;
-3. check that the lock holds (fail closed: exit 1 otherwise), then serve.
+3. check that the lock holds (fail closed: exit 1 otherwise), then serve;
+4. before and after each operation, check that every mount of the view is
+   still attached (``MountWatch``): the host can detach a mask by renaming a
+   file over the masked one. Once one is gone no result leaves the helper, and
+   every request is answered ``STALE`` (the daemon retires it and runs the call
+   in a fresh helper).
 
 So what a request can reach is exactly the policy's mount view. The kernel
 does every access check (EROFS outside writable roots, EACCES on denied
@@ -30,12 +35,14 @@ from collections.abc import Callable
 from typing import Any, BinaryIO, Final
 
 from execserver.fs import handle_io, ops_read, ops_write, walk
+from execserver.sandbox.fs_helper.mount_watch import MountWatch
 from execserver.sandbox.fs_helper.protocol import (
     FAILED,
     HEADER,
     OK,
     OS_ERROR,
     RPC_ERROR,
+    STALE,
     Request,
     Response,
     frame,
@@ -100,7 +107,7 @@ def lock_runtime(private_dir: str) -> None:
     raise SystemExit(f"fs helper: cannot hide its runtime at {private_dir} (capabilities left?)")
 
 
-def serve(in_fd: int = 0, out_fd: int = 1) -> None:
+def serve(in_fd: int = 0, out_fd: int = 1, watch: MountWatch | None = None) -> None:
     """Answer requests until the daemon closes the pipe, on ``_WORKERS`` threads.
 
     Each thread reads one request itself and runs it (leader/followers): no
@@ -112,14 +119,15 @@ def serve(in_fd: int = 0, out_fd: int = 1) -> None:
     the calls still in flight and starts a new helper for the next one)."""
     reader = _Reader(os.fdopen(in_fd, "rb", closefd=False))
     output = _Output(out_fd)
+    watch = watch or MountWatch()
     threads = [
-        threading.Thread(target=_follow, args=(reader, output), name=f"fs-helper_{n}")
+        threading.Thread(target=_follow, args=(reader, output, watch), name=f"fs-helper_{n}")
         for n in range(_WORKERS - 1)
     ]
     for thread in threads:
         thread.start()
     try:
-        _follow(reader, output)
+        _follow(reader, output, watch)
     finally:
         for thread in threads:
             thread.join()
@@ -161,17 +169,24 @@ class _Reader:
         return request_decoder.decode(body)
 
 
-def _follow(reader: _Reader, output: _Output) -> None:
+def _follow(reader: _Reader, output: _Output, watch: MountWatch) -> None:
     while (request := reader.next_request()) is not None:
-        output.send(run(request))
+        # Checked after the operation too: a read that raced a detach must not
+        # leave with what it read.
+        response = run(request) if watch.intact() else None
+        if response is None or not watch.intact():
+            response = Response(request.id, STALE, message=watch.broken or "")
+        output.send(response)
 
 
 def main() -> int:
     if len(sys.argv) != 2:
         sys.stderr.write("usage: serve <private runtime dir>\n")
         return 2
+    # Before anything is served: no /proc, no helper (the view cannot be checked).
+    watch = MountWatch()
     lock_runtime(sys.argv[1])
-    serve()
+    serve(watch=watch)
     return 0
 
 

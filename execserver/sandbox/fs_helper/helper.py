@@ -32,6 +32,7 @@ from execserver.sandbox.fs_helper.protocol import (
     OK,
     OS_ERROR,
     RPC_ERROR,
+    STALE,
     Request,
     Response,
     frame,
@@ -43,7 +44,7 @@ from execserver.sandbox.plan import LaunchPlan, LaunchRequest, plan_for_policy
 from execserver.sandbox.policy import ResolvedPolicy
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 
-__all__ = ["FsHelper", "HelperDied", "exit_status_text", "spawn_helper"]
+__all__ = ["FsHelper", "HelperDied", "HelperStale", "exit_status_text", "spawn_helper"]
 
 _STDERR_KEEP: Final = 4096
 _EXIT_GRACE: Final = 2.0
@@ -65,6 +66,11 @@ class HelperDied(Exception):
     """Raised internally when a call is sent to a helper that is already gone."""
 
 
+class HelperStale(Exception):
+    """Raised internally when the helper found its mount view changed and did
+    not answer the call: it must be retired and the call run in a fresh one."""
+
+
 class FsHelper:
     def __init__(
         self,
@@ -84,8 +90,10 @@ class FsHelper:
         self._stderr = bytearray()
         self._failure: RpcError | None = None
         self.last_used = time.monotonic()
-        # Identity of the protected names' mount points once the sandbox was up
-        # (set by the pool): if the host replaces one, this helper is retired.
+        # Identity of the files the policy's rules name, taken before the sandbox
+        # mounted them, and of the protected names' mount points once it was up
+        # (both set by the pool): if the host replaces one, this helper is retired.
+        self.identity: object = None
         self.guard: object = None
         self._accepting = True  # False once retired: the pool starts another helper
         self._stderr_task = asyncio.create_task(self._collect_stderr())
@@ -201,6 +209,8 @@ def _unwrap(response: Response) -> Any:
         raise rpc_error_from_os_error(OSError(response.code, response.message))
     if response.kind == RPC_ERROR:
         raise RpcError(response.code, response.message)
+    if response.kind == STALE:
+        raise HelperStale(response.message)
     raise RpcError.internal(response.message or "fs sandbox helper failed")
 
 

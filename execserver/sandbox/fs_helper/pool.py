@@ -1,18 +1,23 @@
 """Which persistent helper serves a call, and how long helpers live.
 
-A helper is keyed by the **resolved** policy (host paths after ``realpath``,
-globs expanded, missing paths dropped) plus the identity (device, inode) of
-every path a rule names. So a helper serves exactly one mount view: a policy
-that resolves differently — another writable root, a new file matching a
-deny glob, a workspace deleted and re-created under the same name, a denied
-file replaced on the host (which detaches the mask in a long-lived mount
-namespace) — gets a helper of its own; one helper never serves two policies.
+There is at most one helper per **resolved** policy (host paths after
+``realpath``, globs expanded, missing paths dropped): a policy that resolves
+differently — another writable root, a new file matching a deny glob — gets a
+helper of its own, and one helper never serves two policies.
 
-Before each call the pool also compares the identity of the protected names
-(``.git``, ``.codex``, ...) in every writable root with what they were once
-the helper's sandbox was up: if one was removed or replaced on the host, the
-helper's read-only mount over it may be gone, so the helper is retired and a
-new one set up.
+A helper's mount view is only as good as the files its mounts sit on. When the
+host renames a file over a masked (denied) file, or removes a read-only
+carve-out, the kernel detaches the helper's mount on that name in the helper's
+long-lived namespace, and the name would be served unmasked. So the pool
+records, when it starts a helper, the identity of every path a rule names
+(device, inode and birth time: an inode number alone comes back with the next
+file created, a birth time does not), and of the protected names (``.git``,
+``.codex``, ...) in every writable root once the sandbox is up. Before each call
+it compares them with the host's: on any difference the helper is retired —
+removed from the pool at once, so nothing can pick it again — and a new one
+set up. As a second, independent line the helper itself refuses to serve once
+any of its mounts is gone (``execserver.fs.sandbox_helper``), and the pool then
+retries the call in a fresh helper.
 
 Lifetime: at most ``max_helpers`` live helpers (the least recently used one is
 retired beyond that) and each exits after ``idle_seconds`` without calls.
@@ -29,33 +34,33 @@ import weakref
 from collections import OrderedDict
 from typing import Any, Final
 
+from execserver.fs.metadata import lasting_identity
 from execserver.sandbox.backend import SandboxBackend
-from execserver.sandbox.fs_helper.helper import FsHelper, HelperDied, spawn_helper
+from execserver.sandbox.fs_helper.helper import FsHelper, HelperDied, HelperStale, spawn_helper
 from execserver.sandbox.fs_helper.runtime import PRIVATE_DIR, helper_runtime
 from execserver.sandbox.policy import PROTECTED_NAMES, ResolvedPolicy
+from execserver.wire.errors import RpcError
 
 __all__ = ["HelperPool", "close_loop_pool", "eligible", "loop_pool"]
 
 DEFAULT_MAX_HELPERS: Final = 8
 DEFAULT_IDLE_SECONDS: Final = 30.0
 
-Identity = tuple[tuple[str, int, int] | tuple[str], ...]
+Identity = tuple[tuple[str, tuple[int, ...] | None], ...]
+# A fresh helper whose mounts change under the call again is retired too; past
+# this many the call fails rather than chase a host that keeps replacing files.
+_ATTEMPTS: Final = 3
+_UNSTABLE_MESSAGE: Final = (
+    "fs sandbox helper: the sandbox's paths kept changing on the host during the call"
+)
 
 
 def _identity(paths: list[str]) -> Identity:
-    result: list[tuple[str, int, int] | tuple[str]] = []
-    for path in paths:
-        try:
-            st = os.lstat(path)
-        except OSError:
-            result.append((path,))
-        else:
-            result.append((path, st.st_dev, st.st_ino))
-    return tuple(result)
+    return tuple((path, lasting_identity(path)) for path in paths)
 
 
-def policy_key(policy: ResolvedPolicy) -> tuple[ResolvedPolicy, Identity]:
-    return policy, _identity([r.path for r in policy.rules])
+def rules_identity(policy: ResolvedPolicy) -> Identity:
+    return _identity([r.path for r in policy.rules])
 
 
 def protected_identity(policy: ResolvedPolicy) -> Identity:
@@ -94,8 +99,8 @@ class HelperPool:
     ) -> None:
         self.max_helpers = max_helpers
         self.idle_seconds = idle_seconds
-        self._helpers: OrderedDict[object, FsHelper] = OrderedDict()
-        self._starting: dict[object, asyncio.Future[FsHelper | None]] = {}
+        self._helpers: OrderedDict[ResolvedPolicy, FsHelper] = OrderedDict()
+        self._starting: dict[ResolvedPolicy, asyncio.Future[FsHelper | None]] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.TimerHandle | None = None
         self._closed = False
@@ -109,62 +114,76 @@ class HelperPool:
         """(True, result) when a persistent helper ran the call; (False, None)
         when none can serve this policy (the caller uses the one-shot helper).
         Errors of the operation, and the death of the helper, raise RpcError."""
-        key = policy_key(policy)
-        guard = protected_identity(policy)
-        for _attempt in range(2):
-            helper = await self._helper_for(key, policy, backend, guard)
+        for _attempt in range(_ATTEMPTS):
+            helper = await self._helper_for(policy, backend)
             if helper is None:
                 return False, None
             try:
                 result = await helper.call(op, args)
             except HelperDied:
-                self._retire(key, helper)
+                self._retire(policy, helper)
                 continue  # died before this call was sent: nothing ran, start a new one
+            except HelperStale:
+                # The helper saw one of its mounts go and did not answer (or, for
+                # a write, the host changed the view while it ran): a fresh helper
+                # with the current view runs the call again.
+                self._retire(policy, helper)
+                continue
             if helper.guard is None:
                 # The sandbox is up now (it answered): its synthetic mount points exist.
                 helper.guard = protected_identity(policy)
             return True, result
-        raise AssertionError("unreachable: a fresh helper never raises HelperDied")
+        raise RpcError.internal(_UNSTABLE_MESSAGE)
 
-    async def _helper_for(
-        self, key: object, policy: ResolvedPolicy, backend: SandboxBackend, guard: Identity
-    ) -> FsHelper | None:
+    def _current(self, helper: FsHelper, policy: ResolvedPolicy) -> bool:
+        """Whether ``helper`` may serve another call of ``policy``: still taking
+        calls, and every file its mounts sit on still the one it mounted."""
+        if not helper.accepting or helper.identity != rules_identity(policy):
+            return False
+        return helper.guard is None or helper.guard == protected_identity(policy)
+
+    async def _helper_for(self, policy: ResolvedPolicy, backend: SandboxBackend) -> FsHelper | None:
         if self._closed:
             raise RuntimeError("fs helper pool is closed")
-        helper = self._helpers.get(key)
-        if helper is not None and (
-            not helper.accepting or (helper.guard is not None and helper.guard != guard)
-        ):
-            self._retire(key, helper)
-            helper = None
-        if helper is not None:
-            self._helpers.move_to_end(key)
-            return helper
-        starting = self._starting.get(key)
+        while True:
+            helper = self._helpers.get(policy)
+            if helper is None:
+                break
+            if self._current(helper, policy):
+                self._helpers.move_to_end(policy)
+                return helper
+            self._retire(policy, helper)
+        starting = self._starting.get(policy)
         if starting is not None:
             return await asyncio.shield(starting)
         future: asyncio.Future[FsHelper | None] = asyncio.get_running_loop().create_future()
-        self._starting[key] = future
+        self._starting[policy] = future
         try:
             runtime = helper_runtime()
             assert runtime is not None  # eligible() checked it
+            # Taken before the sandbox mounts anything: a file replaced between
+            # here and the mounts makes the next call's comparison fail (a retire,
+            # never a stale view served).
+            identity = rules_identity(policy)
             helper = await spawn_helper(policy, backend, runtime)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: waiters re-raise it, nobody else must
             raise
         finally:
-            self._starting.pop(key, None)
+            self._starting.pop(policy, None)
+        if helper is not None:
+            helper.identity = identity
         future.set_result(helper)
         if helper is not None:
-            self._helpers[key] = helper
+            self._helpers[policy] = helper
             self._evict_beyond_cap()
             self._arm_reaper()
         return helper
 
     # ---- retiring -------------------------------------------------------------
 
-    def _retire(self, key: object, helper: FsHelper) -> None:
+    def _retire(self, key: ResolvedPolicy, helper: FsHelper) -> None:
         if self._helpers.get(key) is helper:
             del self._helpers[key]
         task = asyncio.get_running_loop().create_task(helper.aclose())

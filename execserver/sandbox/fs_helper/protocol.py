@@ -23,6 +23,7 @@ __all__ = [
     "OK",
     "OS_ERROR",
     "RPC_ERROR",
+    "STALE",
     "Request",
     "Response",
     "frame",
@@ -38,6 +39,11 @@ OK: Final = 0
 OS_ERROR: Final = 1  # code = errno, message = strerror
 RPC_ERROR: Final = 2  # code/message of an RpcError the operation raised
 FAILED: Final = 3  # anything else; message says what
+# The helper's mount view is no longer the one it was started with (a mount it
+# had is gone): the operation's result, if it ran, is withheld, and every later
+# request gets this answer too. The daemon retires the helper and runs the call
+# in a fresh one.
+STALE: Final = 4
 
 
 class Request(msgspec.Struct, array_like=True):
