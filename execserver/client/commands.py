@@ -48,6 +48,7 @@ from execserver.client.errors import (
 from execserver.client.events import Output, ProcessEvent
 from execserver.client.limits import STDIN_STAGING_LIMIT
 from execserver.client.process import RemoteProcess
+from execserver.client.program_lookup import looks_like_launch_failure, unlaunchable_program
 from execserver.client.sandbox import sandbox_param, to_uri
 from execserver.wire import methods
 from execserver.wire.process import (
@@ -93,6 +94,7 @@ __all__ = [
     "launch",
     "remote_temp_path",
     "run_command",
+    "spawn_error",
     "terminate",
 ]
 
@@ -190,6 +192,8 @@ class Launched:
 
     process: RemoteProcess
     staged_stdin: str | None
+    # What was sent (argv is the staging shell's when stdin was staged).
+    params: ExecParams | None = None
 
     async def cleanup(self, client: CommandClient) -> None:
         if self.staged_stdin is not None:
@@ -246,7 +250,7 @@ async def launch(
         try:
             proc = await asyncio.shield(start)
         except InternalError as exc:
-            raise await _spawn_error(client, exc, argv[0], cwd_native) from exc
+            raise await spawn_error(client, exc, argv[0], cwd_native) from exc
         except BaseException:
             await _shielded(_settle_and_terminate(client, start))
             raise
@@ -254,7 +258,7 @@ async def launch(
         if staged is not None:
             await _remove_quietly(client, staged)
         raise
-    return Launched(proc, staged)
+    return Launched(proc, staged, params)
 
 
 async def terminate(
@@ -371,6 +375,14 @@ async def run_command(
     finally:
         if launched is not None:
             await launched.cleanup(client)
+    if looks_like_launch_failure(status.exit_code, status.sandbox_denied):
+        assert launched is not None and launched.params is not None
+        if launched.params.argv == argv:  # not the stdin staging shell
+            # The executor flags any failed exec under a sandbox as a denial,
+            # a missing program included; tell that case apart.
+            missing = await unlaunchable_program(client, launched.params)
+            if missing is not None:
+                raise missing
     result: CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]
     if text:
         result = CompletedRemoteProcess(
@@ -436,7 +448,7 @@ async def _cwd_problem(client: CommandClient, cwd: str) -> OSError | None:
     return None
 
 
-async def _spawn_error(
+async def spawn_error(
     client: CommandClient, exc: InternalError, program: str, cwd: str
 ) -> BaseException:
     """Turn a -32603 from ``process/start`` into the exception a local spawn would raise.

@@ -15,10 +15,12 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from execserver.client.commands import spawn_error
 from execserver.client.connection import ExecServerClient
-from execserver.client.errors import ExecServerError
+from execserver.client.errors import ExecServerError, InternalError
 from execserver.client.events import Closed, Exited, Failed, Output
 from execserver.client.process import RemoteProcess
+from execserver.client.program_lookup import looks_like_launch_failure, unlaunchable_program
 from execserver.core.attempt import SandboxAttempt, exec_start_params
 from execserver.core.command_runtime import CommandRuntime
 from execserver.core.errors import ExecFailed, SandboxDenied, SandboxTimeout
@@ -106,15 +108,16 @@ class ShellCommandRuntime(CommandRuntime[ShellRequest, ShellOutput]):
     async def run(
         self, req: ShellRequest, attempt: SandboxAttempt, turn: TurnContext
     ) -> ShellOutput:
+        cwd = self.command_cwd(req, turn)
         params = exec_start_params(
-            attempt,
-            argv=req.argv,
-            cwd=self.command_cwd(req, turn),
-            env=req.env,
-            env_policy=req.env_policy,
+            attempt, argv=req.argv, cwd=cwd, env=req.env, env_policy=req.env_policy
         )
         try:
             proc = await self._client.start(params)
+        except InternalError as exc:
+            # A missing program or cwd, told apart as run() does.
+            problem = await spawn_error(self._client, exc, req.argv[0], cwd)
+            raise ExecFailed(f"failed to start `{shlex.join(req.argv)}`: {problem}") from problem
         except ExecServerError as exc:
             raise ExecFailed(f"failed to start `{shlex.join(req.argv)}`: {exc}") from exc
         if self._on_started is not None:
@@ -162,7 +165,14 @@ class ShellCommandRuntime(CommandRuntime[ShellRequest, ShellOutput]):
             process_id=proc.process_id,
             sandbox_type=proc.sandbox_type,
         )
-        # Remote: only the executor's flag counts as a denial.
+        # Remote: only the executor's flag counts as a denial, but the executor
+        # flags a sandboxed exec of a missing program too: no escalation for that.
+        if looks_like_launch_failure(exit_code, denied):
+            missing = await unlaunchable_program(self._client, params)
+            if missing is not None:
+                raise ExecFailed(
+                    f"failed to start `{shlex.join(req.argv)}`: {missing}"
+                ) from missing
         if denied:
             raise SandboxDenied(result.text, exit_code=exit_code)
         return result

@@ -171,7 +171,7 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
                 lambda p: p.close(),
             )
             classify = is_sandbox_denied
-        proc = table.start(params.process_id, plan, classify)
+        proc = table.start(params.process_id, plan, classify, program=params.argv[0])
     except BaseException:
         await net.aclose()
         raise

@@ -76,9 +76,13 @@ class ProcessTable:
         process_id: str,
         plan: LaunchPlan,
         classify_denial: DenialClassifier | None,
+        program: str | None = None,
     ) -> ManagedProcess:
         """Spawn and register synchronously: no await between fork and registration,
-        so a cancelled request can never leave an unowned child behind."""
+        so a cancelled request can never leave an unowned child behind.
+
+        ``program``: the name the log gives the process, the requested argv[0]
+        (a sandboxed plan execs bwrap or the launcher, not the program)."""
         self.check_available(process_id)
         if self._containment is None:
             spawned = spawn(plan)
@@ -104,7 +108,7 @@ class ProcessTable:
             session=self._session,
             supervisor=self._supervisor,
             tree=tree,
-            program=plan.executable,
+            program=program if program is not None else plan.executable,
             retained_bytes=self._retained_bytes,
             drain_timeout_s=self._drain_timeout_s,
             pipe_stdin=plan.pipe_stdin,

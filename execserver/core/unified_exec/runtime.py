@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from execserver.client.connection import ExecServerClient
 from execserver.client.errors import ExecServerError
+from execserver.client.program_lookup import looks_like_launch_failure, unlaunchable_program
 from execserver.core.attempt import SandboxAttempt, exec_start_params
 from execserver.core.command_runtime import CommandRuntime
 from execserver.core.errors import ExecFailed, SandboxDenied
@@ -124,5 +125,13 @@ class UnifiedExecRuntime(CommandRuntime[UnifiedExecRequest, UnifiedExecProcess])
                 await process.wait_closed(SETTLE_WAIT)
                 output = process.drain().decode("utf-8", errors="replace")
                 await process.close()
+                # A sandboxed exec of a missing program is flagged as a denial
+                # too; it is final, not a reason to offer running unsandboxed.
+                if looks_like_launch_failure(process.exit_code, True):
+                    missing = await unlaunchable_program(self._client, params)
+                    if missing is not None:
+                        raise ExecFailed(
+                            f"Failed to create unified exec process: {missing}"
+                        ) from missing
                 raise SandboxDenied(output, exit_code=process.exit_code)
         return process
