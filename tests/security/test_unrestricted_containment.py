@@ -1,0 +1,276 @@
+"""Commands under a policy without filesystem restriction (``unrestricted``,
+``external``) stay inside what the daemon gives them, even when the daemon is
+root and the command is uid 0:
+
+* they cannot leave their per-process cgroup (``--process-memory-max``): not
+  by writing a parent's or the daemon's ``cgroup.procs``, not by raising their
+  own limit, not by mounting a cgroup file system of their own (directly, in a
+  nested user namespace, or in a nested cgroup namespace);
+* they cannot signal or ptrace the daemon (``kill -STOP`` stalled every client),
+  nor read its memory through ``/proc``;
+* what they mount stays in their own mount namespace (the host does not see it).
+
+Every attack goes through the protocol to a real daemon. The daemon's pid and
+cgroup are passed to the payload by the test, because inside the sandbox they
+are not supposed to be visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from execserver.containment.cgroups import cgroup_dir_of, probe_host
+from tests.support.attacks import attack, bash, python, unrestricted
+from tests.support.rpc import connect
+from tests.support.sandbox import context_json, without_user_namespaces
+from tests.support.servers import start_server
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _delegates_memory() -> bool:
+    host = probe_host(CGROUP_ROOT)
+    return host.v2_usable({"memory"}) or host.v1_usable({"memory"})
+
+
+needs_memory_cgroup = pytest.mark.skipif(
+    not _delegates_memory(), reason="this host delegates no memory cgroup"
+)
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the attacks are those of a root daemon")
+
+
+def external(network: str = "restricted") -> dict[str, Any]:
+    return context_json({"type": "external", "network": network})
+
+
+POLICIES = {
+    "unrestricted": unrestricted,
+    "external": external,
+}
+
+# argv: daemon cgroup dir, parent (execserver-<pid>) dir. Every attempt prints a
+# marker; then 300 MB are touched, which the 64M limit must stop (exit 137).
+LEAVE_CGROUP = r"""
+import ctypes, os, sys
+daemon_dir, parent_dir = sys.argv[1], sys.argv[2]
+me = str(os.getpid()).encode()
+
+def attempt(name, path, data):
+    try:
+        with open(path, "wb", buffering=0) as f:
+            f.write(data)
+        print(f"{name}=ok", flush=True)
+    except OSError as exc:
+        print(f"{name}={exc.errno}", flush=True)
+
+# Our own cgroup, as /proc/self/cgroup names it (a cgroup namespace shows "/").
+own = next(l.split(":", 2)[2] for l in open("/proc/self/cgroup").read().splitlines()
+           if l.split(":")[1] == "memory")
+own_dir = "/sys/fs/cgroup/memory" + own.rstrip("/")
+attempt("own_memsw", os.path.join(own_dir, "memory.memsw.limit_in_bytes"), b"-1")
+attempt("own_limit", os.path.join(own_dir, "memory.limit_in_bytes"), b"-1")
+attempt("own_procs", os.path.join(own_dir, "cgroup.procs"), me)
+attempt("parent_procs", os.path.join(parent_dir, "cgroup.procs"), me)
+attempt("daemon_procs", os.path.join(daemon_dir, "cgroup.procs"), me)
+libc = ctypes.CDLL(None, use_errno=True)
+os.makedirs("/tmp/es-cg-" + str(os.getpid()), exist_ok=True)
+target = ("/tmp/es-cg-" + str(os.getpid())).encode()
+for name, fstype, opts in (("mount_v1", b"cgroup", b"memory"), ("mount_v2", b"cgroup2", None)):
+    rc = libc.mount(b"none", target, fstype, 0, opts)
+    print(f"{name}={rc}/{ctypes.get_errno()}", flush=True)
+    if rc == 0:
+        for leaf in ("cgroup.procs", "memory.limit_in_bytes"):
+            attempt(f"{name}_{leaf}", os.path.join(target.decode(), leaf), me if "procs" in leaf else b"-1")
+        libc.umount2(target, 2)
+print("cgroup_now=" + open("/proc/self/cgroup").read().replace("\n", " "), flush=True)
+block = bytearray(300 << 20)
+block[::4096] = b"x" * len(block[::4096])
+print("allocated=yes", flush=True)
+"""
+
+# Nested user + cgroup namespaces: in a cgroup namespace of its own the command
+# could mount a cgroup file system rooted at its own (limited) cgroup.
+NESTED_CGROUP_NS = (
+    "unshare -C true; echo unshare_C=$?; "
+    "unshare -Ur sh -c 'unshare -C true; echo nested_unshare_C=$?; "
+    "mkdir -p /tmp/cgm$$ && mount -t cgroup -o memory none /tmp/cgm$$; echo nested_mount=$?'"
+)
+
+
+def _daemon_memory_dirs(pid: int) -> tuple[str, str]:
+    daemon = cgroup_dir_of(pid, "memory", CGROUP_ROOT)
+    assert daemon is not None
+    return daemon, os.path.join(daemon, f"execserver-{pid}")
+
+
+@needs_root
+@needs_memory_cgroup
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+async def test_a_command_cannot_leave_its_memory_limit(tmp_path: Path, policy: str) -> None:
+    async with start_server("execserver", ["--process-memory-max", "64M"]) as server:
+        pid = server.process.pid
+        daemon_dir, parent_dir = _daemon_memory_dirs(pid)
+        async with connect(server.url) as client:
+            result = await attack(
+                client,
+                python(LEAVE_CGROUP, daemon_dir, parent_dir),
+                cwd=tmp_path,
+                context=POLICIES[policy](),
+            )
+            nested = await attack(
+                client, bash(NESTED_CGROUP_NS), cwd=tmp_path, context=POLICIES[policy]()
+            )
+    for name in ("daemon_procs", "parent_procs", "own_limit", "own_memsw"):
+        assert result.marker(name) not in ("", "ok"), (name, result.output)
+    for name in ("mount_v1", "mount_v2"):
+        assert result.marker(name).startswith("-1/"), (name, result.output)
+    assert result.marker("allocated") != "yes", result.output
+    assert result.exit_code == 137, result.output
+    assert nested.marker("unshare_C") not in ("", "0"), nested.output
+    assert nested.marker("nested_unshare_C") not in ("", "0"), nested.output
+    assert nested.marker("nested_mount") not in ("", "0"), nested.output
+
+
+SIGNAL_DAEMON = r"""
+pid=$1
+kill -0 "$pid"; echo kill0=$?
+kill -STOP "$pid"; echo stop=$?
+kill -CONT "$pid" 2>/dev/null
+"""
+
+PTRACE_DAEMON = r"""
+import ctypes, os, sys
+pid = int(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+rc = libc.ptrace(16, pid, None, None)  # PTRACE_ATTACH
+print(f"ptrace={rc}/{ctypes.get_errno()}", flush=True)
+if rc == 0:
+    libc.ptrace(17, pid, None, None)  # PTRACE_DETACH
+try:
+    with open(f"/proc/{pid}/mem", "rb") as mem:
+        print("mem=open", flush=True)
+except OSError as exc:
+    print(f"mem={exc.errno}", flush=True)
+try:
+    os.stat(f"/proc/{pid}")
+    print("visible=yes", flush=True)
+except OSError as exc:
+    print(f"visible={exc.errno}", flush=True)
+"""
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    return data[data.rindex(b")") + 2 :].split()[0].decode()
+
+
+@needs_root
+@pytest.mark.parametrize("network", ["restricted", "enabled"])
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+async def test_a_command_cannot_signal_or_trace_the_daemon(
+    tmp_path: Path, policy: str, network: str
+) -> None:
+    async with start_server("execserver") as server:
+        pid = server.process.pid
+        try:
+            async with connect(server.url) as client:
+                signalled = await attack(
+                    client,
+                    [*bash(SIGNAL_DAEMON), "sh", str(pid)],
+                    cwd=tmp_path,
+                    context=POLICIES[policy](network),
+                )
+                assert _state(pid) != "T", signalled.output
+                traced = await attack(
+                    client,
+                    python(PTRACE_DAEMON, str(pid)),
+                    cwd=tmp_path,
+                    context=POLICIES[policy](network),
+                )
+                # Still serving every client.
+                async with asyncio.timeout(10):
+                    await client.ok("environment/status", {})
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert signalled.marker("kill0") not in ("", "0"), signalled.output
+    assert signalled.marker("stop") not in ("", "0"), signalled.output
+    assert traced.marker("ptrace").startswith("-1/"), traced.output
+    assert traced.marker("mem") not in ("", "open"), traced.output
+
+
+MOUNT_AND_UNSHARE = r"""
+mkdir -p mnt
+mount -t tmpfs none "$PWD/mnt"; echo mount=$?
+echo inside > mnt/f && echo wrote=yes
+unshare -Ur /bin/true; echo unshare=$?
+"""
+
+
+@needs_root
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+async def test_nested_mounts_work_and_stay_in_the_commands_namespace(
+    tmp_path: Path, policy: str
+) -> None:
+    """The reference's behaviour for these policies (nested mount and user
+    namespaces work), without the reference's side effect on the host: the
+    tmpfs is the command's own."""
+    async with start_server("execserver") as server, connect(server.url) as client:
+        result = await attack(
+            client, bash(MOUNT_AND_UNSHARE), cwd=tmp_path, context=POLICIES[policy]()
+        )
+    assert result.marker("mount") == "0", result.output
+    assert result.marker("unshare") == "0", result.output
+    assert result.marker("wrote") == "yes", result.output
+    assert not (tmp_path / "mnt" / "f").exists()
+    with open("/proc/self/mountinfo") as mounts:
+        assert str(tmp_path / "mnt") not in mounts.read()
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+async def test_without_user_namespaces_the_stricter_launcher_remains(
+    tmp_path: Path, policy: str
+) -> None:
+    """On a host that refuses namespaces the unrestricted path keeps the strict
+    launcher: no capability, mount and unshare refused, and the daemon is still
+    out of reach of signals where Landlock can scope them (ABI 6)."""
+    wrapper = without_user_namespaces([])
+    async with (
+        start_server("execserver", wrapper=wrapper) as server,
+        connect(server.url) as client,
+    ):
+        pid = server.process.pid
+        try:
+            result = await attack(
+                client, bash(MOUNT_AND_UNSHARE), cwd=tmp_path, context=POLICIES[policy]()
+            )
+            signalled = await attack(
+                client,
+                [*bash(SIGNAL_DAEMON), "sh", str(pid)],
+                cwd=tmp_path,
+                context=POLICIES[policy](),
+            )
+            assert _state(pid) != "T", signalled.output
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert result.marker("mount") not in ("", "0"), result.output
+    assert result.marker("unshare") not in ("", "0"), result.output
+    if _landlock_abi() >= 6:
+        assert signalled.marker("stop") not in ("", "0"), signalled.output
+        assert signalled.marker("kill0") not in ("", "0"), signalled.output
+
+
+def _landlock_abi() -> int:
+    from execserver.sandbox.backend import landlock_abi
+
+    return landlock_abi()
