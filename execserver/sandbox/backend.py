@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Final
 
@@ -68,6 +69,11 @@ class SandboxBackend:
     # What would make bwrap usable, when the probe knows (PRIVATE_PROC_REMEDY). Kept
     # apart from bwrap_error, which is also the wording of process/start refusals.
     bwrap_remedy: str | None = None
+    # Whether launcher.py --namespaces works here (user, mount, pid and cgroup
+    # namespaces for the policies without filesystem restriction); without it those
+    # policies keep the capability-less launcher, and namespaces_error says why.
+    launcher_namespaces: bool = False
+    namespaces_error: str | None = None
 
     @property
     def kind(self) -> str:
@@ -195,6 +201,36 @@ def _run_probe(bwrap: str, with_proc: bool) -> str | None:
     return f"{bwrap}: {text}"
 
 
+def _probe_launcher_namespaces() -> str | None:
+    """Run ``true`` through ``launcher.py --namespaces``; None when it works, else why
+    not (a host that refuses user namespaces: a container's seccomp profile,
+    ``user.max_user_namespaces=0``)."""
+    launcher = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
+    true = shutil.which("true") or "/bin/true"
+    fd = seccomp.program_fd(seccomp.build_program(network_restricted=True, nested_namespaces=True))
+    argv = [sys.executable, "-I", "-S", launcher, "--seccomp-fd", str(fd), "--namespaces"]
+    try:
+        done = subprocess.run(
+            [*argv, "--", true],
+            pass_fds=(fd,),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=_PROBE_TIMEOUT_S,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            start_new_session=True,
+            check=False,
+        )
+    except OSError as exc:
+        return f"cannot run the launcher: {exc.strerror or exc}"
+    except subprocess.TimeoutExpired:
+        return "the launcher's namespace probe timed out"
+    finally:
+        os.close(fd)
+    if done.returncode == 0:
+        return None
+    return done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}"
+
+
 def probe_backend(*, bwrap: str | None = None, allow_landlock: bool = True) -> SandboxBackend:
     """Probe this host now (blocking: runs bwrap). ``bwrap``: binary to try
     (default: found by ``find_bwrap``); ``allow_landlock``: use the fallback."""
@@ -218,6 +254,12 @@ def probe_backend(*, bwrap: str | None = None, allow_landlock: bool = True) -> S
             error = f"bwrap cannot mount a private /proc ({error})"
             remedy = PRIVATE_PROC_REMEDY
     abi = landlock_abi() if allow_landlock else 0
+    namespaces_error = _probe_launcher_namespaces() if seccomp_ok else "seccomp unavailable"
+    if namespaces_error is not None:
+        _LOG.info(
+            "policies without filesystem restriction run without namespaces: %s",
+            namespaces_error,
+        )
     return SandboxBackend(
         bwrap=usable,
         bwrap_error=error,
@@ -225,6 +267,8 @@ def probe_backend(*, bwrap: str | None = None, allow_landlock: bool = True) -> S
         seccomp_ok=seccomp_ok,
         mounts=SyntheticMounts(),
         bwrap_remedy=remedy,
+        launcher_namespaces=namespaces_error is None,
+        namespaces_error=namespaces_error,
     )
 
 

@@ -10,6 +10,34 @@ that the restriction could make unreadable). Used where bwrap is not:
 * the Landlock fallback backend: capability drop + Landlock rules +
   no_new_privs + seccomp.
 
+With ``--namespaces`` (full filesystem access on a host with user namespaces)
+the command runs in namespaces of its own instead of losing every capability:
+
+* a mount and a cgroup namespace made with the daemon's own privilege (host
+  root, else a first user namespace mapping only the daemon's uid): every
+  cgroup file system in view is covered by a read-only bind of this process's
+  own cgroup, so no ``cgroup.procs`` or limit file of any cgroup (its own
+  included) is writable, and the cgroup namespace belongs to a user namespace
+  in which the command has no capability, so it cannot mount a cgroup file
+  system of its own either (the seccomp program refuses a nested cgroup
+  namespace, where it could);
+* a pid namespace, whose init is a fork of this launcher: the daemon and every
+  host process are not in it, so they cannot be named to ``kill`` or
+  ``ptrace``, and ``/proc`` is that namespace's own;
+* then a user namespace mapping exactly the daemon's uid and gid to
+  themselves (written by this launcher from outside, so uid 0 stays uid 0 and
+  host files keep their owners) and a second mount namespace: every mount
+  above is copied into it *locked* (the kernel forbids unmounting or
+  remounting read-write what a more privileged namespace mounted). Inside it
+  the command holds the capabilities of its own user namespace only (a root
+  daemon's command may mount a tmpfs or make nested namespaces, as the
+  reference's can, and nothing on the host).
+
+This process stays outside as the daemon's child: it reports the command's
+exit (status or signal, re-raised on itself) as soon as the command ends; the
+namespace's init stays behind to reap what the command left running (its
+background jobs live on, as without namespaces) and dies with the last of them.
+
 The capability drop matters when the daemon runs as root: without a user
 namespace (bwrap's ``--cap-drop ALL`` does it there) the command would keep
 every capability (sethostname, raw /dev/kmsg, other processes' /proc files).
@@ -35,6 +63,9 @@ Options:
   --path PATH           search path for PROGRAM when the environment has no PATH
   --argv0 NAME          exec PROGRAM with NAME as argv[0] (the request's `arg0`)
   --exec-only           apply nothing (already done by bwrap): only --argv0/--path handling
+  --namespaces          run the command in its own user/mount/pid/cgroup namespaces (above)
+  --scope-signals       Landlock (ABI 6) scope: no signal reaches a process outside the
+                        command's own tree, the daemon included
   --fail MESSAGE        print MESSAGE to stderr and exit 101 without running anything
   --unset NAME          remove NAME from the environment before exec (repeatable): the
                         interpreter's C-locale coercion (PEP 538) adds LC_CTYPE to our own
@@ -47,8 +78,12 @@ import ctypes
 import errno
 import json
 import os
+import resource
+import signal
 import struct
 import sys
+from collections.abc import Callable
+from typing import NoReturn
 
 __all__ = ["main"]
 
@@ -81,6 +116,32 @@ _FS_READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
 _FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
 # Devices a fresh bwrap /dev also offers read-write.
 _DEVICES_RW = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWCGROUP = 0x02000000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWPID = 0x20000000
+_MS_RDONLY = 1
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_NOEXEC = 8
+_MS_REMOUNT = 32
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_SLAVE = 1 << 19
+_PR_SET_PDEATHSIG = 1
+_CAP_SETGID, _CAP_SETUID, _CAP_SYS_ADMIN = 6, 7, 21
+# What the daemon's process-group signals must not do to the launcher or the
+# namespace's init (only the command acts on them, as it would without them).
+_SHIELDED = (
+    signal.SIGINT,
+    signal.SIGQUIT,
+    signal.SIGHUP,
+    signal.SIGTERM,
+    signal.SIGTSTP,
+    signal.SIGTTIN,
+    signal.SIGTTOU,
+)
 
 EXIT_SETUP_FAILED = 125
 EXIT_EXEC_FAILED = 101
@@ -258,6 +319,36 @@ def _apply_landlock(libc: ctypes.CDLL, read: list[str], write: list[str]) -> Non
         os.close(ruleset)
 
 
+def _scope_signals(libc: ctypes.CDLL) -> None:
+    """A Landlock domain that restricts no file access, only signals: none reaches
+    a process outside this one's descendants. Needs ABI 6; older kernels get
+    nothing here (the pid namespace, where there is one, is the line that holds)."""
+    abi = libc.syscall(
+        _SYS_LANDLOCK_CREATE_RULESET,
+        None,
+        ctypes.c_size_t(0),
+        ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION),
+    )
+    if abi < 6:
+        return
+    attr = struct.pack("=QQQ", 0, 0, _SCOPE_SIGNAL)
+    attr_buf = ctypes.create_string_buffer(attr, len(attr))
+    ruleset = _check(
+        libc.syscall(
+            _SYS_LANDLOCK_CREATE_RULESET, attr_buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)
+        ),
+        "landlock_create_ruleset(scope)",
+    )
+    try:
+        _no_new_privs(libc)
+        _check(
+            libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)),
+            "landlock_restrict_self(scope)",
+        )
+    finally:
+        os.close(ruleset)
+
+
 def _resolve(program: str, search_path: str | None) -> str:
     if "/" in program:
         return program
@@ -272,7 +363,9 @@ def _resolve(program: str, search_path: str | None) -> str:
     raise denied or OSError(errno.ENOENT, os.strerror(errno.ENOENT))
 
 
-def _restrict(seccomp_fd: int | None, landlock: dict[str, list[str]] | None) -> None:
+def _restrict(
+    seccomp_fd: int | None, landlock: dict[str, list[str]] | None, scope_signals: bool
+) -> None:
     """Capability drop, Landlock (if asked), no_new_privs, then seccomp: the last
     things before exec."""
     if seccomp_fd is None:
@@ -283,8 +376,260 @@ def _restrict(seccomp_fd: int | None, landlock: dict[str, list[str]] | None) -> 
     _drop_capabilities(libc)
     if landlock is not None:
         _apply_landlock(libc, landlock.get("read", []), landlock.get("write", []))
+    elif scope_signals:
+        _scope_signals(libc)
     _no_new_privs(libc)
     _apply_seccomp(libc, program)
+
+
+# ---- --namespaces ----------------------------------------------------------------
+
+
+def _unescape(field: str) -> str:
+    """mountinfo escapes space, tab, newline and backslash as \\ooo."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def _mounts() -> list[tuple[str, str, str, set[str]]]:
+    """(root, mount point, fstype, super options) of every mount in view."""
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
+        for line in table:
+            left, _, right = line.partition(" - ")
+            fields, tail = left.split(), right.split()
+            if len(fields) < 5 or len(tail) < 3:
+                continue
+            found.append(
+                (_unescape(fields[3]), _unescape(fields[4]), tail[0], set(tail[2].split(",")))
+            )
+    return found
+
+
+def _own_cgroups() -> list[tuple[set[str], str]]:
+    """(controllers, path) per line of /proc/self/cgroup (v2: an empty set)."""
+    found = []
+    with open("/proc/self/cgroup", encoding="utf-8", errors="surrogateescape") as table:
+        for line in table:
+            parts = line.rstrip("\n").split(":", 2)
+            if len(parts) == 3:
+                found.append(({c for c in parts[1].split(",") if c}, parts[2]))
+    return found
+
+
+def _cgroup_covers(
+    mounts: list[tuple[str, str, str, set[str]]], own: list[tuple[set[str], str]]
+) -> list[tuple[str, str | None]]:
+    """(mount point, what to bind read-only over it) for every cgroup file system:
+    this process's own cgroup in that hierarchy, or None (an empty tmpfs) when
+    its cgroup is not below the mount's root. Deepest mount points first."""
+    covers: list[tuple[str, str | None]] = []
+    for root, point, fstype, options in mounts:
+        if fstype not in ("cgroup", "cgroup2"):
+            continue
+        path: str | None = None
+        for controllers, own_path in own:
+            v2_line = not controllers
+            if (fstype == "cgroup2") == v2_line and (v2_line or controllers <= options):
+                path = own_path
+                break
+        source: str | None = None
+        if path is not None and (path + "/").startswith(root.rstrip("/") + "/"):
+            source = os.path.join(point, path[len(root.rstrip("/")) :].lstrip("/"))
+        covers.append((point, source))
+    covers.sort(key=lambda c: c[0].count("/"), reverse=True)
+    return covers
+
+
+def _mount(
+    libc: ctypes.CDLL, source: str | None, target: str, fstype: str | None, flags: int
+) -> None:
+    _check(
+        libc.mount(
+            source.encode() if source is not None else None,
+            target.encode(),
+            fstype.encode() if fstype is not None else None,
+            ctypes.c_ulong(flags),
+            None,
+        ),
+        f"mount {target}",
+    )
+
+
+def _write_file(path: str, data: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, data.encode())
+    finally:
+        os.close(fd)
+
+
+def _held(cap: int) -> bool:
+    return bool(_status_caps().get("CapEff", 0) & (1 << cap))
+
+
+def _outer_namespaces(libc: ctypes.CDLL) -> None:
+    """The mount and cgroup namespaces, made with the daemon's privilege, and the
+    cgroup file systems covered in them (see the module docstring)."""
+    mounts, own = _mounts(), _own_cgroups()
+    if all(_held(c) for c in (_CAP_SYS_ADMIN, _CAP_SETUID, _CAP_SETGID)):
+        _check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWCGROUP), "unshare(mount, cgroup)")
+    else:
+        uid, gid = os.geteuid(), os.getegid()
+        _check(
+            libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWCGROUP),
+            "unshare(user, mount, cgroup)",
+        )
+        _write_file("/proc/self/setgroups", "deny")
+        _write_file("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write_file("/proc/self/gid_map", f"{gid} {gid} 1")
+    # Nothing done here may reach the host's mount table.
+    _mount(libc, None, "/", None, _MS_REC | _MS_SLAVE)
+    sealed = _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    for point, source in _cgroup_covers(mounts, own):
+        if source is not None and os.path.isdir(source):
+            _mount(libc, source, point, None, _MS_BIND)
+            _mount(libc, None, point, None, sealed)
+        else:
+            _mount(libc, "none", point, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _setup_error(message: str) -> None:
+    sys.stderr.write(f"execserver-sandbox: cannot apply sandbox restrictions: {message}\n")
+    sys.stderr.flush()
+
+
+def _init(
+    libc: ctypes.CDLL,
+    proc_points: list[str],
+    to_init: int,
+    from_init: int,
+    run: Callable[[], int],
+) -> NoReturn:  # pragma: no cover - the namespace's pid 1
+    """pid 1 of the command's pid namespace: its /proc, the inner user and mount
+    namespaces, then the command as its child; reports the command's wait status
+    to the launcher and reaps the rest until nothing is left."""
+    code = EXIT_SETUP_FAILED
+    try:
+        for sig in _SHIELDED:
+            signal.signal(sig, signal.SIG_IGN)
+        _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
+        # The new /proc in a mount namespace of its own: the launcher, outside the
+        # pid namespace, still needs the host's (its own status, our uid_map).
+        _check(libc.unshare(_CLONE_NEWNS), "unshare(mount)")
+        flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+        _mount(libc, "proc", "/proc", "proc", flags)
+        for point in proc_points:
+            _mount(libc, "/proc", point, None, _MS_BIND | _MS_REC)
+        _check(libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare(user, mount)")
+        os.write(from_init, b"u")
+        if _read_exactly(to_init, 1) != b"m":
+            os._exit(EXIT_SETUP_FAILED)  # the launcher is gone or could not map us
+        os.close(to_init)
+        command = os.fork()
+        if command == 0:
+            os.close(from_init)
+            os._exit(run())
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                code = 0
+                break
+            if pid == command:
+                # From here on the launcher may go: the rest lives on without it.
+                libc.prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0)
+                os.write(from_init, struct.pack("=i", status))
+                os.close(from_init)
+    except BaseException as exc:
+        try:
+            _setup_error(str(exc) if isinstance(exc, OSError) else repr(exc))
+        finally:
+            os._exit(EXIT_SETUP_FAILED)
+    os._exit(code)
+
+
+def _exit_like(status: int) -> int:
+    """Leave as the command did: its exit code, or death by its signal."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the command's dump, not ours
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot be caught anyway
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else EXIT_SETUP_FAILED
+
+
+def _run_in_namespaces(run: Callable[[], int]) -> int:
+    """Build the namespaces, run the command inside (``run`` applies its
+    restrictions and execs), and exit as it does."""
+    libc = _libc()
+    proc_points = [p for _, p, t, _ in _mounts() if t == "proc" and p != "/proc"]
+    uid, gid = os.geteuid(), os.getegid()
+    try:
+        _outer_namespaces(libc)
+        _check(libc.unshare(_CLONE_NEWPID), "unshare(pid)")
+        to_init_r, to_init_w = os.pipe()
+        from_init_r, from_init_w = os.pipe()
+        init = os.fork()
+    except OSError as exc:
+        _setup_error(str(exc))
+        return EXIT_SETUP_FAILED
+    if init == 0:
+        os.close(to_init_w)
+        os.close(from_init_r)
+        _init(libc, proc_points, to_init_r, from_init_w, run)
+    os.close(to_init_r)
+    os.close(from_init_w)
+    try:
+        if _read_exactly(from_init_r, 1) == b"u":
+            _write_file(f"/proc/{init}/uid_map", f"{uid} {uid} 1")
+            _write_file(f"/proc/{init}/gid_map", f"{gid} {gid} 1")
+            os.write(to_init_w, b"m")
+        os.close(to_init_w)
+        # Out here nothing is needed any more: no capability, no copy of the
+        # command's stdio (its end of file is the command's alone).
+        _drop_capabilities(libc)
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+        for sig in _SHIELDED:
+            signal.signal(sig, signal.SIG_IGN)
+    except OSError as exc:
+        _setup_error(str(exc))
+        os.kill(init, signal.SIGKILL)
+        os.waitpid(init, 0)
+        return EXIT_SETUP_FAILED
+    reported = _read_exactly(from_init_r, 4)
+    if len(reported) == 4:
+        return _exit_like(struct.unpack("=i", reported)[0])
+    # The init died before the command ended (killed, or its set-up failed).
+    _, status = os.waitpid(init, 0)
+    return _exit_like(status)
 
 
 def _fail(message: str) -> int:
@@ -305,6 +650,8 @@ def main(args: list[str]) -> int:
     unset: list[str] = []
     argv0: str | None = None
     exec_only = False
+    namespaces = False
+    scope_signals = False
     i = 0
     while i < len(options):
         name, value = options[i], options[i + 1] if i + 1 < len(options) else ""
@@ -316,8 +663,10 @@ def main(args: list[str]) -> int:
             search_path = value
         elif name == "--argv0":
             argv0 = value
-        elif name == "--exec-only":
-            exec_only = True
+        elif name in ("--exec-only", "--namespaces", "--scope-signals"):
+            exec_only = exec_only or name == "--exec-only"
+            namespaces = namespaces or name == "--namespaces"
+            scope_signals = scope_signals or name == "--scope-signals"
             i += 1
             continue
         elif name == "--unset":
@@ -335,13 +684,39 @@ def main(args: list[str]) -> int:
         return _fail(f"execserver-sandbox: failed to execvp {command[0]}: {_os_error_text(exc)}")
     if argv0 is not None:
         command = [argv0, *command[1:]]
+    if namespaces:
+        if seccomp_fd is None:
+            return _fail("execserver-sandbox: no seccomp program given")
+        seccomp_program = _read_all(seccomp_fd)
+        initial = {sig: signal.getsignal(sig) for sig in _SHIELDED}
+
+        def run() -> int:  # pragma: no cover - the command's process, before exec
+            for sig, handler in initial.items():
+                keep = handler is signal.SIG_IGN
+                signal.signal(sig, signal.SIG_IGN if keep else signal.SIG_DFL)
+            try:
+                libc = _libc()
+                if scope_signals:
+                    _scope_signals(libc)
+                _no_new_privs(libc)
+                _apply_seccomp(libc, seccomp_program)
+            except (OSError, ValueError) as exc:
+                _setup_error(str(exc))
+                return EXIT_SETUP_FAILED
+            return _exec(program, command)
+
+        return _run_in_namespaces(run)
     try:
         if not exec_only:
-            _restrict(seccomp_fd, landlock)
+            _restrict(seccomp_fd, landlock, scope_signals)
     except (OSError, ValueError) as exc:
         # Fail closed: the command must not run without its restrictions.
         sys.stderr.write(f"execserver-sandbox: cannot apply sandbox restrictions: {exc}\n")
         return EXIT_SETUP_FAILED
+    return _exec(program, command)
+
+
+def _exec(program: str, command: list[str]) -> int:
     try:
         os.execv(program, command)
     except OSError as exc:

@@ -8,8 +8,14 @@ proxy-routed shape in ``proxy_routed.py`` uses the same bwrap builder):
 
 * ``disabled``: the command as is (``sandboxType`` is still ``linuxSeccomp``).
 * full filesystem access (``unrestricted``, ``external``, ``:root`` write
-  without carve-outs): ``launcher.py`` applies no_new_privs + seccomp, no
-  namespaces (the reference does the same, its child stays in the host pid ns).
+  without carve-outs): ``launcher.py --namespaces`` where the host allows user
+  namespaces: the command in user, mount, pid and cgroup namespaces of its own
+  (nested mounts and namespaces work as under the reference, whose child has
+  no namespaces; the daemon is out of its reach and so is every cgroup file),
+  plus no_new_privs, seccomp and Landlock's signal scope. Elsewhere the
+  launcher drops every capability instead (nested mount/unshare refused), and
+  with per-process limits the request is refused: a same-uid command could
+  write its own cgroup's files.
 * anything that restricts the filesystem: ``bwrap`` + seccomp by fd, one exec.
 * no usable bwrap: ``launcher.py`` with Landlock, only for policies Landlock
   expresses exactly (no writable roots, since their protected ``.git``/... cannot
@@ -31,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
+from execserver import containment
 from execserver.sandbox import seccomp
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.bwrap import BwrapLayout, build_layout, release_layout
@@ -246,8 +253,12 @@ def _launcher_plan(
     *,
     arg0: str | None,
     landlock_rules: str | None = None,
+    namespaces: bool = False,
 ) -> LaunchPlan:
-    fd = seccomp.program_fd(seccomp.build_program(network_restricted=policy.network_restricted))
+    program = seccomp.build_program(
+        network_restricted=policy.network_restricted, nested_namespaces=namespaces
+    )
+    fd = seccomp.program_fd(program)
     resources = PlanResources()
     resources.child_fds.append(fd)
     options = ["--seccomp-fd", str(fd), "--path", child_search_path(request.env)]
@@ -255,6 +266,10 @@ def _launcher_plan(
         options += ["--argv0", arg0]
     if landlock_rules is not None:
         options += ["--landlock", landlock_rules]
+    else:
+        # Full filesystem access: no signal to the daemon or any other process
+        # outside the command's tree (Landlock ABI 6; the launcher checks).
+        options += ["--namespaces", "--scope-signals"] if namespaces else ["--scope-signals"]
     return _plan(
         request,
         launcher_argv(options, request.argv, request.env),
@@ -393,7 +408,13 @@ def plan_for_policy(
     if program is None:
         return refused_plan(request, f"execserver-sandbox: failed to execvp {argv[0]}: {error}")
     if mechanism == "seccomp":
-        return _launcher_plan(policy, request, arg0=arg0)
+        if not backend.launcher_namespaces and containment.active() is not None:
+            raise unenforceable(
+                "per-process limits cannot hold a command with full filesystem access "
+                "without user namespaces (it could write its own cgroup's files): "
+                f"{backend.namespaces_error}"
+            )
+        return _launcher_plan(policy, request, arg0=arg0, namespaces=backend.launcher_namespaces)
     if mechanism == "landlock":
         rules = _landlock_rules(policy, program)
         return _launcher_plan(policy, request, arg0=arg0, landlock_rules=rules)

@@ -44,6 +44,16 @@ What it denies (errno EPERM unless noted):
   reachable only through the proxy's ``x-unix-socket`` policy. AF_UNIX stream
   ``socketpair`` stays. bind/listen/accept only with ``allowLocalBinding``.
 * network enabled: only what "always" lists.
+* nested namespaces (``nested_namespaces``: the launcher's ``--namespaces``
+  mode, for policies without filesystem restriction): the command is in user,
+  mount, pid and cgroup namespaces of its own, so the mount family,
+  ``unshare``, ``setns``, ``sethostname`` and ``setdomainname`` act on
+  namespaces it owns (or fail for lack of a capability in the host's) and are
+  allowed, as the reference allows them. Except a nested **cgroup**
+  namespace (``unshare``/``clone`` with CLONE_NEWCGROUP; ``clone3``, whose
+  flags are in a struct, gets ENOSYS and the C libraries fall back to
+  ``clone``): in a cgroup namespace of its own the command could mount a
+  cgroup file system rooted at its own cgroup and rewrite its limits.
 
 ``getpeername``/``getsockname`` are denied in restricted mode for parity even
 though they only query existing fds (consequence: Debian's bash then sources
@@ -79,6 +89,7 @@ _AF_INET: Final = 2
 _AF_INET6: Final = 10
 _AF_VSOCK: Final = 40
 _SOCK_DGRAM: Final = 2
+_CLONE_NEWCGROUP: Final = 0x02000000
 _SOCK_TYPE_MASK: Final = 0xF  # the type without SOCK_NONBLOCK / SOCK_CLOEXEC
 _SETID_BITS: Final = 0o6000  # S_ISUID | S_ISGID
 # struct seccomp_data: nr @0, arch @4, instruction_pointer @8, args[6] @16 (u64 each)
@@ -104,6 +115,7 @@ _UNIFIED_NUMBERS: Final[dict[str, int]] = {
     "fsconfig": 431,
     "fsmount": 432,
     "fspick": 433,
+    "clone3": 435,
     "openat2": 437,
     "fchmodat2": 452,
 }
@@ -126,6 +138,7 @@ _ARCHES: Final[dict[str, tuple[int, dict[str, int]]]] = {
             "socketpair": 53,
             "setsockopt": 54,
             "getsockopt": 55,
+            "clone": 56,
             "creat": 85,
             "chmod": 90,
             "fchmod": 91,
@@ -212,6 +225,7 @@ _ARCHES: Final[dict[str, tuple[int, dict[str, int]]]] = {
             "add_key": 217,
             "request_key": 218,
             "keyctl": 219,
+            "clone": 220,
             "swapon": 224,
             "swapoff": 225,
             "perf_event_open": 241,
@@ -272,6 +286,25 @@ _ALWAYS_DENY: Final = (
     "add_key",
     "request_key",
     *_IO_URING,
+)
+# What a command in namespaces of its own (nested_namespaces) may do: it acts on
+# them, not on the host's.
+_NESTED_ALLOWED: Final = frozenset(
+    {
+        "mount",
+        "umount2",
+        "pivot_root",
+        "open_tree",
+        "move_mount",
+        "fsopen",
+        "fsconfig",
+        "fsmount",
+        "fspick",
+        "unshare",
+        "setns",
+        "sethostname",
+        "setdomainname",
+    }
 )
 # (syscall, index of its mode argument): refused when the mode has S_ISUID/S_ISGID.
 _MODE_ARG: Final = (
@@ -388,6 +421,7 @@ def build_program(
     proxy_routed: bool = False,
     allow_local_binding: bool = False,
     allow_unix_sockets: bool = False,
+    nested_namespaces: bool = False,
 ) -> bytes:
     """The filter as an array of ``struct sock_filter`` (8 bytes each).
 
@@ -396,7 +430,11 @@ def build_program(
     AF_INET/AF_INET6 sockets and connect; it may not accept connections
     (bind/listen/accept) unless ``allow_local_binding``, and may not create
     AF_UNIX sockets (only stream socketpairs) unless ``allow_unix_sockets``
-    (the request's ``dangerouslyAllowAllUnixSockets``)."""
+    (the request's ``dangerouslyAllowAllUnixSockets``).
+
+    ``nested_namespaces``: the command runs in namespaces of its own (see the
+    module docstring): mount/unshare/setns/sethostname are allowed, a nested
+    cgroup namespace is not."""
     machine = machine or os.uname().machine
     if machine not in _ARCHES:
         raise RpcError.invalid_params(
@@ -419,9 +457,20 @@ def build_program(
         network_denied = _RESTRICTED_DENY
     else:
         network_denied = ()
-    for name in (*_ALWAYS_DENY, *network_denied):
+    always = [n for n in _ALWAYS_DENY if not (nested_namespaces and n in _NESTED_ALLOWED)]
+    for name in (*always, *network_denied):
         if name in numbers:  # e.g. iopl/ioperm exist on x86_64 only
             code += [(_BPF_JEQ_K, 0, 1, numbers[name]), _ret(eperm)]
+    if nested_namespaces:
+        no_cgroup_ns = [
+            (_BPF_LD_W_ABS, 0, 0, _arg_lo(0)),
+            (_BPF_JSET_K, 0, 1, _CLONE_NEWCGROUP),
+            _ret(eperm),
+            _ret(_RET_ALLOW),
+        ]
+        code += _block(numbers["unshare"], no_cgroup_ns)
+        code += _block(numbers["clone"], no_cgroup_ns)
+        code += [(_BPF_JEQ_K, 0, 1, numbers["clone3"]), _ret(_RET_ERRNO | errno.ENOSYS)]
     code += [(_BPF_JEQ_K, 0, 1, numbers["openat2"]), _ret(_RET_ERRNO | errno.ENOSYS)]
     for name, arg in _MODE_ARG:
         if name in numbers:

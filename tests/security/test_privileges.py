@@ -17,6 +17,7 @@ there (``test_reference_lets_a_setuid_file_be_planted``).
 
 from __future__ import annotations
 
+import os
 import stat
 import sys
 from collections.abc import Callable
@@ -103,6 +104,8 @@ for line in open("/proc/self/status"):
     fields[key] = value.strip()
 for key in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp"):
     print(f"{key}={fields.get(key)}")
+print("uid_map=" + " ".join(open("/proc/self/uid_map").read().split()))
+print("gid_map=" + " ".join(open("/proc/self/gid_map").read().split()))
 try:
     socket.sethostname("pwned")
     print("sethostname=ok")
@@ -133,6 +136,22 @@ def _assert_powerless(output: str, marker: Callable[[str], str]) -> None:
     assert marker("kmsg") != "read", output
 
 
+def _assert_powerless_outside_its_namespaces(output: str, marker: Callable[[str], str]) -> None:
+    """Full filesystem access on a host with user namespaces: whatever the command
+    holds is the capability set of its own user namespace, which maps exactly the
+    daemon's uid and gid; on the host it can do nothing a capability would allow."""
+    uid, gid = os.geteuid(), os.getegid()
+    assert marker("uid_map") == f"{uid} {uid} 1", output
+    assert marker("gid_map") == f"{gid} {gid} 1", output
+    assert marker("CapAmb") == "0000000000000000", output
+    assert marker("NoNewPrivs") == "1", output
+    assert marker("Seccomp") == "2", output
+    assert marker("sethostname") == "1", output  # the host's UTS namespace is not its own
+    assert marker("kmsg") != "read", output
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    assert not any(line.split()[4] == "/tmp" for line in mounts), output  # its tmpfs is its own
+
+
 @pytest.mark.parametrize(
     ("backend", "policy"),
     [
@@ -145,12 +164,19 @@ def _assert_powerless(output: str, marker: Callable[[str], str]) -> None:
 async def test_every_backend_leaves_no_capability(
     tmp_path: Path, backend: str, policy: str
 ) -> None:
+    """``bwrap-unrestricted`` is a host with user namespaces, where a policy without
+    filesystem restriction runs in namespaces of its own (the launcher's
+    ``--namespaces``); ``landlock-unrestricted`` a host without, where the launcher
+    drops every capability instead."""
     context: dict[str, Any] = sandbox([ROOT_READ]) if policy == "read-only" else unrestricted()
     wrapper = NO_USERNS if backend == "landlock" else []
     async with start_server("execserver", wrapper=wrapper) as server, connect(server.url) as c:
         result = await attack(c, python(CAPS), cwd=tmp_path, context=context)
     assert result.exit_code == 0, result.output
-    _assert_powerless(result.output, result.marker)
+    if backend == "bwrap" and policy == "unrestricted":
+        _assert_powerless_outside_its_namespaces(result.output, result.marker)
+    else:
+        _assert_powerless(result.output, result.marker)
 
 
 KEYRING = r"""

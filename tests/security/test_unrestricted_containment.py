@@ -86,8 +86,8 @@ for name, fstype, opts in (("mount_v1", b"cgroup", b"memory"), ("mount_v2", b"cg
     rc = libc.mount(b"none", target, fstype, 0, opts)
     print(f"{name}={rc}/{ctypes.get_errno()}", flush=True)
     if rc == 0:
-        for leaf in ("cgroup.procs", "memory.limit_in_bytes"):
-            attempt(f"{name}_{leaf}", os.path.join(target.decode(), leaf), me if "procs" in leaf else b"-1")
+        for leaf, data in (("cgroup.procs", me), ("memory.limit_in_bytes", b"-1")):
+            attempt(f"{name}_{leaf}", os.path.join(target.decode(), leaf), data)
         libc.umount2(target, 2)
 print("cgroup_now=" + open("/proc/self/cgroup").read().replace("\n", " "), flush=True)
 block = bytearray(300 << 20)
@@ -167,6 +167,10 @@ except OSError as exc:
 """
 
 
+def _host_mount_table() -> str:
+    return Path("/proc/self/mountinfo").read_text()
+
+
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat", "rb") as f:
         data = f.read()
@@ -232,8 +236,7 @@ async def test_nested_mounts_work_and_stay_in_the_commands_namespace(
     assert result.marker("unshare") == "0", result.output
     assert result.marker("wrote") == "yes", result.output
     assert not (tmp_path / "mnt" / "f").exists()
-    with open("/proc/self/mountinfo") as mounts:
-        assert str(tmp_path / "mnt") not in mounts.read()
+    assert str(tmp_path / "mnt") not in _host_mount_table()
 
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
