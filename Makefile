@@ -76,11 +76,25 @@ $(LINT_STAMP): deploy/lint-requirements.txt
 	$(LINT_BIN)/python -m pip install --quiet -r deploy/lint-requirements.txt
 	@touch $@
 
+# deploy/k8s/agent-sandbox/: custom resources, checked against the vendored CRDs'
+# own schemas by scripts/validate_crs.py (their embedded pod template against the
+# Kubernetes schemas too). checkov does not look inside custom resources, so the
+# script writes the embedded pod (and the NetworkPolicy the controller makes for
+# it) to AGENT_SANDBOX_PODS for a second checkov run.
+AGENT_SANDBOX_CRDS := deploy/vendor/agent-sandbox-crds
+AGENT_SANDBOX_MANIFESTS := $(filter-out %/kustomization.yaml,$(wildcard deploy/k8s/agent-sandbox/*.yaml))
+AGENT_SANDBOX_PODS := $(LINT_VENV)/agent-sandbox-pods
+
 lint-deploy: $(LINT_STAMP)
 	$(LINT_BIN)/hadolint Dockerfile
 	$(LINT_BIN)/checkov --quiet --compact --skip-download --framework kubernetes --directory deploy/k8s
 	$(LINT_BIN)/kubernetes-validate --strict --kubernetes-version $(K8S_VERSION) \
 	  $(filter-out deploy/k8s/kustomization.yaml,$(wildcard deploy/k8s/*.yaml))
+	rm -rf $(AGENT_SANDBOX_PODS)
+	$(LINT_BIN)/python scripts/validate_crs.py --crds $(AGENT_SANDBOX_CRDS) \
+	  --kubernetes-version $(K8S_VERSION) --pods-out $(AGENT_SANDBOX_PODS) $(AGENT_SANDBOX_MANIFESTS)
+	$(LINT_BIN)/checkov --quiet --compact --skip-download --framework kubernetes \
+	  --directory $(AGENT_SANDBOX_PODS)
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix execserver tests benchmarks scripts
