@@ -44,8 +44,8 @@ from execserver.client.commands import (
     terminate,
 )
 from execserver.client.connection import ExecServerClient
-from execserver.client.errors import ExecServerError, ProcessFailed
-from execserver.client.events import Closed, Exited, Failed, Output
+from execserver.client.errors import ExecServerError
+from execserver.client.events import Closed, Exited, Output
 from execserver.client.process import RemoteProcess
 
 __all__ = ["run_command", "run_shell"]
@@ -236,8 +236,6 @@ async def _stream_output(proc: RemoteProcess) -> int:
             target.flush()
         elif isinstance(event, Exited):
             code = event.exit_code
-        elif isinstance(event, Failed):
-            raise ProcessFailed(event.message)
         elif isinstance(event, Closed):
             break
     return code

@@ -122,7 +122,14 @@ class ExecServerUnavailable(ExecServerError):
 
 
 class ProcessFailed(ExecServerError):
-    """A remote process's event stream ended in ``Failed`` (e.g. its output was lost)."""
+    """A remote process's event stream cannot be completed: its output was lost,
+    the connection is gone for good, or the client was closed. Iterating the
+    process raises it where ``Closed`` would have come; ``process_id`` names it."""
+
+    def __init__(self, message: str, *, process_id: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.process_id = process_id
 
 
 # How much of a refused upgrade's body goes into the error.

@@ -57,8 +57,12 @@ class RemoteProcess:
     """A process started by :meth:`ExecServerClient.start_process`.
 
     Iterate it (``async for event in proc``) to get ``Output``/``Exited``/``Closed``
-    events in seq order; the iteration ends after ``Closed`` or ``Failed``. Only
-    one consumer should iterate. ``wait()`` works with or without a consumer.
+    events in seq order; the iteration ends after ``Closed``, and raises
+    :class:`ProcessFailed` instead when the stream cannot be completed (output
+    lost, connection gone for good, client closed), so a loop never ends
+    quietly with part of the output. ``events(raise_on_failure=False)`` yields
+    a final ``Failed`` event instead. Only one consumer should iterate.
+    ``wait()`` works with or without a consumer.
 
     Its events come from whoever routes the connection's notifications (the
     client's :class:`~execserver.client.router.ProcessRouter`) through
@@ -94,14 +98,23 @@ class RemoteProcess:
     # -- consumer API ------------------------------------------------------
 
     def __aiter__(self) -> AsyncIterator[ProcessEvent]:
-        return self._iterate()
+        return self._iterate(raise_on_failure=True)
 
-    def events(self) -> AsyncIterator[ProcessEvent]:
-        return self._iterate()
+    def events(self, *, raise_on_failure: bool = True) -> AsyncIterator[ProcessEvent]:
+        """The event stream; ``raise_on_failure=False`` ends a failed stream with
+        a ``Failed`` event instead of raising :class:`ProcessFailed`."""
+        return self._iterate(raise_on_failure=raise_on_failure)
 
-    async def _iterate(self) -> AsyncIterator[ProcessEvent]:
+    async def _iterate(self, *, raise_on_failure: bool) -> AsyncIterator[ProcessEvent]:
         while True:
+            if self._queue.empty() and self._finished.is_set():
+                # Iterated again after the end: say again how it ended.
+                if self._failure is not None and raise_on_failure:
+                    raise ProcessFailed(self._failure, process_id=self.process_id)
+                return
             event = await self._queue.get()
+            if isinstance(event, Failed) and raise_on_failure:
+                raise ProcessFailed(event.message, process_id=self.process_id)
             yield event
             if isinstance(event, Closed | Failed):
                 return
@@ -128,14 +141,14 @@ class RemoteProcess:
         """Exit code and sandbox-denial flag, once ``Exited`` has been published."""
         await self._exit_known.wait()
         if self._exit is None:
-            raise ProcessFailed(self._failure or "process failed")
+            raise ProcessFailed(self._failure or "process failed", process_id=self.process_id)
         return self._exit
 
     async def wait_closed(self) -> None:
         """Until ``Closed`` (all output delivered) or ``Failed``."""
         await self._finished.wait()
         if self._failure is not None:
-            raise ProcessFailed(self._failure)
+            raise ProcessFailed(self._failure, process_id=self.process_id)
 
     async def write(self, data: bytes, *, write_id: str | None = None) -> WriteStatus:
         """Send bytes to stdin. A fresh ``writeId`` per call; pass one only to re-send

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from execserver.client.commands import spawn_error
 from execserver.client.connection import ExecServerClient
-from execserver.client.errors import ExecServerError, InternalError
-from execserver.client.events import Closed, Exited, Failed, Output
+from execserver.client.errors import ExecServerError, InternalError, ProcessFailed
+from execserver.client.events import Closed, Exited, Output
 from execserver.client.process import RemoteProcess
 from execserver.client.program_lookup import looks_like_launch_failure, unlaunchable_program
 from execserver.core.attempt import SandboxAttempt, exec_start_params
@@ -128,15 +128,16 @@ class ShellCommandRuntime(CommandRuntime[ShellRequest, ShellOutput]):
 
         async def collect() -> None:
             nonlocal exit_code, denied
-            async for event in proc:
-                if isinstance(event, Output):
-                    out[event.stream].append(event.data)
-                elif isinstance(event, Exited):
-                    exit_code, denied = event.exit_code, event.sandbox_denied
-                elif isinstance(event, Failed):
-                    raise ExecFailed(event.message)
-                elif isinstance(event, Closed):
-                    return
+            try:
+                async for event in proc:
+                    if isinstance(event, Output):
+                        out[event.stream].append(event.data)
+                    elif isinstance(event, Exited):
+                        exit_code, denied = event.exit_code, event.sandbox_denied
+                    elif isinstance(event, Closed):
+                        return
+            except ProcessFailed as exc:
+                raise ExecFailed(exc.message) from exc
 
         # A network denial for this call (the proxy blocked one of its requests,
         # or the user said no) stops the command at once, as unified exec does:

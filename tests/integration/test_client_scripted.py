@@ -151,11 +151,16 @@ async def test_output_no_longer_retained_fails_the_process() -> None:
     async with scripted_server(script) as url:
         async with await connect(url) as client:
             proc = await client.start_process(["x"], process_id=PID)
-            events = await collect(proc)
-    assert events[0] == Output(1, "stdout", b"a")
-    assert isinstance(events[-1], Failed)
-    assert "no longer retained" in events[-1].message
-    assert len(events) == 2
+            events: list[ProcessEvent] = []
+            with pytest.raises(ProcessFailed) as info:
+                async for event in proc:
+                    events.append(event)  # noqa: PERF401 (what came before the raise)
+            again = [event async for event in proc.events(raise_on_failure=False)]
+    assert events == [Output(1, "stdout", b"a")]
+    assert "no longer retained" in info.value.message
+    assert info.value.process_id == PID
+    assert again == []  # consumed already; the failure stays readable on the process
+    assert proc.failure is not None and "no longer retained" in proc.failure
 
 
 async def test_resume_drains_notifications_pushed_before_the_initialize_response() -> None:
@@ -281,7 +286,7 @@ async def test_transport_disconnect_fails_sessions_and_rejects_new_sessions() ->
     async with scripted_server(only) as url:
         async with await connect(url, recovery_deadline=0.5) as client:
             proc = await client.start_process(["x"], process_id=PID)
-            events = await collect(proc)
+            events = [event async for event in proc.events(raise_on_failure=False)]
             assert isinstance(events[-1], Failed)
             assert client.state is ClientState.FAILED
             with pytest.raises(ExecServerUnavailable):

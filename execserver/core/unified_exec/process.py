@@ -83,7 +83,7 @@ class UnifiedExecProcess:
 
     async def _run(self) -> None:
         try:
-            async for event in self.remote:
+            async for event in self.remote.events(raise_on_failure=False):
                 if isinstance(event, Output):
                     self.buffer.push(event.data)
                 elif isinstance(event, Exited):
