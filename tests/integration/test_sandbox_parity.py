@@ -10,13 +10,18 @@ appear. Both sides get the same files, the same env and a HOME without a .bashrc
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
+import os
+import shlex
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from execserver.containment.cgroups import cgroup_dir_of
 from execserver.sandbox import plan_process_launch, run_sandboxed_fs_call
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import decode_sandbox_context
@@ -26,6 +31,8 @@ from tests.support.sandbox import (
     commands,
     context_json,
     entry,
+    full_access_commands,
+    full_access_policies,
     host_backend,
     make_tree,
     managed,
@@ -36,7 +43,7 @@ from tests.support.sandbox import (
     tcp_listener,
     uri,
 )
-from tests.support.servers import RunningServer
+from tests.support.servers import RunningServer, start_server
 
 pytestmark = pytest.mark.interop
 
@@ -284,3 +291,94 @@ async def test_arg0_is_what_the_program_sees_under_every_policy(
             ours = await run_plan(plan, tree.ws)
             assert ours.output == ref_out, perms
             assert ours.output.startswith("MYARG0\n")
+
+
+# Where execserver is deliberately stricter than the reference under the policies
+# without filesystem restriction (every other case must be equal): the
+# reference's command shares the daemon's pid namespace and cgroups, so it can
+# stop the daemon (every client stalls) and leave its cgroup; ours is in
+# namespaces of its own (tests/security/test_unrestricted_containment.py).
+# ptrace itself is refused on both (the restricted network's seccomp filter);
+# /proc/<daemon>/mem opens on the reference only. (command: (ours, reference))
+STRICTER_THAN_REFERENCE: dict[str, tuple[set[str], set[str]]] = {
+    "signal the daemon": ({"KILL0_FAIL", "STOP_FAIL"}, {"KILL0_OK", "STOP_OK"}),
+    "leave the cgroup": ({"DAEMONCG_FAIL", "PARENTCG_FAIL"}, {"DAEMONCG_OK", "PARENTCG_OK"}),
+    "ptrace the daemon": ({"PTRACE_FAIL", "MEM_FAIL"}, {"PTRACE_FAIL", "MEM_OK"}),
+}
+
+
+@contextlib.contextmanager
+def _daemon_cgroup(tag: str) -> Iterator[tuple[str, str]]:
+    """(parent, daemon): memory cgroups made for one daemon under the test's own,
+    so that what the reference's command moves into stays below the test's."""
+    own = cgroup_dir_of(os.getpid(), "memory", "/sys/fs/cgroup")
+    if own is None or not os.access(own, os.W_OK):
+        pytest.skip("needs a writable memory cgroup (root on cgroup v1, or v2 delegated)")
+    parent = os.path.join(own, f"es-parity-{os.getpid()}-{tag}")
+    daemon = os.path.join(parent, "daemon")
+    os.makedirs(daemon)
+    try:
+        yield parent, daemon
+    finally:
+        for directory in (daemon, parent):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+
+
+def _in_cgroup(directory: str) -> list[str]:
+    """A wrapper that puts the server into ``directory`` and execs it (same pid)."""
+    return ["sh", "-c", f'echo $$ > {shlex.quote(directory)}/cgroup.procs && exec "$@"', "sh"]
+
+
+@pytest.mark.parametrize("policy", sorted(full_access_policies()))
+async def test_full_access_policies_match_reference_or_are_stricter(
+    tmp_path: Path, policy: str
+) -> None:
+    """Unrestricted filesystem and ``external`` (both with network restricted):
+    nested mounts and user namespaces, a raw socket and a loopback connect give
+    the reference's outcome; signalling and tracing the daemon and leaving its
+    cgroup give ours (STRICTER_THAN_REFERENCE)."""
+    tree = make_tree(tmp_path)
+    env = child_env(tree)
+    sandbox = context_json(
+        full_access_policies()[policy], cwd=uri(tree.ws), workspaceRoots=[uri(tree.ws)]
+    )
+    outcomes: dict[str, dict[str, tuple[int, bool, frozenset[str], tuple[str, ...]]]] = {}
+    with tcp_listener() as port:
+        for kind in ("reference", "execserver"):
+            with _daemon_cgroup(kind) as (parent_cg, daemon_cg):
+                async with (
+                    start_server(kind, wrapper=_in_cgroup(daemon_cg)) as server,
+                    aiohttp.ClientSession() as session,
+                    session.ws_connect(server.url) as ws,
+                ):
+                    client = ReferenceClient(ws)
+                    await client.handshake()
+                    scripts = full_access_commands(
+                        tree,
+                        daemon_pid=server.process.pid,
+                        daemon_cgroup=daemon_cg,
+                        parent_cgroup=parent_cg,
+                        port=port,
+                    )
+                    for n, (name, script) in enumerate(scripts.items()):
+                        code, denied, out = await client.run(
+                            f"f{n}", ["bash", "-c", script], tree.ws, env, sandbox
+                        )
+                        outcome = (code, denied, frozenset(markers(out)), _texts(out))
+                        outcomes.setdefault(name, {})[kind] = outcome
+    mismatches = []
+    for name, by_kind in outcomes.items():
+        ours, ref = by_kind["execserver"], by_kind["reference"]
+        if name in STRICTER_THAN_REFERENCE:
+            want_ours, want_ref = STRICTER_THAN_REFERENCE[name]
+            if (ours[:2], ref[:2]) != ((0, False), (0, False)) or (
+                set(ours[2]),
+                set(ref[2]),
+            ) != (want_ours, want_ref):
+                mismatches.append(f"{name}: ours {ours}, reference {ref} (expected stricter)")
+        elif ours != ref:
+            mismatches.append(f"{name}: reference {ref} != ours {ours}")
+    assert not mismatches, "\n".join(mismatches)
+    assert outcomes["mount tmpfs"]["execserver"][2] == {"MOUNT_OK"}
+    assert outcomes["unshare -Ur"]["execserver"][2] == {"UNSHARE_OK"}

@@ -285,3 +285,79 @@ def masked_proc_bwrap(tmp_path: Path) -> str:
     script.write_text(_MASKED_PROC_BWRAP.format(bwrap=real))
     script.chmod(0o755)
     return str(script)
+
+
+# ------------------------------------------------ full filesystem access: containment
+# The two policies the executor does not restrict the filesystem for (the command
+# is assumed to be in someone else's sandbox), and what such a command must and
+# must not be able to do. Run through real daemons (test_sandbox_parity): the
+# daemon's pid and cgroups are part of the commands.
+def full_access_policies() -> dict[str, dict[str, Any]]:
+    return {
+        "unrestricted fs, network restricted": {
+            "type": "managed",
+            "file_system": {"type": "unrestricted"},
+            "network": "restricted",
+        },
+        "external, network restricted": {"type": "external", "network": "restricted"},
+    }
+
+
+_PTRACE = (
+    "import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
+    "print('PTRACE_OK' if libc.ptrace(16, int(sys.argv[1]), None, None) == 0 else 'PTRACE_FAIL')"
+)
+_PROC_MEM = (
+    "import sys\n"
+    "try:\n"
+    "    open(f'/proc/{sys.argv[1]}/mem', 'rb').close(); print('MEM_OK')\n"
+    "except OSError:\n"
+    "    print('MEM_FAIL')"
+)
+_RAW = (
+    "import socket\n"
+    "try:\n"
+    "    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); print('RAW_OK')\n"
+    "except OSError:\n"
+    "    print('RAW_FAIL')"
+)
+_CONNECT = (
+    "import socket, sys\n"
+    "try:\n"
+    "    socket.create_connection(('127.0.0.1', int(sys.argv[1])), 5); print('CONNECTED')\n"
+    "except OSError:\n"
+    "    print('CONNECT_FAIL')"
+)
+
+
+def full_access_commands(
+    tree: Tree, *, daemon_pid: int, daemon_cgroup: str, parent_cgroup: str, port: int
+) -> dict[str, str]:
+    """Markers only (no error texts: a "No such process" here is an "Operation not
+    permitted" there for the same refusal), every script ends with status 0. The
+    tmpfs is unmounted again: on the reference it is the host's mount."""
+    mnt = tree.ws / "mnt"
+    py = sys.executable
+    return {
+        "mount tmpfs": (
+            f"mkdir -p {mnt}; mount -t tmpfs none {mnt} && echo MOUNT_OK || echo MOUNT_FAIL; "
+            f"umount {mnt} 2>/dev/null; true"
+        ),
+        "unshare -Ur": "unshare -Ur /bin/true && echo UNSHARE_OK || echo UNSHARE_FAIL",
+        "signal the daemon": (
+            f"kill -0 {daemon_pid} 2>/dev/null && echo KILL0_OK || echo KILL0_FAIL; "
+            f"kill -STOP {daemon_pid} 2>/dev/null && echo STOP_OK || echo STOP_FAIL; "
+            f"kill -CONT {daemon_pid} 2>/dev/null; true"
+        ),
+        "leave the cgroup": (
+            f"(echo $BASHPID > {daemon_cgroup}/cgroup.procs) 2>/dev/null "
+            "&& echo DAEMONCG_OK || echo DAEMONCG_FAIL; "
+            f"(echo $BASHPID > {parent_cgroup}/cgroup.procs) 2>/dev/null "
+            "&& echo PARENTCG_OK || echo PARENTCG_FAIL; true"
+        ),
+        "ptrace the daemon": (
+            f'{py} -I -c "{_PTRACE}" {daemon_pid}; {py} -I -c "{_PROC_MEM}" {daemon_pid}; true'
+        ),
+        "raw socket": f'{py} -I -c "{_RAW}"; true',
+        "connect 127.0.0.1": f'{py} -I -c "{_CONNECT}" {port}; true',
+    }
