@@ -277,3 +277,104 @@ def _landlock_abi() -> int:
     from execserver.sandbox.backend import landlock_abi
 
     return landlock_abi()
+
+
+# ---- the daemon's process invariants hold through the namespaces -----------------
+
+
+def _marked(mark: str) -> list[int]:
+    """Live processes whose environment carries ``ES_MARK=mark``."""
+    found = []
+    needle = f"ES_MARK={mark}".encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            if needle in env and _state(int(name)) != "Z":
+                found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def _env(mark: str) -> dict[str, str]:
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "ES_MARK": mark}
+
+
+async def _gone(mark: str, timeout: float = 10) -> bool:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while _marked(mark):
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+async def test_terminate_signals_exit_codes_and_tty_through_the_namespaces(
+    tmp_path: Path, policy: str
+) -> None:
+    context = POLICIES[policy]()
+    mark = f"term-{policy}-{tmp_path.name}"
+    async with start_server("execserver") as server, connect(server.url) as client:
+        # terminate: 137 at once, the whole tree (a setsid escapee included) gone.
+        await client.start(
+            "t",
+            bash("setsid sleep 300 >/dev/null 2>&1 & echo armed; sleep 300"),
+            env=_env(mark),
+            cwd=f"file://{tmp_path}",
+            sandbox=context,
+        )
+        await client.wait_output("t", b"armed")
+        assert await client.ok("process/terminate", {"processId": "t"}) == {"running": True}
+        exited = (await client.wait_closed("t")).exited()
+        assert exited is not None and exited["exitCode"] == 137, exited
+        assert await _gone(mark), _marked(mark)
+        # interrupt reaches the command (not the launcher in front of it).
+        script = "trap 'echo caught; exit 7' INT; echo armed; sleep 100 & wait"
+        await client.start("i", bash(script), cwd=f"file://{tmp_path}", sandbox=context)
+        await client.wait_output("i", b"armed")
+        await client.ok("process/signal", {"processId": "i", "signal": "interrupt"})
+        events = await client.wait_closed("i")
+        assert (events.exited() or {}).get("exitCode") == 7, events.output()
+        assert b"caught" in events.output()
+        # Death by a signal: 128+N through pipes, 1 on a pty, as without namespaces.
+        killed = await attack(client, bash("kill -TERM $$"), cwd=tmp_path, context=context)
+        assert killed.exit_code == 143, killed.output
+        on_tty = await attack(
+            client,
+            bash("tty >/dev/null && echo on-tty; exit 3"),
+            cwd=tmp_path,
+            context=context,
+            tty=True,
+        )
+        assert on_tty.exit_code == 3 and "on-tty" in on_tty.output, on_tty.output
+        tty_killed = await attack(
+            client, bash("kill -TERM $$"), cwd=tmp_path, context=context, tty=True
+        )
+        assert tty_killed.exit_code == 1, tty_killed.output
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+async def test_background_jobs_outlive_the_command_until_the_session_ends(
+    tmp_path: Path, policy: str
+) -> None:
+    """As without namespaces: the command's exit is reported at once, what it left
+    running lives on (the namespace's init with it) and dies with the session."""
+    mark = f"bg-{policy}-{tmp_path.name}"
+    async with start_server("execserver") as server:
+        async with connect(server.url) as client:
+            await client.start(
+                "b",
+                bash("sleep 300 >/dev/null 2>&1 & echo started"),
+                env=_env(mark),
+                cwd=f"file://{tmp_path}",
+                sandbox=POLICIES[policy](),
+            )
+            events = await client.wait_closed("b", timeout=10)
+            assert (events.exited() or {}).get("exitCode") == 0, events.output()
+            assert _marked(mark), "the background job died with the command"
+        # The session ends with the server: nothing of the tree is left.
+    assert await _gone(mark), _marked(mark)
