@@ -5,17 +5,45 @@ is present in the child's environment - from the request or inherited from
 the executor through ``envPolicy`` - and whose value matches one of the
 provider's ``patterns`` (any value when it lists none) is replaced by a
 random placeholder before the child starts. The proxy keeps the real value
-and swaps it back into the headers of *allowed* plain-HTTP requests whose URL
-starts with one of the provider's ``url_prefixes`` (or the URL / host named
-by the variable ``url_prefix_from_env``). Anywhere else the placeholder
-travels as it is, so the secret only ever reaches its own destination.
+and swaps it back into *allowed* plain-HTTP requests whose URL is under one
+of the provider's ``url_prefixes`` (or the URL / host named by the variable
+``url_prefix_from_env``). Anywhere else the placeholder travels as it is, so
+the secret only ever reaches its own destination.
 
-Header values are rewritten wherever the placeholder occurs, including inside
-``Authorization: Basic`` (base64 of ``user:secret``). With no placeholder in
-the request, a provider's ``auth`` list says what to add: ``bearer``
-(``Authorization: Bearer …``), ``token`` (``Authorization: token …``),
-``basic`` (``Authorization: Basic base64(secret)``) or ``header``
-(``<header>: <prefix><secret>``).
+Where the secret may go, exactly:
+
+* **Which URL.** Scheme, host and port must equal the prefix's, and the path
+  must be under the prefix's path *segment by segment* (``/api`` covers
+  ``/api`` and ``/api/v1``, not ``/apiX``), compared after normalising the
+  request's path: percent-encoded unreserved characters are decoded
+  (``%2e`` is a dot) and dot segments removed (``/api/../public`` is
+  ``/public``). The normalised path is what is forwarded, so the destination
+  routes exactly what was matched. A path that would still hold a dot
+  segment once *everything* is decoded (``%2f..%2f``, ``..%5c``, ``..;``) is
+  refused (400) on a credential's destination: servers disagree on those.
+* **Which header.** Only the header the provider's ``auth`` names:
+  ``Authorization`` for ``bearer``/``token``/``basic`` (and for a provider
+  with no ``auth``), the ``header`` member for ``header``. The placeholder is
+  replaced wherever it occurs in that header's value, including inside
+  ``Authorization: Basic`` (base64 of ``user:secret``). Another header
+  carrying a placeholder on a request the secret is bound to is dropped: it
+  would hand the secret to whatever the destination does with that header
+  (an echo). With no placeholder in the request, ``auth`` says what to add:
+  ``bearer`` (``Authorization: Bearer …``), ``token`` (``Authorization: token
+  …``), ``basic`` (``Authorization: Basic base64(secret)``) or ``header``
+  (``<header>: <prefix><secret>``).
+* **Which site.** The proxy always sends ``Host`` from the URL it decided on
+  (the child's own ``Host`` is dropped), so a shared front end cannot route
+  the secret to another site.
+* **What comes back.** The response to a request that carried a secret is
+  scrubbed before the child sees it (``Scrubber``): the secret (raw,
+  percent-encoded, JSON-escaped) and the exact header values it was put in
+  are replaced by what the child sent, in response headers and in the body as
+  it streams. ``Accept-Encoding: identity`` is asked for, and an encoded
+  (compressed) response is refused (502) since it cannot be searched. A
+  destination that transforms the secret otherwise (hashes, re-encodes,
+  splits it, serves it later to another request) is not caught: an allowed
+  destination that reflects what it is sent is trusted with the secret.
 
 HTTPS goes through CONNECT tunnels the proxy cannot read (no TLS
 interception): an HTTPS request carries the placeholder, never the secret.
@@ -34,7 +62,7 @@ import secrets
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import msgspec
 
@@ -44,11 +72,66 @@ from execserver.wire.process import CredentialProviderConfig, RemoteNetworkProxy
 
 Notifier = Callable[[NetworkPolicyDecisionNotification], Awaitable[None]]
 
-__all__ = ["CredentialVault", "credential_vault"]
+__all__ = [
+    "CredentialScopeError",
+    "CredentialVault",
+    "Prepared",
+    "Scrubber",
+    "credential_vault",
+    "normalise_path",
+]
 
 log = logging.getLogger(__name__)
 
 PLACEHOLDER_PREFIX = "codex-masked-"
+
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+
+
+class CredentialScopeError(ValueError):
+    """A request to a credential's destination whose path cannot be placed
+    inside or outside the credential's scope unambiguously."""
+
+
+def _decode_unreserved(match: re.Match[str]) -> str:
+    char = chr(int(match.group(1), 16))
+    return char if char in _UNRESERVED else "%" + match.group(1).upper()
+
+
+def _remove_dot_segments(path: str) -> str:
+    """RFC 3986 5.2.4 for an absolute path."""
+    out: list[str] = []
+    segments = path.split("/")[1:]
+    for segment in segments:
+        if segment == "..":
+            if out:
+                out.pop()
+        elif segment != ".":
+            out.append(segment)
+    if segments and segments[-1] in (".", ".."):
+        out.append("")  # "/a/b/.." is "/a/", a directory
+    return "/" + "/".join(out)
+
+
+def normalise_path(path: str, *, strict: bool = True) -> str:
+    """``path`` as scopes are compared (and as it is forwarded): unreserved
+    escapes decoded (RFC 3986 6.2.2.2: ``%2e`` is ``.``), other escapes in
+    upper case, dot segments removed. ``strict``: refuse a path that would
+    still have a dot segment after decoding every escape and reading ``\\``
+    as ``/`` or ``;`` as the end of a segment (``..%2f``, ``..%5c``, ``..;``):
+    servers differ on those, so no scope check can be right for all of them."""
+    if not path.startswith("/"):
+        path = "/" + path
+    normal = _remove_dot_segments(_ESCAPE.sub(_decode_unreserved, path))
+    if strict:
+        for segment in unquote(normal).replace("\\", "/").split("/"):
+            if segment.split(";", 1)[0] in (".", ".."):
+                raise CredentialScopeError(
+                    "ambiguous path (an encoded or parameterised dot segment) "
+                    "to a destination of a masked credential"
+                )
+    return normal
 
 
 @dataclass(frozen=True)
@@ -76,12 +159,20 @@ class _Prefix:
             port = parts.port or (443 if scheme == "https" else 80)
         except ValueError:
             return None
-        return cls(scheme, normalize_host(parts.hostname), port, parts.path or "/")
+        path = normalise_path(parts.path or "/", strict=False)
+        return cls(scheme, normalize_host(parts.hostname), port, path)
+
+    def names(self, scheme: str, host: str, port: int) -> bool:
+        """The prefix's origin is this (scheme, host, port)."""
+        return (scheme, host, port) == (self.scheme, self.host, self.port)
 
     def covers(self, scheme: str, host: str, port: int, path: str) -> bool:
-        if (scheme, host, port) != (self.scheme, self.host, self.port):
+        """``path`` (normalised) is under the prefix, segment by segment:
+        ``/api`` and ``/api/`` cover ``/api`` and ``/api/x``, never ``/apiX``."""
+        if not self.names(scheme, host, port):
             return False
-        return path.startswith(self.path) or self.path.rstrip("/") == path.rstrip("/")
+        base = self.path.rstrip("/")
+        return not base or path == base or path.startswith(base + "/")
 
 
 @dataclass(frozen=True)
@@ -94,6 +185,74 @@ class _Secret:
     auth: tuple[str, ...]
     header: str | None
     prefix: str | None
+
+    @property
+    def headers(self) -> frozenset[str]:
+        """The (lower-case) header names this secret may be put into."""
+        names = set()
+        for method in self.auth or ("bearer",):
+            if method in ("bearer", "token", "basic"):
+                names.add("authorization")
+            elif method == "header" and self.header:
+                names.add(self.header.lower())
+        return frozenset(names)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request to forward: the path to send, its headers, and the scrubber
+    for its response when a secret was put in (None otherwise)."""
+
+    path: str
+    headers: list[tuple[str, str]]
+    scrubber: Scrubber | None
+
+
+class Scrubber:
+    """Replaces each real value with what the child knows instead, in header
+    values and in a body fed in pieces. A window of the longest needle's
+    length minus one byte is held back between pieces, so a needle cut across
+    two pieces is still found (a needle that starts before the held-back
+    window ends within the data already seen)."""
+
+    def __init__(self, pairs: Iterable[tuple[str, str]]) -> None:
+        found: dict[bytes, bytes] = {}
+        for real, shown in pairs:
+            if real and real != shown:
+                for encode in ("utf-8", "latin-1"):
+                    try:
+                        found.setdefault(real.encode(encode), shown.encode(encode))
+                    except UnicodeEncodeError:
+                        pass
+        # Longest first: a header value is replaced whole before the secret in it.
+        self._pairs = sorted(found.items(), key=lambda p: -len(p[0]))
+        self._keep = max((len(n) for n, _ in self._pairs), default=1) - 1
+        self._tail = b""
+
+    def scrub_bytes(self, data: bytes) -> bytes:
+        for needle, shown in self._pairs:
+            if needle in data:
+                data = data.replace(needle, shown)
+        return data
+
+    def feed(self, data: bytes) -> bytes:
+        buffer = self.scrub_bytes(self._tail + data)
+        if self._keep == 0:
+            self._tail = b""
+            return buffer
+        self._tail = buffer[-self._keep :]
+        return buffer[: -self._keep]
+
+    def flush(self) -> bytes:
+        tail, self._tail = self._tail, b""
+        return tail
+
+
+def _forms(real: str, shown: str) -> list[tuple[str, str]]:
+    """The spellings of ``real`` a reflecting server may plausibly send back."""
+    pairs = [(real, shown), (quote(real, safe=""), quote(shown, safe=""))]
+    pairs.append((real.replace("/", "\\/"), shown.replace("/", "\\/")))  # JSON
+    return pairs
 
 
 def _compile(patterns: Iterable[str]) -> tuple[list[re.Pattern[str]], bool]:
@@ -168,28 +327,61 @@ class CredentialVault:
 
         return scrubbed
 
-    def inject(
+    def prepare(
         self, scheme: str, host: str, port: int, path: str, headers: list[tuple[str, str]]
-    ) -> list[tuple[str, str]]:
-        """``headers`` of an allowed request, with the secrets bound to this
-        URL put in place of their placeholders."""
+    ) -> Prepared:
+        """An allowed request, with the secrets bound to its URL put in place of
+        their placeholders (see the module's docstring for exactly where).
+        Raises ``CredentialScopeError`` for an ambiguous path to a credential's
+        destination."""
         host = normalize_host(host)
+        if not any(d.names(scheme, host, port) for s in self._secrets for d in s.destinations):
+            return Prepared(path, headers, None)  # not a credential's origin: untouched
+        path = normalise_path(path)
         bound = [
             s
             for s in self._secrets
             if any(d.covers(scheme, host, port, path) for d in s.destinations)
         ]
         if not bound:
-            return headers
-        out = [(k, self._swap(v, bound)) for k, v in headers]
-        if out != headers:
-            return out
+            return Prepared(path, headers, None)
+        out: list[tuple[str, str]] = []
+        injected: list[tuple[str, str]] = []  # (value sent upstream, value the child sent)
+        for name, value in headers:
+            carried = [s for s in bound if _carries(value, s)]
+            if not carried:
+                out.append((name, value))
+                continue
+            usable = [s for s in carried if name.lower() in s.headers]
+            if len(usable) < len(carried):
+                log.debug("credential masking: %s carried a placeholder; dropped", name)
+                continue  # a placeholder outside its own header: the header goes
+            swapped = self._swap(value, usable)
+            out.append((name, swapped))
+            injected.append((swapped, value))
+        if not injected:
+            for secret in bound:
+                added = _auth_header(secret)
+                if added is not None:
+                    out = [(k, v) for k, v in out if k.lower() != added[0].lower()]
+                    out.append(added)
+                    injected.append((added[1], secret.placeholder))
+                    break
+        if not injected:
+            return Prepared(path, out, None)
+        # The response can only be scrubbed if it is not compressed.
+        out = [(k, v) for k, v in out if k.lower() != "accept-encoding"]
+        out.append(("Accept-Encoding", "identity"))
+        pairs: list[tuple[str, str]] = []
+        for sent, shown in injected:
+            pairs.append((sent, shown))
+            scheme_word, _, token = sent.partition(" ")
+            if scheme_word.lower() == "basic" and token:
+                pairs.append((token, shown.partition(" ")[2] or token))
         for secret in bound:
-            added = _auth_header(secret)
-            if added is not None:
-                out = [(k, v) for k, v in out if k.lower() != added[0].lower()]
-                return [*out, added]
-        return out
+            pairs += _forms(secret.real, secret.placeholder)
+            pairs += _forms(base64.b64encode(secret.real.encode()).decode(), secret.placeholder)
+        return Prepared(path, out, Scrubber(pairs))
 
     @staticmethod
     def _swap(value: str, bound: list[_Secret]) -> str:
@@ -213,6 +405,21 @@ class CredentialVault:
         for secret in self._secrets:
             text = text.replace(secret.real, secret.placeholder)
         return text
+
+
+def _carries(value: str, secret: _Secret) -> bool:
+    """The header value holds the secret's placeholder, plainly or inside a
+    Basic pair."""
+    if secret.placeholder in value:
+        return True
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "basic" or not token:
+        return False
+    try:
+        decoded = base64.b64decode(token, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    return secret.placeholder in decoded
 
 
 def _auth_header(secret: _Secret) -> tuple[str, str] | None:

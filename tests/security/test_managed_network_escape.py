@@ -126,7 +126,8 @@ async def test_managed_network_child_cannot_reach_host_sockets_siblings_or_the_d
     # The proxy itself works: the same child reaches an allowed upstream.
     assert result.marker("upstream") == "HTTP/1.1 200 OK", out
     assert docker.accepted == 0
-    assert upstream.seen == ["GET /ok host=x"]
+    # Host comes from the URL the policy decided on, not from the child's header.
+    assert upstream.seen == [f"GET /ok host=localhost:{upstream.port}"]
 
 
 SIBLING_BY_PATH = r"""
