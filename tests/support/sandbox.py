@@ -211,7 +211,9 @@ def commands(tree: Tree, port: int) -> dict[str, str]:
             f"echo x > {ws}/.git/HEAD && echo GIT_OK || echo GIT_FAIL; "
             f"mkdir -p {ws}/.codex/x && echo CODEX_OK || echo CODEX_FAIL; "
             f"mv {ws}/n_$$ {ws}/.git/moved && echo MVGIT_OK || echo MVGIT_FAIL; "
-            f"ln {ws}/.git/HEAD {ws}/hl_$$ && echo LNGIT_OK || echo LNGIT_FAIL; "
+            # A fresh name per run: in a pid namespace $$ is the same in every run.
+            f"ln {ws}/.git/HEAD {ws}/$(mktemp -u hl_XXXXXXXX) "
+            "&& echo LNGIT_OK || echo LNGIT_FAIL; "
             f"echo x > {ws}/link_out/l_$$ && echo LINK_OK || echo LINK_FAIL"
         ),
         "reads": (
