@@ -39,7 +39,8 @@ Where the secret may go, exactly:
   scrubbed before the child sees it (``Scrubber``): the secret (raw,
   percent-encoded, JSON-escaped) and the exact header values it was put in
   are replaced by what the child sent, in response headers and in the body as
-  it streams. ``Accept-Encoding: identity`` is asked for, and an encoded
+  it streams. ``Accept-Encoding: identity`` is asked for (and ``Range`` is
+  dropped: pieces shorter than the secret would each pass), and an encoded
   (compressed) response is refused (502) since it cannot be searched. A
   destination that transforms the secret otherwise (hashes, re-encodes,
   splits it, serves it later to another request) is not caught: an allowed
@@ -87,6 +88,8 @@ PLACEHOLDER_PREFIX = "codex-masked-"
 
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+# Request headers that would make a response impossible to scrub.
+_UNSCRUBBABLE_ASKS = frozenset({"accept-encoding", "range", "if-range"})
 
 
 class CredentialScopeError(ValueError):
@@ -369,8 +372,10 @@ class CredentialVault:
                     break
         if not injected:
             return Prepared(path, out, None)
-        # The response can only be scrubbed if it is not compressed.
-        out = [(k, v) for k, v in out if k.lower() != "accept-encoding"]
+        # The response can only be scrubbed whole and uncompressed: no
+        # compression, and no ranges (pieces shorter than the secret, asked
+        # for one by one, would each pass the scrubber and add up to it).
+        out = [(k, v) for k, v in out if k.lower() not in _UNSCRUBBABLE_ASKS]
         out.append(("Accept-Encoding", "identity"))
         pairs: list[tuple[str, str]] = []
         for sent, shown in injected:

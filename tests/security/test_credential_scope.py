@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 
 import h11
 import msgspec
+import pytest
 from aiohttp import web
 
+from execserver.netproxy.credentials import CredentialScopeError, Scrubber, normalise_path
 from execserver.netproxy.proxy import ProcessNetworkProxy
 from execserver.netproxy.resolver import Resolver
 from execserver.wire.network import NetworkPolicyDecisionNotification
@@ -71,6 +73,11 @@ async def echo_upstream() -> AsyncIterator[Echo]:
             "X-Echo-Other": headers.get("X-Other", ""),
         }
         body = json.dumps(headers).encode()
+        ranged = request.headers.get("Range", "").removeprefix("bytes=")
+        if ranged:  # one range, "a-b": a server that honours Range on anything
+            first, _, last = ranged.partition("-")
+            piece = body[int(first) : int(last) + 1]
+            return web.Response(body=piece, status=206, headers=reflected)
         if request.path.endswith("/gzip"):  # compressed whatever was accepted
             return web.Response(
                 body=gzip.compress(body), headers={**reflected, "Content-Encoding": "gzip"}
@@ -225,7 +232,18 @@ async def test_an_echoing_destination_does_not_hand_the_secret_back() -> None:
                 "Authorization": "Basic " + base64.b64encode(f"me:{ph}".encode()).decode(),
             },
         )
-    assert len(up.got_secret()) == len(up.requests) == 4, up.requests  # every one was injected
+        # Pieces of the reflected body, each shorter than the secret.
+        pieces = [
+            await _fetch(
+                proxy.http_port,
+                f"http://{host}/api/echo",
+                {"Host": host, "Authorization": f"Bearer {ph}", "Range": f"bytes={i}-{i + 4}"},
+            )
+            for i in range(0, 160, 5)
+        ]
+    assert len(up.got_secret()) == len(up.requests) == 4 + len(pieces), up.requests
+    assembled = b"".join(p.body for p in pieces if p.status == 206)
+    assert SECRET.encode() not in assembled, assembled
     for name, answer in answers.items():
         assert not _leaks(answer), (name, answer.raw[:400], answer.body[:400])
         # What the child gets back is usable: it reads its placeholder where the secret was.
@@ -300,3 +318,39 @@ async def test_a_named_header_provider_injects_only_into_that_header() -> None:
     assert SECRET not in first.get("Authorization", "")
     assert second["X-Api-Key"] == f"Key {SECRET}"  # no placeholder sent: auth adds it
     assert not _leaks(with_placeholder) and not _leaks(added)
+
+
+@pytest.mark.parametrize(
+    ("path", "normal"),
+    [
+        ("/api/../public/x", "/public/x"),
+        ("/api/%2e%2E/public", "/public"),
+        ("/api/./v1/", "/api/v1/"),
+        ("/a/b/..", "/a/"),
+        ("/../../x", "/x"),
+        ("/%61pi/v1", "/api/v1"),  # an unreserved escape is the character
+        ("/projects/group%2fname", "/projects/group%2Fname"),  # a slash stays escaped
+    ],
+)
+def test_paths_are_normalised_before_the_scope_check(path: str, normal: str) -> None:
+    assert normalise_path(path) == normal
+
+
+@pytest.mark.parametrize("path", ["/api/x%2f..%2fpublic", "/api/..;/public", "/api/..%5cpublic"])
+def test_paths_servers_read_differently_are_refused(path: str) -> None:
+    with pytest.raises(CredentialScopeError):
+        normalise_path(path)
+
+
+def test_the_scrubber_finds_a_secret_cut_anywhere_across_reads() -> None:
+    body = b'{"a": "Bearer ' + SECRET.encode() + b'", "b": "' + SECRET.encode() + b'"}'
+    for cut in range(1, len(body)):
+        for second in range(cut, len(body)):
+            scrubber = Scrubber([(SECRET, "PLACEHOLDER")])
+            out = (
+                scrubber.feed(body[:cut])
+                + scrubber.feed(body[cut:second])
+                + scrubber.feed(body[second:])
+                + scrubber.flush()
+            )
+            assert out == body.replace(SECRET.encode(), b"PLACEHOLDER"), (cut, second)
