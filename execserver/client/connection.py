@@ -89,6 +89,7 @@ __all__ = [
     "REQUEST_TIMEOUT",
     "ClientState",
     "ExecServerClient",
+    "OnExit",
     "Opener",
     "Timeout",
     "check_url",
@@ -102,6 +103,12 @@ RECOVERY_DEADLINE: Final = 25.0
 RECOVERY_RETRY_DELAY: Final = 0.1
 CONNECT_RETRY_DELAY: Final = 0.05
 CONNECT_RETRY_DELAY_MAX: Final = 1.0
+
+
+# close(terminate=True): how long the terminates and the streams' ends may take.
+CLOSE_TERMINATE_TIMEOUT: Final = 10.0
+
+OnExit = Literal["terminate", "detach"]
 
 
 class ClientState(enum.Enum):
@@ -132,8 +139,12 @@ class ExecServerClient(TypedCalls):
         initialize_timeout: float | None = INITIALIZE_TIMEOUT,
         request_timeout: float | None = REQUEST_TIMEOUT,
         recovery_deadline: float = RECOVERY_DEADLINE,
+        on_exit: OnExit = "terminate",
     ) -> None:
+        if on_exit not in ("terminate", "detach"):
+            raise ValueError(f"on_exit must be 'terminate' or 'detach', not {on_exit!r}")
         self._opener = opener
+        self.on_exit: OnExit = on_exit
         self.client_name = client_name
         self.auto_reconnect = auto_reconnect
         self._initialize_timeout = initialize_timeout
@@ -172,6 +183,7 @@ class ExecServerClient(TypedCalls):
         request_timeout: float | None = REQUEST_TIMEOUT,
         recovery_deadline: float = RECOVERY_DEADLINE,
         wait: float = 0.0,
+        on_exit: OnExit = "terminate",
     ) -> ExecServerClient:
         """Open a websocket to ``url`` (``ws://host:port``) and do the handshake.
 
@@ -180,6 +192,9 @@ class ExecServerClient(TypedCalls):
         ``resume_session_id`` attaches a detached session instead of creating one.
         ``wait``: keep retrying for up to this many seconds while nothing answers
         yet (a server still starting); a refusal (e.g. HTTP 401) is not retried.
+        ``on_exit``: what leaving ``async with`` does to the processes this client
+        started: ``"terminate"`` them (the default), or ``"detach"`` and leave
+        them to a client that resumes the session.
         """
         check_url(url)
 
@@ -194,6 +209,7 @@ class ExecServerClient(TypedCalls):
             initialize_timeout=initialize_timeout,
             request_timeout=request_timeout,
             recovery_deadline=recovery_deadline,
+            on_exit=on_exit,
         )
         client.url = url
         loop = asyncio.get_running_loop()
@@ -304,13 +320,24 @@ class ExecServerClient(TypedCalls):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+        """Leaving ``async with`` closes the client and, unless it was made with
+        ``on_exit="detach"``, terminates every process it started first."""
+        await self.close(terminate=self.on_exit == "terminate")
 
-    async def close(self) -> None:
-        """Close the connection. The server keeps the session (and its processes)
-        for a while, so another client may resume it with :attr:`session_id`."""
+    async def close(self, *, terminate: bool = False) -> None:
+        """Close the connection.
+
+        ``terminate=True``: first terminate every process this client started
+        that is still running (``process/terminate``, bounded) and wait briefly
+        for their ends, so nothing of this client's work outlives it.
+        Otherwise the server keeps the session and its processes for a while
+        (80 s on both servers), so another client may resume it with
+        :attr:`session_id`. The protocol has no way to end a session itself.
+        """
         if self._state is ClientState.CLOSED:
             return
+        if terminate:
+            await self.terminate_all()
         self._state = ClientState.CLOSED
         self._failure = "client closed"
         recovery, self._recovery = self._recovery, None
@@ -321,6 +348,30 @@ class ExecServerClient(TypedCalls):
         self.processes.fail_all("exec-server client closed")
         if self._conn is not None:
             await self._conn.close()
+
+    async def terminate_all(self) -> int:
+        """``process/terminate`` every process this client started that has not
+        finished, then wait (bounded) for their streams to end. Returns how many
+        were asked to stop; errors (a connection gone for good) are logged."""
+        procs = self.processes.live()
+        if not procs or self._state in (ClientState.FAILED, ClientState.CLOSED):
+            return 0
+
+        async def stop(proc: RemoteProcess) -> None:
+            try:
+                await proc.terminate()
+            except ExecServerError as exc:
+                log.warning("could not terminate remote process %s: %s", proc.process_id, exc)
+                return
+            with contextlib.suppress(ExecServerError):
+                await proc.wait_closed()
+
+        try:
+            async with asyncio.timeout(CLOSE_TERMINATE_TIMEOUT):
+                await asyncio.gather(*(stop(proc) for proc in procs))
+        except TimeoutError:
+            log.warning("terminating %d remote processes did not finish in time", len(procs))
+        return len(procs)
 
     # -- state ---------------------------------------------------------------
 

@@ -17,17 +17,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import os
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
+import msgspec
+
+from execserver.client.calls import Caller
 from execserver.client.commands import CompletedRemoteProcess
+from execserver.client.connection import ClientState, OnExit, Opener
 from execserver.client.connection import ExecServerClient as AsyncClient
-from execserver.client.fs import RemoteFileSystem
+from execserver.client.events import ExitStatus, ProcessEvent
+from execserver.client.fs import RemoteFileHandle, RemoteFileSystem, RemotePath
+from execserver.client.process import RemoteProcess
+from execserver.client.rpc import RpcConnection
 from execserver.client.sandbox import Sandbox
+from execserver.wire.fs import DirectoryEntry, FileMetadata, WalkOutcome
 from execserver.wire.lifecycle import EnvironmentInfo
-from execserver.wire.process import ExecEnvPolicy
+from execserver.wire.process import ExecEnvPolicy, ExecParams, ReadParams, ReadResponse, WriteStatus
 from execserver.wire.sandbox import FileSystemSandboxContext
 
 T = TypeVar("T")
@@ -37,7 +45,15 @@ T = TypeVar("T")
 CANCEL_CLEANUP_TIMEOUT = 15.0
 SIGNAL_CHECK_INTERVAL = 0.1
 
-__all__ = ["ExecServerClient", "SyncFileSystem", "connect", "serve_local"]
+__all__ = [
+    "ExecServerClient",
+    "SyncFileSystem",
+    "SyncRemoteFileHandle",
+    "SyncRemotePath",
+    "SyncRemoteProcess",
+    "connect",
+    "serve_local",
+]
 
 
 class _LoopThread:
@@ -99,41 +115,300 @@ class _LoopThread:
 _LOOP = _LoopThread()
 
 
-def _blocking(function: Callable[..., Awaitable[T]]) -> Callable[..., T]:
-    @functools.wraps(function)
-    def call(*args: Any, **kwargs: Any) -> T:
-        async def run() -> T:
-            return await function(*args, **kwargs)
+_Path = str | os.PathLike[str] | RemotePath
 
-        return _LOOP.call(run())
 
-    return call
+class SyncRemoteFileHandle:
+    """:class:`~execserver.client.fs.RemoteFileHandle`, blocking."""
+
+    def __init__(self, handle: RemoteFileHandle) -> None:
+        self.handle = handle
+        self.handle_id = handle.handle_id
+        self.path = handle.path
+
+    def read_block(self, offset: int, length: int) -> tuple[bytes, bool]:
+        return _LOOP.call(self.handle.read_block(offset, length))
+
+    def write_block(self, offset: int, data: bytes) -> None:
+        _LOOP.call(self.handle.write_block(offset, data))
+
+    def close(self) -> None:
+        _LOOP.call(self.handle.close())
 
 
 class SyncFileSystem:
-    """The methods of :class:`RemoteFileSystem` (``read_file``, ``write_file``,
-    ``get_metadata``, ``remove``, ...), blocking."""
+    """:class:`~execserver.client.fs.RemoteFileSystem` (``read_file``,
+    ``write_file``, ``get_metadata``, ``remove``, ``path``, ``open``, ...), blocking."""
 
     def __init__(self, fs: RemoteFileSystem) -> None:
-        self._fs = fs
+        self.aio = fs
+        self.sandbox = fs.sandbox
+
+    @property
+    def caller(self) -> Caller:
+        return self.aio.caller
 
     def with_sandbox(self, sandbox: object) -> SyncFileSystem:
-        return SyncFileSystem(self._fs.with_sandbox(sandbox))
+        return SyncFileSystem(self.aio.with_sandbox(sandbox))
 
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        attribute = getattr(self._fs, name)
-        if not callable(attribute) or not asyncio.iscoroutinefunction(attribute):
-            raise AttributeError(f"SyncFileSystem has no blocking method {name!r}")
-        return _blocking(attribute)
+    def path(self, path: str | os.PathLike[str]) -> SyncRemotePath:
+        return SyncRemotePath(self.aio.path(path))
+
+    @contextlib.contextmanager
+    def open(
+        self, path: str | os.PathLike[str] | RemotePath, mode: Literal["read", "replace"] = "read"
+    ) -> Iterator[SyncRemoteFileHandle]:
+        manager = self.aio.open(path, mode)
+        handle = _LOOP.call(_enter(manager))
+        try:
+            yield SyncRemoteFileHandle(handle)
+        except BaseException as exc:
+            if not _LOOP.call(manager.__aexit__(type(exc), exc, exc.__traceback__)):
+                raise
+        else:
+            _LOOP.call(manager.__aexit__(None, None, None))
+
+    def read_file(self, path: _Path, **options: Any) -> bytes:
+        return _LOOP.call(self.aio.read_file(path, **options))
+
+    def write_file(self, path: _Path, data: bytes, **options: Any) -> None:
+        _LOOP.call(self.aio.write_file(path, data, **options))
+
+    def create_directory(self, path: _Path, **options: Any) -> None:
+        _LOOP.call(self.aio.create_directory(path, **options))
+
+    def get_metadata(self, path: _Path, **options: Any) -> FileMetadata:
+        return _LOOP.call(self.aio.get_metadata(path, **options))
+
+    def canonicalize(self, path: _Path) -> str:
+        return _LOOP.call(self.aio.canonicalize(path))
+
+    def read_directory(self, path: _Path) -> list[DirectoryEntry]:
+        return _LOOP.call(self.aio.read_directory(path))
+
+    def walk(self, path: _Path, **options: Any) -> WalkOutcome:
+        return _LOOP.call(self.aio.walk(path, **options))
+
+    def remove(self, path: _Path, **options: Any) -> None:
+        _LOOP.call(self.aio.remove(path, **options))
+
+    def copy(self, source: _Path, destination: _Path, **options: Any) -> None:
+        _LOOP.call(self.aio.copy(source, destination, **options))
+
+
+async def _enter(manager: contextlib.AbstractAsyncContextManager[T]) -> T:
+    return await manager.__aenter__()
+
+
+class SyncRemotePath:
+    """:class:`~execserver.client.fs.RemotePath`, blocking; ``/`` joins as in pathlib."""
+
+    __slots__ = ("aio",)
+
+    def __init__(self, path: RemotePath) -> None:
+        self.aio = path
+
+    def __repr__(self) -> str:
+        return f"SyncRemotePath({self.aio.path!r})"
+
+    def __str__(self) -> str:
+        return self.aio.path
+
+    def __fspath__(self) -> str:
+        return self.aio.path
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SyncRemotePath) and other.aio == self.aio
+
+    def __hash__(self) -> int:
+        return hash(self.aio)
+
+    def __truediv__(self, other: str) -> SyncRemotePath:
+        return SyncRemotePath(self.aio / other)
+
+    @property
+    def fs(self) -> SyncFileSystem:
+        return SyncFileSystem(self.aio.fs)
+
+    @property
+    def path(self) -> str:
+        return self.aio.path
+
+    @property
+    def uri(self) -> str:
+        return self.aio.uri
+
+    @property
+    def name(self) -> str:
+        return self.aio.name
+
+    @property
+    def parent(self) -> SyncRemotePath:
+        return SyncRemotePath(self.aio.parent)
+
+    @property
+    def suffix(self) -> str:
+        return self.aio.suffix
+
+    def read_bytes(self) -> bytes:
+        return _LOOP.call(self.aio.read_bytes())
+
+    def read_text(self, encoding: str = "utf-8") -> str:
+        return _LOOP.call(self.aio.read_text(encoding))
+
+    def write_bytes(self, data: bytes) -> None:
+        _LOOP.call(self.aio.write_bytes(data))
+
+    def write_text(self, text: str, encoding: str = "utf-8") -> None:
+        _LOOP.call(self.aio.write_text(text, encoding))
+
+    def stat(self, *, follow_symlinks: bool = True) -> FileMetadata:
+        return _LOOP.call(self.aio.stat(follow_symlinks=follow_symlinks))
+
+    def exists(self) -> bool:
+        return _LOOP.call(self.aio.exists())
+
+    def is_file(self) -> bool:
+        return _LOOP.call(self.aio.is_file())
+
+    def is_dir(self) -> bool:
+        return _LOOP.call(self.aio.is_dir())
+
+    def is_symlink(self) -> bool:
+        return _LOOP.call(self.aio.is_symlink())
+
+    def mkdir(self, *, parents: bool = False, exist_ok: bool = False) -> None:
+        _LOOP.call(self.aio.mkdir(parents=parents, exist_ok=exist_ok))
+
+    def iterdir(self) -> list[SyncRemotePath]:
+        return [SyncRemotePath(p) for p in _LOOP.call(self.aio.iterdir())]
+
+    def unlink(self, *, missing_ok: bool = False) -> None:
+        _LOOP.call(self.aio.unlink(missing_ok=missing_ok))
+
+    def rmdir(self) -> None:
+        _LOOP.call(self.aio.rmdir())
+
+    def rmtree(self) -> None:
+        _LOOP.call(self.aio.rmtree())
+
+    def resolve(self) -> SyncRemotePath:
+        return SyncRemotePath(_LOOP.call(self.aio.resolve()))
+
+    def copy_to(self, target: SyncRemotePath | str, *, recursive: bool = False) -> SyncRemotePath:
+        dest = target.aio if isinstance(target, SyncRemotePath) else target
+        return SyncRemotePath(_LOOP.call(self.aio.copy_to(dest, recursive=recursive)))
+
+
+class SyncRemoteProcess:
+    """:class:`~execserver.client.process.RemoteProcess`, blocking. Iterate it
+    (``for event in proc``) for its events; as in the async client the iteration
+    raises ``ProcessFailed`` when the stream ends without ``Closed``."""
+
+    def __init__(self, process: RemoteProcess) -> None:
+        self.aio = process
+        self.process_id = process.process_id
+        self.tty = process.tty
+
+    def __repr__(self) -> str:
+        return f"Sync{self.aio!r}"
+
+    def __iter__(self) -> Iterator[ProcessEvent]:
+        return self.events()
+
+    def events(self, *, raise_on_failure: bool = True) -> Iterator[ProcessEvent]:
+        stream = self.aio.events(raise_on_failure=raise_on_failure)
+
+        async def step() -> ProcessEvent | None:
+            try:
+                return await anext(stream)
+            except StopAsyncIteration:
+                return None
+
+        while (event := _LOOP.call(step())) is not None:
+            yield event
+
+    @property
+    def sandbox_type(self) -> str:
+        return self.aio.sandbox_type
+
+    @property
+    def exit_status(self) -> ExitStatus | None:
+        return self.aio.exit_status
+
+    @property
+    def failure(self) -> str | None:
+        return self.aio.failure
+
+    @property
+    def finished(self) -> bool:
+        return self.aio.finished
+
+    @property
+    def is_live(self) -> bool:
+        return self.aio.is_live
+
+    @property
+    def last_seq(self) -> int:
+        return self.aio.last_seq
+
+    def wait(self) -> ExitStatus:
+        return _LOOP.call(self.aio.wait())
+
+    def wait_closed(self) -> None:
+        _LOOP.call(self.aio.wait_closed())
+
+    def write(self, data: bytes, *, write_id: str | None = None) -> WriteStatus:
+        return _LOOP.call(self.aio.write(data, write_id=write_id))
+
+    def signal(self, signal: str = "interrupt") -> None:
+        _LOOP.call(self.aio.signal(signal))
+
+    def interrupt(self) -> None:
+        _LOOP.call(self.aio.interrupt())
+
+    def terminate(self) -> bool:
+        return _LOOP.call(self.aio.terminate())
+
+    def read(
+        self,
+        after_seq: int | None = None,
+        *,
+        max_bytes: int | None = None,
+        wait_ms: int | None = None,
+    ) -> ReadResponse:
+        return _LOOP.call(self.aio.read(after_seq, max_bytes=max_bytes, wait_ms=wait_ms))
 
 
 class ExecServerClient:
     """Blocking twin of :class:`execserver.client.ExecServerClient`; make one
-    with :func:`connect`."""
+    with :func:`connect` (or :meth:`connect`, :meth:`spawn`). The same names,
+    without ``await``; ``aclient`` is the async client underneath."""
 
     def __init__(self, client: AsyncClient) -> None:
         self.aclient = client
         self.fs = SyncFileSystem(client.fs)
+        self.processes = client.processes
+
+    # -- construction --------------------------------------------------------
+
+    @classmethod
+    def connect(cls, url: str, **options: Any) -> ExecServerClient:
+        """:meth:`execserver.client.ExecServerClient.connect`, blocking."""
+        return cls(_LOOP.call(AsyncClient.connect(url, **options)))
+
+    @classmethod
+    def spawn(cls, argv: Sequence[str], **options: Any) -> ExecServerClient:
+        """:meth:`execserver.client.ExecServerClient.spawn`, blocking."""
+        return cls(_LOOP.call(AsyncClient.spawn(argv, **options)))
+
+    @classmethod
+    def from_opener(cls, opener: Opener, **options: Any) -> ExecServerClient:
+        """:meth:`execserver.client.ExecServerClient.from_opener` (``opener`` is
+        async and runs on the sync clients' loop thread), blocking."""
+        return cls(_LOOP.call(AsyncClient.from_opener(opener, **options)))
+
+    # -- state ---------------------------------------------------------------
 
     @property
     def url(self) -> str | None:
@@ -147,12 +422,38 @@ class ExecServerClient:
     def environment_info(self) -> EnvironmentInfo | None:
         return self.aclient.environment_info
 
+    @property
+    def state(self) -> ClientState:
+        return self.aclient.state
+
+    @property
+    def connection(self) -> RpcConnection | None:
+        return self.aclient.connection
+
+    @property
+    def client_name(self) -> str:
+        return self.aclient.client_name
+
+    @property
+    def auto_reconnect(self) -> bool:
+        return self.aclient.auto_reconnect
+
+    @property
+    def reconnects(self) -> int:
+        return self.aclient.reconnects
+
+    @property
+    def on_exit(self) -> OnExit:
+        return self.aclient.on_exit
+
+    # -- commands and processes ----------------------------------------------
+
     @overload
     def run(
         self,
         command: str | Sequence[str],
         *,
-        cwd: str,
+        cwd: str | os.PathLike[str],
         env: Mapping[str, str] | None = None,
         inherit_env: bool = True,
         timeout: float | None = None,
@@ -162,6 +463,8 @@ class ExecServerClient:
         sandbox: Sandbox | FileSystemSandboxContext | Mapping[str, object] | None = None,
         text: Literal[False] = False,
         env_policy: ExecEnvPolicy | None = None,
+        arg0: str | None = None,
+        process_id: str | None = None,
     ) -> CompletedRemoteProcess[bytes]: ...
 
     @overload
@@ -169,7 +472,7 @@ class ExecServerClient:
         self,
         command: str | Sequence[str],
         *,
-        cwd: str,
+        cwd: str | os.PathLike[str],
         env: Mapping[str, str] | None = None,
         inherit_env: bool = True,
         timeout: float | None = None,
@@ -179,13 +482,15 @@ class ExecServerClient:
         sandbox: Sandbox | FileSystemSandboxContext | Mapping[str, object] | None = None,
         text: Literal[True],
         env_policy: ExecEnvPolicy | None = None,
+        arg0: str | None = None,
+        process_id: str | None = None,
     ) -> CompletedRemoteProcess[str]: ...
 
     def run(
         self,
         command: str | Sequence[str],
         *,
-        cwd: str,
+        cwd: str | os.PathLike[str],
         env: Mapping[str, str] | None = None,
         inherit_env: bool = True,
         timeout: float | None = None,
@@ -195,22 +500,46 @@ class ExecServerClient:
         sandbox: Sandbox | FileSystemSandboxContext | Mapping[str, object] | None = None,
         text: bool = False,
         env_policy: ExecEnvPolicy | None = None,
+        arg0: str | None = None,
+        process_id: str | None = None,
     ) -> CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]:
         """:meth:`execserver.client.ExecServerClient.run`, blocking."""
-        if text:
-            return _LOOP.call(
-                self.aclient.run(
-                    command, cwd=cwd, env=env, inherit_env=inherit_env, timeout=timeout,
-                    check=check, stdin=stdin, tty=tty, sandbox=sandbox, text=True,
-                    env_policy=env_policy,
-                )
-            )  # fmt: skip
-        return _LOOP.call(
-            self.aclient.run(
-                command, cwd=cwd, env=env, inherit_env=inherit_env, timeout=timeout,
-                check=check, stdin=stdin, tty=tty, sandbox=sandbox, env_policy=env_policy,
-            )
+        options: dict[str, Any] = dict(
+            cwd=cwd, env=env, inherit_env=inherit_env, timeout=timeout, check=check,
+            stdin=stdin, tty=tty, sandbox=sandbox, env_policy=env_policy, arg0=arg0,
+            process_id=process_id,
         )  # fmt: skip
+        result: CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]
+        if text:
+            result = _LOOP.call(self.aclient.run(command, text=True, **options))
+        else:
+            result = _LOOP.call(self.aclient.run(command, **options))
+        return result
+
+    def start_process(self, argv: Sequence[str], **options: Any) -> SyncRemoteProcess:
+        """:meth:`execserver.client.ExecServerClient.start_process` (same keywords), blocking."""
+        return SyncRemoteProcess(_LOOP.call(self.aclient.start_process(argv, **options)))
+
+    def start(self, params: ExecParams, **options: Any) -> SyncRemoteProcess:
+        return SyncRemoteProcess(_LOOP.call(self.aclient.start(params, **options)))
+
+    def process(self, process_id: str) -> SyncRemoteProcess | None:
+        proc = self.aclient.process(process_id)
+        return None if proc is None else SyncRemoteProcess(proc)
+
+    def read(self, process_id: str, **options: Any) -> ReadResponse:
+        return _LOOP.call(self.aclient.read(process_id, **options))
+
+    def read_params(self, params: ReadParams) -> ReadResponse:
+        return _LOOP.call(self.aclient.read_params(params))
+
+    def write(self, process_id: str, data: bytes, *, write_id: str | None = None) -> WriteStatus:
+        return _LOOP.call(self.aclient.write(process_id, data, write_id=write_id))
+
+    def terminate_all(self) -> int:
+        return _LOOP.call(self.aclient.terminate_all())
+
+    # -- other calls ---------------------------------------------------------
 
     def environment_status(self) -> str:
         return _LOOP.call(self.aclient.environment_status())
@@ -218,25 +547,56 @@ class ExecServerClient:
     def get_environment_info(self) -> EnvironmentInfo:
         return _LOOP.call(self.aclient.get_environment_info())
 
-    def call(self, method: str, params: object = None) -> Any:
+    def call(self, method: str, params: object = None, **options: Any) -> Any:
         """Any request, its result decoded as the contract's result type (as
-        :meth:`execserver.client.ExecServerClient.call_any`)."""
-        return _LOOP.call(self.aclient.call_any(method, params))
+        :meth:`execserver.client.ExecServerClient.call_any`, which takes plain
+        mappings too)."""
+        return _LOOP.call(self.aclient.call_any(method, params, **options))
 
-    def close(self) -> None:
-        _LOOP.call(self.aclient.close())
+    def call_any(self, method: str, params: object = None, **options: Any) -> Any:
+        return _LOOP.call(self.aclient.call_any(method, params, **options))
+
+    def add_notification_listener(
+        self, method: str, listener: Callable[[msgspec.Raw], None]
+    ) -> None:
+        """As the async client's; ``listener`` runs on the sync clients' loop
+        thread and must not block."""
+        self.aclient.add_notification_listener(method, listener)
+
+    def handle_server_request(
+        self, method: str, handler: Callable[[msgspec.Raw], object] | None
+    ) -> None:
+        """As the async client's; a plain function is called on the loop thread
+        (it must not block), a coroutine function is awaited there."""
+        if handler is None or asyncio.iscoroutinefunction(handler):
+            self.aclient.handle_server_request(method, handler)
+            return
+        plain = handler
+
+        async def answer(params: msgspec.Raw) -> object:
+            return plain(params)
+
+        self.aclient.handle_server_request(method, answer)
+
+    # -- closing -------------------------------------------------------------
+
+    def close(self, *, terminate: bool = False) -> None:
+        """:meth:`execserver.client.ExecServerClient.close`, blocking."""
+        _LOOP.call(self.aclient.close(terminate=terminate))
 
     def __enter__(self) -> ExecServerClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        """As ``async with``: terminate this client's processes unless made with
+        ``on_exit="detach"``, then close."""
+        self.close(terminate=self.aclient.on_exit == "terminate")
 
 
 def connect(url: str, **options: Any) -> ExecServerClient:
     """:meth:`execserver.client.ExecServerClient.connect`, blocking (same keywords:
-    ``token``, ``wait``, ...)."""
-    return ExecServerClient(_LOOP.call(AsyncClient.connect(url, **options)))
+    ``token``, ``wait``, ``on_exit``, ...)."""
+    return ExecServerClient.connect(url, **options)
 
 
 @contextlib.contextmanager
