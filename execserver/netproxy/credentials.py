@@ -128,7 +128,14 @@ def normalise_path(path: str, *, strict: bool = True) -> str:
         path = "/" + path
     normal = _remove_dot_segments(_ESCAPE.sub(_decode_unreserved, path))
     if strict:
-        for segment in unquote(normal).replace("\\", "/").split("/"):
+        # Decoded as often as a careless server might (``%252e`` is ``%2e``
+        # after one pass, ``.`` after two).
+        decoded, previous = normal, ""
+        for _ in range(4):
+            if decoded == previous:
+                break
+            previous, decoded = decoded, unquote(decoded)
+        for segment in decoded.replace("\\", "/").split("/"):
             if segment.split(";", 1)[0] in (".", ".."):
                 raise CredentialScopeError(
                     "ambiguous path (an encoded or parameterised dot segment) "

@@ -336,7 +336,16 @@ def test_paths_are_normalised_before_the_scope_check(path: str, normal: str) -> 
     assert normalise_path(path) == normal
 
 
-@pytest.mark.parametrize("path", ["/api/x%2f..%2fpublic", "/api/..;/public", "/api/..%5cpublic"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/x%2f..%2fpublic",
+        "/api/..;/public",
+        "/api/..%5cpublic",
+        "/api/..\\public",
+        "/api/%252e%252e/public",
+    ],
+)
 def test_paths_servers_read_differently_are_refused(path: str) -> None:
     with pytest.raises(CredentialScopeError):
         normalise_path(path)
