@@ -185,7 +185,7 @@ def test_when_it_cannot_check_it_says_why_in_one_line(
 
 @pytest.mark.skipif(not LINT_PYTHON.exists(), reason="needs .venv-lint (made by make lint-deploy)")
 def test_the_embedded_pod_is_checked_against_the_kubernetes_schema(tmp_path: Path) -> None:
-    """hostnameOverride is in the CRD's copy of the pod schema (Kubernetes 1.34) but
+    """hostnameOverride is in the CRD's copy of the pod schema (newer than 1.33) but
     not in 1.33's: only the kubernetes-validate half of the check can catch it."""
     broken = broken_copy(
         tmp_path,

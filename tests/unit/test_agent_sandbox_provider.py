@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +78,16 @@ def test_one_way_to_the_api_server() -> None:
         AgentSandboxProvider("execserver", api_client=object(), kube_api_url="http://127.0.0.1:1")
     with pytest.raises(ValueError, match="warm pool"):
         AgentSandboxProvider("")
+
+
+def test_the_usage_in_docs_scale_out_names_what_exists() -> None:
+    """The block needs a cluster to run; here it is compiled, its imports run, and
+    every provider method it calls exists."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "scale-out.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    compile(block, "docs/scale-out.md", "exec")
+    imports = "\n".join(line for line in block.splitlines() if line.startswith(("from", "import")))
+    exec(compile(imports, "docs/scale-out.md", "exec"), {})
+    for method in set(re.findall(r"provider\.(\w+)\(", block)):
+        assert callable(getattr(AgentSandboxProvider, method)), method
+    assert set(re.findall(r"provider\.(\w+)\(", block)) == {"client", "environment", "release"}
