@@ -4,9 +4,9 @@
 What the protocol gives and what this module adds on top:
 
 * ``process/start`` without ``envPolicy`` gives the child exactly the ``env``
-  map, usually nothing. ``run`` sends an ``envPolicy`` that inherits the
-  executor's environment (names containing KEY, SECRET or TOKEN are left out,
-  as codex does) and overlays ``env``.
+  map, usually nothing. ``run`` (like ``start_process``) sends an ``envPolicy``
+  that inherits the executor's environment (names containing KEY, SECRET or
+  TOKEN are left out, as codex does) and overlays ``env``.
 * ``process/terminate`` is the only way to stop a child; ``run`` sends it when
   its ``timeout`` expires, when the caller is cancelled, and when anything else
   ends the wait early, so no remote process outlives the call.
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AnyStr, Final, Generic, Protocol
 
 from execserver.client.calls import Caller
+from execserver.client.defaults import INHERIT_ENV_POLICY, env_policy_for
 from execserver.client.errors import (
     CommandFailed,
     CommandNotExecutable,
@@ -100,10 +101,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# The executor's own environment, minus the names codex filters by default.
-INHERIT_ENV_POLICY: Final = ExecEnvPolicy(
-    inherit="all", ignore_default_excludes=False, exclude=[], set={}, include_only=[]
-)
 # Bounds for the clean-up requests sent after a timeout or cancellation.
 TERMINATE_TIMEOUT: Final = 5.0
 START_SETTLE_TIMEOUT: Final = 10.0
@@ -331,7 +328,7 @@ async def run_command(
 ) -> CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]:
     argv = command_argv(client, command)
     data = _stdin_bytes(stdin)
-    policy = env_policy if env_policy is not None else INHERIT_ENV_POLICY if inherit_env else None
+    policy = env_policy_for(env_policy, inherit_env)
     out = _Collected()
     deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
     launched: Launched | None = None

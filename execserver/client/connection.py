@@ -34,6 +34,7 @@ from execserver.client.defaults import (
     DEFAULT_CLIENT_NAME,
     INITIALIZE_TIMEOUT,
     REQUEST_TIMEOUT,
+    env_policy_for,
 )
 from execserver.client.errors import (
     ExecServerConnectError,
@@ -523,12 +524,16 @@ class ExecServerClient(TypedCalls):
         sandbox: object = None,
         process_id: str | None = None,
         timeout: Timeout = DEFAULT_TIMEOUT,
+        inherit_env: bool = True,
     ) -> RemoteProcess:
         """``process/start``. The route for its events exists before the request is sent.
 
-        ``env`` without ``env_policy`` is the child's *whole* environment; ``cwd``
-        defaults to the server's cwd; ``sandbox`` is a
-        ``FileSystemSandboxContext`` passed through unchanged.
+        Environment, as for :meth:`run`: the executor's own (names containing
+        KEY, SECRET or TOKEN left out) with ``env`` on top; ``inherit_env=False``
+        gives exactly ``env``; ``env_policy`` is sent as given. ``cwd`` defaults
+        to the server's cwd; ``sandbox`` is a :class:`Sandbox` or a
+        ``FileSystemSandboxContext``. :meth:`start` sends ready-made params as
+        they are (there a missing ``envPolicy`` means exactly ``env``).
         """
         if cwd is None:
             if self.environment_info is None or self.environment_info.cwd is None:
@@ -544,7 +549,7 @@ class ExecServerClient(TypedCalls):
             tty=tty,
             pipe_stdin=pipe_stdin,
             arg0=arg0,
-            env_policy=env_policy,
+            env_policy=env_policy_for(env_policy, inherit_env),
             sandbox=sandbox_param(sandbox),
         )
         return await self.start(params, timeout=timeout)
