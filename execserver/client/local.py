@@ -6,7 +6,10 @@ and local use, with a client already connected to it.
 
 The daemon is a child process (``python -m execserver serve``) listening on a
 free loopback port; it is stopped, with every process it started, when the
-block ends. The client package never imports the server in-process.
+block ends, and also when the process that started it ends without leaving
+the block (killed, crashed): its stdin is a pipe only the owner holds, and it
+runs with ``--exit-on-stdin-close``. The client package never imports the
+server in-process.
 
 ``start_daemon`` is the starter underneath: it runs any exec-server command that
 prints its ws:// URL as the first stdout line (ours, or the reference ``codex
@@ -50,10 +53,17 @@ async def serve_local(
     ``client_options`` go to :meth:`ExecServerClient.connect` (``client.url`` is
     the daemon's URL, for a second client or the CLI).
     """
+    # The daemon's stdin is a pipe only this process holds (asyncio closes other
+    # fds in children): whenever this process ends, SIGKILL included, the pipe
+    # closes and --exit-on-stdin-close stops the daemon with its processes. A
+    # pipe rather than PR_SET_PDEATHSIG, which fires when the forking *thread*
+    # exits (a short-lived asyncio.run thread) and not only the process.
     argv = [python, "-m", "execserver", "serve", "--listen", LOOPBACK_ANY_PORT,
-            "--log-level", log_level, *args]  # fmt: skip
+            "--log-level", log_level, "--exit-on-stdin-close", *args]  # fmt: skip
     async with (
-        start_daemon(argv, env=env, startup_timeout=startup_timeout) as daemon,
+        start_daemon(
+            argv, env=env, stdin=asyncio.subprocess.PIPE, startup_timeout=startup_timeout
+        ) as daemon,
         await ExecServerClient.connect(daemon.url, **client_options) as client,
     ):
         yield client
