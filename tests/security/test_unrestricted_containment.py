@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -378,3 +379,57 @@ async def test_background_jobs_outlive_the_command_until_the_session_ends(
             assert _marked(mark), "the background job died with the command"
         # The session ends with the server: nothing of the tree is left.
     assert await _gone(mark), _marked(mark)
+
+
+NOBODY = 65534
+
+
+@contextlib.contextmanager
+def _delegated_memory_cgroup(tag: str) -> Iterator[str]:
+    """A memory cgroup below the test's own, delegated to uid 65534 the way a
+    systemd ``Delegate=yes`` or a container runtime does it (the directory and its
+    ``cgroup.procs`` owned by the daemon's user)."""
+    own = cgroup_dir_of(os.getpid(), "memory", CGROUP_ROOT)
+    if own is None or not os.access(own, os.W_OK):
+        pytest.skip("needs a writable memory cgroup")
+    directory = os.path.join(own, f"es-delegated-{os.getpid()}-{tag}")
+    os.mkdir(directory)
+    try:
+        for name in ("", "cgroup.procs", "tasks"):
+            os.chown(os.path.join(directory, name), NOBODY, NOBODY)
+        yield directory
+    finally:
+        for leftover in sorted(Path(directory).glob("**/"), key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                leftover.rmdir()
+
+
+@needs_root
+@needs_memory_cgroup
+async def test_a_non_root_daemons_command_cannot_leave_its_delegated_cgroup() -> None:
+    """The daemon runs as uid 65534 in a cgroup delegated to it: its command (the
+    same uid) owns every cgroup file the daemon owns, so only the namespaces keep
+    it in its limited leaf."""
+    with _delegated_memory_cgroup("nonroot") as delegated:
+        wrapper = [
+            "sh",
+            "-c",
+            f"echo $$ > {delegated}/cgroup.procs && exec setpriv --reuid={NOBODY} "
+            f'--regid={NOBODY} --clear-groups -- "$@"',
+            "sh",
+        ]
+        async with start_server(
+            "execserver", ["--process-memory-max", "64M"], wrapper=wrapper
+        ) as server:
+            parent = os.path.join(delegated, f"execserver-{server.process.pid}")
+            async with connect(server.url) as client:
+                result = await attack(
+                    client,
+                    python(LEAVE_CGROUP, delegated, parent),
+                    cwd=Path("/tmp"),
+                    context=unrestricted(),
+                )
+    for name in ("daemon_procs", "parent_procs", "own_limit"):
+        assert result.marker(name) not in ("", "ok"), (name, result.output)
+    assert result.marker("allocated") != "yes", result.output
+    assert result.exit_code == 137, result.output
