@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from execserver.containment.cgroups import cgroup_dir_of, probe_host
-from tests.support.attacks import attack, bash, python, unrestricted
-from tests.support.rpc import connect
+from tests.support.attacks import ROOT_READ, attack, bash, python, sandbox, unrestricted
+from tests.support.rpc import RpcFailure, connect
 from tests.support.sandbox import context_json, without_user_namespaces
 from tests.support.servers import start_server
 
@@ -433,3 +433,29 @@ async def test_a_non_root_daemons_command_cannot_leave_its_delegated_cgroup() ->
         assert result.marker(name) not in ("", "ok"), (name, result.output)
     assert result.marker("allocated") != "yes", result.output
     assert result.exit_code == 137, result.output
+
+
+@needs_root
+@needs_memory_cgroup
+async def test_without_user_namespaces_limits_refuse_full_access_commands(tmp_path: Path) -> None:
+    """Without namespaces nothing keeps a same-uid command off its own cgroup's
+    files, so with per-process limits such a launch fails closed; restricted
+    policies (bwrap or Landlock) are unaffected."""
+    wrapper = without_user_namespaces([])
+    async with (
+        start_server("execserver", ["--process-memory-max", "64M"], wrapper=wrapper) as server,
+        connect(server.url) as client,
+    ):
+        try:
+            await attack(client, bash("touch ran"), cwd=tmp_path, context=unrestricted())
+        except RpcFailure as failure:
+            refusal = failure
+        else:
+            raise AssertionError("a full-access command ran where its limit cannot hold")
+        read_only = await attack(
+            client, bash("echo fine"), cwd=tmp_path, context=sandbox([ROOT_READ])
+        )
+    assert refusal.code == -32602, refusal
+    assert "per-process limits cannot hold" in refusal.message, refusal.message
+    assert not (tmp_path / "ran").exists()
+    assert read_only.exit_code == 0 and "fine" in read_only.output, read_only.output
