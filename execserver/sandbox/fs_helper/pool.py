@@ -34,11 +34,11 @@ import weakref
 from collections import OrderedDict
 from typing import Any, Final
 
-from execserver.fs.metadata import lasting_identity
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.helper import FsHelper, HelperDied, HelperStale, spawn_helper
 from execserver.sandbox.fs_helper.runtime import PRIVATE_DIR, helper_runtime
 from execserver.sandbox.policy import PROTECTED_NAMES, ResolvedPolicy
+from execserver.sandbox.statx import statx
 from execserver.wire.errors import RpcError
 
 __all__ = ["HelperPool", "close_loop_pool", "eligible", "loop_pool"]
@@ -46,13 +46,30 @@ __all__ = ["HelperPool", "close_loop_pool", "eligible", "loop_pool"]
 DEFAULT_MAX_HELPERS: Final = 8
 DEFAULT_IDLE_SECONDS: Final = 30.0
 
-Identity = tuple[tuple[str, tuple[int, ...] | None], ...]
+Identity = tuple[tuple[str, object], ...]
 # A fresh helper whose mounts change under the call again is retired too; past
 # this many the call fails rather than chase a host that keeps replacing files.
 _ATTEMPTS: Final = 3
 _UNSTABLE_MESSAGE: Final = (
     "fs sandbox helper: the sandbox's paths kept changing on the host during the call"
 )
+
+
+def lasting_identity(path: str) -> object:
+    """Who the file at ``path`` (a final symlink not followed) is, in a form a
+    later file cannot take over: device, inode and birth time. An inode number
+    alone goes to the next file created once this one is gone (ext4 reuses the
+    lowest free number); a birth time is new with each file. Where the file
+    system keeps no birth time the helper's own mount check is what catches a
+    recycled number. None when nothing is there."""
+    found = statx(path, follow_symlinks=False)
+    if found is not None:
+        return found
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)  # a libc without statx
 
 
 def _identity(paths: list[str]) -> Identity:
