@@ -24,7 +24,7 @@ import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal, Self, overload
+from typing import IO, TYPE_CHECKING, Any, Final, Literal, Self, overload
 
 import msgspec
 
@@ -58,7 +58,13 @@ from execserver.client.process import RemoteProcess
 from execserver.client.router import ProcessRouter
 from execserver.client.rpc import NOT_HANDLED, RpcConnection
 from execserver.client.sandbox import NULL_SANDBOX, Sandbox, sandbox_param, to_uri
-from execserver.client.transport import StdioTransport, Transport, WebSocketTransport
+from execserver.client.transport import (
+    QUIET,
+    QuietStderr,
+    StdioTransport,
+    Transport,
+    WebSocketTransport,
+)
 from execserver.client.url import check_url
 from execserver.wire import methods
 from execserver.wire.base import Empty
@@ -237,15 +243,22 @@ class ExecServerClient(TypedCalls):
         client_name: str = DEFAULT_CLIENT_NAME,
         initialize_timeout: float | None = INITIALIZE_TIMEOUT,
         request_timeout: float | None = REQUEST_TIMEOUT,
+        stderr: IO[Any] | int | QuietStderr | None = QUIET,
+        on_exit: OnExit = "terminate",
     ) -> ExecServerClient:
         """Start ``argv`` (e.g. ``codex exec-server --listen stdio``) and speak stdio to it.
 
         The child lives as long as the client; there is no reconnect (a new child
-        would be a new server).
+        would be a new server). ``stderr``: the child's log stays out of ours by
+        default (its last lines go into the error if it fails to start); pass
+        ``None`` to let it through, or a file to keep it.
         """
+        transports: list[StdioTransport] = []
 
         async def opener() -> Transport:
-            return await StdioTransport.spawn(argv, env=env)
+            transport = await StdioTransport.spawn(argv, env=env, stderr=stderr)
+            transports.append(transport)
+            return transport
 
         client = cls(
             opener,
@@ -253,8 +266,18 @@ class ExecServerClient(TypedCalls):
             auto_reconnect=False,
             initialize_timeout=initialize_timeout,
             request_timeout=request_timeout,
+            on_exit=on_exit,
         )
-        await client._start(None)
+        try:
+            await client._start(None)
+        except (ExecServerTransportClosed, ExecServerTimeout) as exc:
+            said = await transports[-1].stderr_tail() if transports else ""
+            if not said:
+                raise
+            raise ExecServerConnectError(
+                f"the stdio server {argv[0]!r} ended during the handshake ({exc}); "
+                f"its stderr ends with:\n{said}"
+            ) from exc
         return client
 
     @classmethod
@@ -650,7 +673,8 @@ class ExecServerClient(TypedCalls):
 
         ``tty=True``: one pseudo-terminal (24x80); the output is in ``.pty``.
         ``sandbox``: a :class:`Sandbox` (or a ``FileSystemSandboxContext``).
-        ``text=True``: decode output as UTF-8 (and accept ``stdin`` as ``str``).
+        ``text=True``: decode output as UTF-8, invalid bytes replaced with U+FFFD
+        (and accept ``stdin`` as ``str``).
 
         Raises ``CommandNotFound`` / ``CommandNotExecutable`` for the program,
         ``FileNotFoundError`` / ``NotADirectoryError`` for the cwd.

@@ -14,13 +14,13 @@ import contextlib
 import logging
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import IO, Any, Protocol
 
 import picows
 
 from execserver.client.errors import ExecServerConnectError, ExecServerTimeout
 
-__all__ = ["StdioTransport", "Transport", "WebSocketTransport"]
+__all__ = ["QUIET", "QuietStderr", "StdioTransport", "Transport", "WebSocketTransport"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,20 @@ _picows_log.setLevel(logging.WARNING)
 
 # A line from a stdio server can be a whole base64 file; never cut it.
 _STDIO_LINE_LIMIT = 1 << 31
+# A quiet stdio server's stderr: how much of its end is kept for an error, and
+# how long to wait for the rest of it once the server has gone.
+_STDERR_TAIL_BYTES = 8192
+_STDERR_SETTLE = 2.0
+
+
+class QuietStderr:
+    """``StdioTransport.spawn(stderr=QUIET)``: keep the server's log out of ours."""
+
+    def __repr__(self) -> str:
+        return "QUIET"
+
+
+QUIET = QuietStderr()
 
 
 class Transport(Protocol):
@@ -223,22 +237,54 @@ class StdioTransport:
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self._proc = proc
+        self._stderr_tail: collections.deque[bytes] = collections.deque()
+        self._stderr_size = 0
+        self._stderr_task: asyncio.Task[None] | None = None
+        if proc.stderr is not None:
+            self._stderr_task = asyncio.create_task(
+                self._keep_stderr_tail(proc.stderr), name="execserver-stdio-stderr"
+            )
 
     @classmethod
     async def spawn(
-        cls, argv: Sequence[str], *, env: Mapping[str, str] | None = None
+        cls,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        stderr: IO[Any] | int | QuietStderr | None = QUIET,
     ) -> StdioTransport:
+        """Start ``argv``. ``stderr``: by default (``QUIET``) the server's log is
+        kept out of ours; only its last lines are held, for the error when it
+        ends. ``None`` passes it through to our stderr; a file or fd gets it."""
+        target = asyncio.subprocess.PIPE if isinstance(stderr, QuietStderr) else stderr
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
+                stderr=target,
                 env=None if env is None else dict(env),
                 limit=_STDIO_LINE_LIMIT,
             )
         except OSError as exc:
             raise ExecServerConnectError(f"cannot start {argv[0]!r}: {exc}") from exc
         return cls(proc)
+
+    async def _keep_stderr_tail(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(65536):
+            self._stderr_tail.append(chunk)
+            self._stderr_size += len(chunk)
+            while self._stderr_size - len(self._stderr_tail[0]) >= _STDERR_TAIL_BYTES:
+                self._stderr_size -= len(self._stderr_tail.popleft())
+
+    async def stderr_tail(self) -> str:
+        """The last lines the server wrote to stderr (quiet mode only), once it
+        has ended or after a short wait for what it is still writing."""
+        if self._stderr_task is not None and not self._stderr_task.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._stderr_task), _STDERR_SETTLE)
+        text = b"".join(self._stderr_tail)[-_STDERR_TAIL_BYTES:].decode("utf-8", "replace")
+        return text.strip()
 
     @property
     def pid(self) -> int:
@@ -281,6 +327,9 @@ class StdioTransport:
         except TimeoutError:
             self.abort()
             await self._proc.wait()
+        if self._stderr_task is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._stderr_task, _STDERR_SETTLE)
 
     def abort(self) -> None:
         if self._proc.returncode is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,8 +56,8 @@ async def test_malformed_stdio_message_terminates_spawned_process(
     transport_holder: list[StdioTransport] = []
     original = StdioTransport.spawn
 
-    async def spy(argv: list[str], *, env: dict[str, str] | None = None) -> StdioTransport:
-        transport = await original(argv, env=env)
+    async def spy(argv: list[str], **options: Any) -> StdioTransport:
+        transport = await original(argv, **options)
         transport_holder.append(transport)
         return transport
 
