@@ -33,6 +33,10 @@ from execserver.wire.network import NetworkPolicyDecisionNotification
 from execserver.wire.process import RemoteNetworkProxyLaunchConfig
 from tests.unit.test_netproxy_policy import config
 
+# How long the destination waits for more bytes before it closes (it serves
+# whatever complete requests it read by then).
+IDLE_S = 0.3
+
 
 @dataclass
 class LenientUpstream:
@@ -89,7 +93,7 @@ async def lenient_upstream() -> AsyncIterator[LenientUpstream]:
         try:
             while True:
                 try:
-                    data = await asyncio.wait_for(reader.read(65536), 1.0)
+                    data = await asyncio.wait_for(reader.read(65536), IDLE_S)
                 except TimeoutError:
                     break
                 if not data:
