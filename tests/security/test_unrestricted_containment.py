@@ -459,3 +459,27 @@ async def test_without_user_namespaces_limits_refuse_full_access_commands(tmp_pa
     assert "per-process limits cannot hold" in refusal.message, refusal.message
     assert not (tmp_path / "ran").exists()
     assert read_only.exit_code == 0 and "fine" in read_only.output, read_only.output
+
+
+UNCOVER = r"""
+for cg in /sys/fs/cgroup/*/; do
+  umount "$cg" 2>/dev/null && echo "uncovered=$cg"
+  umount -l "$cg" 2>/dev/null && echo "uncovered=$cg"
+  mount -o remount,bind,rw "$cg" 2>/dev/null && echo "writable=$cg"
+done
+umount -l /proc 2>/dev/null && echo "uncovered=/proc"
+umount -l /sys 2>/dev/null && echo "uncovered=/sys"
+echo done=yes
+"""
+
+
+@needs_root
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+async def test_the_covers_cannot_be_removed(tmp_path: Path, policy: str) -> None:
+    """What hides the host's cgroups and processes was mounted by a more
+    privileged namespace: the command (root in its own) can neither unmount nor
+    remount it read-write."""
+    async with start_server("execserver") as server, connect(server.url) as client:
+        result = await attack(client, bash(UNCOVER), cwd=tmp_path, context=POLICIES[policy]())
+    assert result.marker("done") == "yes", result.output
+    assert "uncovered=" not in result.output and "writable=" not in result.output, result.output
