@@ -33,6 +33,7 @@ __all__ = [
     "InvalidRequest",
     "MethodNotFound",
     "NotFound",
+    "PayloadTooLarge",
     "ProcessFailed",
     "SessionAttached",
     "WorkingDirectoryNotADirectory",
@@ -130,6 +131,12 @@ class ProcessFailed(ExecServerError):
         super().__init__(message)
         self.message = message
         self.process_id = process_id
+
+
+class PayloadTooLarge(ExecServerError, ValueError):
+    """A request would exceed what the protocol can carry (one message is at most
+    64 MiB) and cannot be split for this call; the message names the way out.
+    Raised before anything is sent."""
 
 
 # How much of a refused upgrade's body goes into the error.

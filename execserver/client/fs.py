@@ -11,19 +11,21 @@ the OS error number in the message picks the subclass
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import posixpath
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from typing import Literal, TypeVar
+from typing import Final, Literal, TypeVar
 
 import msgspec
 
 from execserver.client.calls import Caller
 from execserver.client.errors import (
     ExecServerError,
+    PayloadTooLarge,
 )
 from execserver.client.fs_errors import fs_error
 from execserver.client.params import b64encode, wire_bytes
@@ -50,9 +52,24 @@ from execserver.wire.fs import (
 )
 from execserver.wire.uri import uri_to_path
 
-__all__ = ["RemoteFileHandle", "RemoteFileSystem", "RemotePath", "fs_error"]
+__all__ = [
+    "WRITE_BLOCK_LIMIT",
+    "WRITE_FILE_INLINE_LIMIT",
+    "RemoteFileHandle",
+    "RemoteFileSystem",
+    "RemotePath",
+    "fs_error",
+]
 
 T = TypeVar("T")
+
+# The server's bound on one fs/writeBlock (and fs/readBlock) chunk.
+WRITE_BLOCK_LIMIT: Final = 1024 * 1024
+# The largest fs/writeFile sent as one message: its base64 (4/3) plus the JSON
+# around it stays well below the protocol's 64 MiB message limit.
+WRITE_FILE_INLINE_LIMIT: Final = 32 * 1024 * 1024
+# Blocks of one large write sent at once (each a 1.4 MiB message).
+WRITE_BLOCKS_IN_FLIGHT: Final = 4
 
 
 def _native(path: str | os.PathLike[str] | RemotePath) -> str:
@@ -116,8 +133,20 @@ class RemoteFileSystem:
         *,
         follow_symlinks: bool = True,
     ) -> None:
-        """Create or truncate. The parent must exist (the server does not create it)."""
+        """Create or truncate. The parent must exist (the server does not create it).
+
+        Up to ``WRITE_FILE_INLINE_LIMIT`` (32 MiB) this is one ``fs/writeFile``.
+        Larger data would not fit the protocol's 64 MiB message once base64
+        encoded, so it goes through a handle instead (``fs/open`` "replace", then
+        1 MiB ``fs/writeBlock``s): the file is truncated first and fills up block
+        by block, so a failure part-way leaves it partly written.
+        ``follow_symlinks=False`` is not possible that way and is refused for
+        such sizes (:class:`PayloadTooLarge`), as is a server without
+        ``fileWriteStreaming``."""
         p = _native(path)
+        if len(data) > WRITE_FILE_INLINE_LIMIT:
+            await self._write_file_streamed(p, data, follow_symlinks=follow_symlinks)
+            return
         encoded = b64encode(data)
         params = WriteFileParams(
             path=to_uri(p),
@@ -126,6 +155,25 @@ class RemoteFileSystem:
             follow_symlinks=follow_symlinks,
         )
         await _os_errors(self._caller.call(methods.FS_WRITE_FILE, params), p)
+
+    async def _write_file_streamed(self, path: str, data: bytes, *, follow_symlinks: bool) -> None:
+        if not follow_symlinks:
+            raise PayloadTooLarge(
+                f"fs.write_file({path!r}) of {len(data)} bytes with follow_symlinks=False: "
+                f"only up to {WRITE_FILE_INLINE_LIMIT} bytes fit one fs/writeFile, and the "
+                "handle it streams through otherwise cannot refuse a symlink"
+            )
+        info = getattr(self._caller, "environment_info", None)
+        capabilities = getattr(info, "capabilities", None)
+        if capabilities is not None and not capabilities.file_write_streaming:
+            raise PayloadTooLarge(
+                f"fs.write_file({path!r}) of {len(data)} bytes: only up to "
+                f"{WRITE_FILE_INLINE_LIMIT} bytes fit one fs/writeFile, and this server "
+                "has no fileWriteStreaming (fs/open replace + fs/writeBlock); write it in "
+                "parts, or copy it to the executor another way"
+            )
+        async with self.open(path, "replace") as handle:
+            await handle.write_block(0, data)
 
     async def create_directory(
         self,
@@ -255,7 +303,28 @@ class RemoteFileHandle:
         return wire_bytes(result.chunk), result.eof
 
     async def write_block(self, offset: int, data: bytes) -> None:
-        params = WriteBlockParams(handle_id=self.handle_id, offset=offset, chunk=b64encode(data))
+        """Write ``data`` at ``offset``. The server takes 1 MiB per ``fs/writeBlock``
+        (``WRITE_BLOCK_LIMIT``); more is sent as several blocks, a few in flight
+        at a time (the offsets are absolute, so their order does not matter).
+        Empty data writes nothing, as a local write would."""
+        view = memoryview(data)
+        blocks = [
+            (offset + start, view[start : start + WRITE_BLOCK_LIMIT])
+            for start in range(0, len(data), WRITE_BLOCK_LIMIT)
+        ]
+        if len(blocks) == 1:
+            await self._write_one(*blocks[0])
+            return
+        pending = iter(blocks)
+
+        async def lane() -> None:
+            for at, block in pending:
+                await self._write_one(at, block)
+
+        await asyncio.gather(*(lane() for _ in range(min(WRITE_BLOCKS_IN_FLIGHT, len(blocks)))))
+
+    async def _write_one(self, offset: int, block: memoryview) -> None:
+        params = WriteBlockParams(handle_id=self.handle_id, offset=offset, chunk=b64encode(block))
         await _os_errors(self._fs.caller.call(methods.FS_WRITE_BLOCK, params), self.path)
 
     async def close(self) -> None:

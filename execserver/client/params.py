@@ -60,7 +60,7 @@ def result_type_of(method: str) -> type[Any]:
     return object if entry is None else entry[1]
 
 
-def b64encode(data: bytes) -> str:
+def b64encode(data: bytes | bytearray | memoryview) -> str:
     return base64.b64encode(data).decode("ascii")
 
 

@@ -67,6 +67,9 @@ _CLOSE_TIMEOUT = 5.0
 _NO_FRAME_LIMIT = sys.maxsize
 
 _DATA_FRAMES = (picows.WSMsgType.TEXT, picows.WSMsgType.BINARY)
+# The largest frame we send; a longer message is split into continuation frames
+# (the reference accepts frames below 16 MiB and messages up to 64 MiB).
+_FRAME_BYTES = 4 * 1024 * 1024
 
 
 class _Inbox(picows.WSListener):
@@ -150,6 +153,7 @@ class WebSocketTransport:
     def __init__(self, ws: picows.WSTransport, inbox: _Inbox) -> None:
         self._ws = ws
         self._inbox = inbox
+        self._fragmenting = asyncio.Lock()
 
     @classmethod
     async def connect(
@@ -192,8 +196,22 @@ class WebSocketTransport:
         return cls(ws, inbox)
 
     async def send(self, message: bytes) -> None:
-        if not self._inbox.writable.is_set():
-            await self._inbox.writable.wait()
+        if len(message) > _FRAME_BYTES:
+            async with self._fragmenting:
+                await self._send_fragmented(message)
+            return
+        while True:
+            if not self._inbox.writable.is_set():
+                await self._inbox.writable.wait()
+            if not self._fragmenting.locked():
+                break
+            # No frame of another message may come between a message's fragments.
+            async with self._fragmenting:
+                pass
+        self._check_open()
+        self._ws.send(picows.WSMsgType.TEXT, message)
+
+    def _check_open(self) -> None:
         ws = self._ws
         # picows drops a frame sent after the close handshake began without a
         # word; the layer above must hear that the connection is gone.
@@ -204,7 +222,20 @@ class WebSocketTransport:
             or ws.underlying_transport.is_closing()
         ):
             raise ConnectionResetError("websocket is closed")
-        ws.send(picows.WSMsgType.TEXT, message)
+
+    async def _send_fragmented(self, message: bytes) -> None:
+        # The reference drops a connection on any frame of 16 MiB or more (the
+        # message may be 64 MiB): a large message goes as continuation frames.
+        view = memoryview(message)
+        for offset in range(0, len(message), _FRAME_BYTES):
+            if not self._inbox.writable.is_set():
+                await self._inbox.writable.wait()
+            self._check_open()
+            self._ws.send(
+                picows.WSMsgType.TEXT if offset == 0 else picows.WSMsgType.CONTINUATION,
+                view[offset : offset + _FRAME_BYTES],
+                fin=offset + _FRAME_BYTES >= len(message),
+            )
 
     async def receive(self) -> bytes | None:
         return await self._inbox.next_message()
