@@ -148,6 +148,15 @@ def backend_checks(
     ]
 
 
+def _full_access(backend: SandboxBackend) -> str:
+    if backend.launcher_namespaces:
+        return "own user, mount, pid and cgroup namespaces (nested mount/unshare work)"
+    return (
+        f"capability drop + seccomp only ({backend.namespaces_error}); "
+        "refused while per-process limits are set"
+    )
+
+
 def build_report(backend: SandboxBackend, cgroup_root: str = DEFAULT_CGROUP_ROOT) -> Report:
     """Probe the policy shapes now (blocking: spawns sandboxes) on ``backend``,
     the daemon's start-up probe or ``probe_backend`` with the same settings."""
@@ -163,6 +172,8 @@ def build_report(backend: SandboxBackend, cgroup_root: str = DEFAULT_CGROUP_ROOT
         "backend": backend.kind,
         # The line `serve` logs at start-up ("sandbox backend: ...").
         "backendDetail": backend.describe(),
+        # How commands whose policy does not restrict the filesystem are held.
+        "fullAccess": _full_access(backend),
         # Fail closed for a shape = that shape is refused; "yes" = every one is.
         "failClosed": "yes" if not enforceable else "no",
         "limits": ", ".join(
@@ -202,6 +213,7 @@ def render_text(report: Report, required: set[str]) -> str:
         lines.append(f"  {check.name:9s} {mark:8s} {check.detail}")
     lines.append(f"  limits    {info['limits']}")
     lines.append(f"sandbox backend: {info['backendDetail']}")
+    lines.append(f"unrestricted/external policies: {info['fullAccess']}")
     lines.append("policy shapes (each run for real under the sandbox):")
     # `sandbox` is the gate on Codex's default shape: mark that shape too.
     marked = required | ({"workspace-write"} if "sandbox" in required else set())

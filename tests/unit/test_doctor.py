@@ -13,7 +13,7 @@ import pytest
 
 from execserver import __version__
 from execserver.doctor import CHECK_NAMES, SHAPE_NAMES
-from tests.support.sandbox import masked_proc_bwrap
+from tests.support.sandbox import masked_proc_bwrap, without_user_namespaces
 
 
 def doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -263,3 +263,20 @@ def test_require_cgroup_follows_the_limits_verdict(tmp_path: Any) -> None:
         assert code == (0 if limits["ok"] else 1)
     # An empty root offers no controller at all: the requirement must fail there.
     assert code == 1
+
+
+def test_report_says_how_full_access_policies_are_held() -> None:
+    _, here = report()
+    assert here["fullAccess"].startswith("own user, mount, pid and cgroup namespaces")
+    text = doctor().stdout
+    assert f"unrestricted/external policies: {here['fullAccess']}" in text
+    done = subprocess.run(
+        without_user_namespaces([sys.executable, "-m", "execserver", "doctor", "--json"]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    detail = json.loads(done.stdout)["fullAccess"]
+    assert detail.startswith("capability drop + seccomp only (")
+    assert detail.endswith("refused while per-process limits are set")
