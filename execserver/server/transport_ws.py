@@ -60,6 +60,14 @@ _picows_log.setLevel(logging.CRITICAL)
 DRAIN_CHECK_S = 0.05
 # A first request head longer than this is not an upgrade we serve: aiohttp answers it.
 SNIFF_LIMIT = 16 * 1024
+# --max-frame-bytes: a message at most this much over the limit is still answered
+# (with its id: the connection lives on); one further over is a peer that ignores
+# the limit, and the connection is closed with 1009, message too big.
+OVERSIZE_ANSWERED_BYTES = 1024 * 1024
+# After our close frame, how long the peer has to read it and answer before the
+# socket is dropped. Meanwhile its frames are read and thrown away: closing with
+# unread data would send a reset, and the peer might never see the 1009.
+CLOSE_LINGER_S = 2.0
 
 
 def format_peer(peername: Any) -> str:
@@ -285,6 +293,14 @@ class _Socket(WSListener):
         self._peer = peer
         self._loop = asyncio.get_running_loop()
         self._max_message = server.runtime.config.max_message_bytes
+        max_frame = server.runtime.config.limits.max_frame_bytes
+        # Beyond this a message is not answered but closes the connection (1009).
+        self._max_answered = (
+            self._max_message
+            if max_frame is None
+            else min(self._max_message, max_frame + OVERSIZE_ANSWERED_BYTES)
+        )
+        self._closing_sent = False  # our close frame is out: ignore what still comes
         self._fragments: list[bytes] | None = None
         self._fragments_size = 0
         # Frames that arrived while an earlier one is still being handled (in order).
@@ -335,8 +351,13 @@ class _Socket(WSListener):
 
     def _on_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         kind = frame.msg_type
+        if self._closing_sent and kind is not _CLOSE:
+            return  # read and dropped until the peer answers our close
         if kind is _TEXT or kind is _BINARY:
             if frame.fin and self._fragments is None:
+                if frame.payload_size > self._max_answered:
+                    self._too_big(frame.payload_size)
+                    return
                 self._receive(frame.get_payload_as_bytes())
             else:
                 self._fragments = []
@@ -348,8 +369,9 @@ class _Socket(WSListener):
                 return
             self._add_fragment(frame)
         elif kind is _CLOSE:
-            code = frame.get_close_code()
-            transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO else code)
+            if not self._closing_sent:
+                code = frame.get_close_code()
+                transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO else code)
             transport.disconnect()
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:
@@ -392,8 +414,8 @@ class _Socket(WSListener):
     def _add_fragment(self, frame: WSFrame) -> None:
         assert self._fragments is not None
         self._fragments_size += frame.payload_size
-        if self._fragments_size > self._max_message:
-            self._close(WSCloseCode.MESSAGE_TOO_BIG, "message too big")
+        if self._fragments_size > self._max_answered:
+            self._too_big(self._fragments_size)
             return
         self._fragments.append(frame.get_payload_as_bytes())
         if frame.fin:
@@ -448,6 +470,27 @@ class _Socket(WSListener):
         self._fragments = None
         self._transport.send_close(code, reason.encode())
         self._transport.disconnect()
+
+    def _too_big(self, size: int) -> None:
+        """Close with 1009 a message past what is answered: logged, and lingering
+        so the peer reads the close frame instead of a reset."""
+        limit = self._server.runtime.config.limits.max_frame_bytes
+        if limit is not None and size <= self._max_message:
+            bound = f"--max-frame-bytes={limit}"
+        else:
+            bound = f"the {self._max_message}-byte message limit"
+        log.warning(
+            "connection %s: closing with 1009 (message too big): a message of %s%d bytes "
+            "is far over %s",
+            self._peer,
+            "at least " if self._fragments is not None else "",
+            size,
+            bound,
+        )
+        self._fragments = None
+        self._closing_sent = True
+        self._transport.send_close(WSCloseCode.MESSAGE_TOO_BIG, b"message too big")
+        self._loop.call_later(CLOSE_LINGER_S, self._transport.disconnect)
 
     # ---- frames out ---------------------------------------------------------------------
 
