@@ -179,6 +179,15 @@ def _run_probe(bwrap: str, with_proc: bool) -> str | None:
         "--",
         true,
     ]
+    failure = _run_seccomp_probe(argv, fd, what=bwrap)
+    return None if failure is None else f"{bwrap}: {failure}"
+
+
+def _run_seccomp_probe(
+    argv: list[str], fd: int, *, what: str, new_session: bool = False
+) -> str | None:
+    """Run a probe that is handed the seccomp program on ``fd`` (closed here):
+    None when it exits 0, else why not, in one line."""
     try:
         done = subprocess.run(
             argv,
@@ -187,18 +196,18 @@ def _run_probe(bwrap: str, with_proc: bool) -> str | None:
             capture_output=True,
             timeout=_PROBE_TIMEOUT_S,
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            start_new_session=new_session,
             check=False,
         )
     except OSError as exc:
-        return f"cannot run {bwrap}: {exc.strerror or exc}"
+        return f"cannot run {what}: {exc.strerror or exc}"
     except subprocess.TimeoutExpired:
-        return f"{bwrap} probe timed out"
+        return f"{what} probe timed out"
     finally:
         os.close(fd)
     if done.returncode == 0:
         return None
-    text = done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}"
-    return f"{bwrap}: {text}"
+    return done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}"
 
 
 def _probe_launcher_namespaces() -> str | None:
@@ -209,26 +218,7 @@ def _probe_launcher_namespaces() -> str | None:
     true = shutil.which("true") or "/bin/true"
     fd = seccomp.program_fd(seccomp.build_program(network_restricted=True, nested_namespaces=True))
     argv = [sys.executable, "-I", "-S", launcher, "--seccomp-fd", str(fd), "--namespaces"]
-    try:
-        done = subprocess.run(
-            [*argv, "--", true],
-            pass_fds=(fd,),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=_PROBE_TIMEOUT_S,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-            start_new_session=True,
-            check=False,
-        )
-    except OSError as exc:
-        return f"cannot run the launcher: {exc.strerror or exc}"
-    except subprocess.TimeoutExpired:
-        return "the launcher's namespace probe timed out"
-    finally:
-        os.close(fd)
-    if done.returncode == 0:
-        return None
-    return done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}"
+    return _run_seccomp_probe([*argv, "--", true], fd, what="the launcher", new_session=True)
 
 
 def probe_backend(*, bwrap: str | None = None, allow_landlock: bool = True) -> SandboxBackend:

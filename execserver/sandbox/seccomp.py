@@ -247,7 +247,7 @@ _ARCHES: Final[dict[str, tuple[int, dict[str, int]]]] = {
 }
 
 _IO_URING: Final = ("io_uring_setup", "io_uring_enter", "io_uring_register")
-_ALWAYS_DENY: Final = (
+_MOUNT_CALLS: Final = (
     "mount",
     "umount2",
     "pivot_root",
@@ -257,6 +257,11 @@ _ALWAYS_DENY: Final = (
     "fsconfig",
     "fsmount",
     "fspick",
+)
+_HOST_NAMING: Final = ("sethostname", "setdomainname")
+_NAMESPACE_CALLS: Final = ("unshare", "setns")
+_ALWAYS_DENY: Final = (
+    *_MOUNT_CALLS,
     "init_module",
     "finit_module",
     "delete_module",
@@ -265,8 +270,7 @@ _ALWAYS_DENY: Final = (
     "reboot",
     "swapon",
     "swapoff",
-    "sethostname",
-    "setdomainname",
+    *_HOST_NAMING,
     "acct",
     "settimeofday",
     "clock_settime",
@@ -280,8 +284,7 @@ _ALWAYS_DENY: Final = (
     "open_by_handle_at",
     "iopl",
     "ioperm",
-    "unshare",
-    "setns",
+    *_NAMESPACE_CALLS,
     "keyctl",
     "add_key",
     "request_key",
@@ -289,23 +292,7 @@ _ALWAYS_DENY: Final = (
 )
 # What a command in namespaces of its own (nested_namespaces) may do: it acts on
 # them, not on the host's.
-_NESTED_ALLOWED: Final = frozenset(
-    {
-        "mount",
-        "umount2",
-        "pivot_root",
-        "open_tree",
-        "move_mount",
-        "fsopen",
-        "fsconfig",
-        "fsmount",
-        "fspick",
-        "unshare",
-        "setns",
-        "sethostname",
-        "setdomainname",
-    }
-)
+_NESTED_ALLOWED: Final = frozenset({*_MOUNT_CALLS, *_NAMESPACE_CALLS, *_HOST_NAMING})
 # (syscall, index of its mode argument): refused when the mode has S_ISUID/S_ISGID.
 _MODE_ARG: Final = (
     ("chmod", 1),
