@@ -22,6 +22,7 @@ import enum
 import itertools
 import logging
 import os
+import socket
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, Final, Literal, Self, overload
@@ -94,10 +95,12 @@ __all__ = [
     "INITIALIZE_TIMEOUT",
     "RECOVERY_DEADLINE",
     "REQUEST_TIMEOUT",
+    "SESSION_TTL",
     "ClientState",
     "ExecServerClient",
     "OnExit",
     "Opener",
+    "StateListener",
     "Timeout",
     "check_url",
 ]
@@ -106,8 +109,13 @@ log = logging.getLogger(__name__)
 
 # A long-poll read may legitimately take waitMs; allow that plus this much.
 READ_TIMEOUT_SLACK: Final = 10.0
-RECOVERY_DEADLINE: Final = 25.0
+# How long both servers keep a detached session (and its processes) alive.
+SESSION_TTL: Final = 80.0
+# How long the client keeps resuming after the connection is lost: as long as the
+# server can still hold the session.
+RECOVERY_DEADLINE: Final = SESSION_TTL
 RECOVERY_RETRY_DELAY: Final = 0.1
+RECOVERY_RETRY_DELAY_MAX: Final = 2.0
 CONNECT_RETRY_DELAY: Final = 0.05
 CONNECT_RETRY_DELAY_MAX: Final = 1.0
 
@@ -126,6 +134,8 @@ class ClientState(enum.Enum):
 
 
 Opener = Callable[[], Awaitable[Transport]]
+# Told (state, reason) on every change of ClientState; called on the loop, must not block.
+StateListener = Callable[["ClientState", "str | None"], None]
 
 
 class ExecServerClient(TypedCalls):
@@ -156,7 +166,14 @@ class ExecServerClient(TypedCalls):
         self.auto_reconnect = auto_reconnect
         self._initialize_timeout = initialize_timeout
         self._request_timeout = request_timeout
-        self._recovery_deadline = recovery_deadline
+        # Keep resuming for this long after a loss (default: the server's session TTL).
+        self.recovery_deadline = recovery_deadline
+        # A refused connection during recovery ends it at once (set by ExecutorPool:
+        # a pod that refuses connections no longer holds the session).
+        self.give_up_when_refused = False
+        # What calls raise once the client gave up (ExecutorPool: ReplicaUnavailable).
+        self.unavailable_error: Callable[[str], ExecServerUnavailable] = ExecServerUnavailable
+        self._state_listeners: list[StateListener] = []
         self._ids = itertools.count(1)
         self._conn: RpcConnection | None = None
         self._state = ClientState.CLOSED
@@ -303,7 +320,7 @@ class ExecServerClient(TypedCalls):
         self._conn = conn
         self.session_id = init.session_id
         self.environment_info = init.environment_info
-        self._state = ClientState.CONNECTED
+        self._set_state(ClientState.CONNECTED)
 
     async def _open(
         self, resume_session_id: str | None
@@ -362,7 +379,7 @@ class ExecServerClient(TypedCalls):
             return
         if terminate:
             await self.terminate_all()
-        self._state = ClientState.CLOSED
+        self._set_state(ClientState.CLOSED, "client closed")
         self._failure = "client closed"
         recovery, self._recovery = self._recovery, None
         if recovery is not None:
@@ -413,7 +430,7 @@ class ExecServerClient(TypedCalls):
             if self._state is ClientState.CLOSED:
                 raise ExecServerUnavailable("exec-server client is closed")
             if self._state is ClientState.FAILED:
-                raise ExecServerUnavailable(f"exec-server connection failed: {self._failure}")
+                raise self.unavailable_error(f"exec-server connection failed: {self._failure}")
             if self._state is ClientState.RECOVERING:
                 assert self._recovery is not None
                 await asyncio.shield(self._recovery)
@@ -437,20 +454,40 @@ class ExecServerClient(TypedCalls):
             return
         log.info("exec-server connection lost: %s", reason)
         if self.auto_reconnect and self.session_id:
-            self._state = ClientState.RECOVERING
+            self._set_state(ClientState.RECOVERING, reason)
             self._recovery = asyncio.create_task(self._recover(reason), name="execserver-recover")
         else:
             self._fail(f"JSON-RPC transport closed: {reason}")
 
     def _fail(self, message: str) -> None:
-        self._state = ClientState.FAILED
         self._failure = message
+        self._set_state(ClientState.FAILED, message)
         self.processes.fail_all(message)
+
+    def add_state_listener(self, listener: StateListener) -> None:
+        """Be told ``(state, reason)`` on every change: RECOVERING (why the
+        connection was lost), CONNECTED (resumed), FAILED (why it gave up),
+        CLOSED. Called on the event loop; it must not block."""
+        self._state_listeners.append(listener)
+
+    def remove_state_listener(self, listener: StateListener) -> None:
+        self._state_listeners.remove(listener)
+
+    def _set_state(self, state: ClientState, reason: str | None = None) -> None:
+        if state is self._state:
+            return
+        self._state = state
+        for listener in list(self._state_listeners):
+            try:
+                listener(state, reason)
+            except Exception:
+                log.exception("exec-server state listener failed")
 
     async def _recover(self, reason: str) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._recovery_deadline
+        deadline = loop.time() + self.recovery_deadline
         last_error = reason
+        delay = RECOVERY_RETRY_DELAY
         while loop.time() < deadline:
             try:
                 async with asyncio.timeout(max(deadline - loop.time(), 0.01)):
@@ -465,7 +502,11 @@ class ExecServerClient(TypedCalls):
                 # Retryable: the server may not have noticed the old connection
                 # is gone yet (-32010), or is briefly unreachable.
                 last_error = str(exc) or type(exc).__name__
-                await asyncio.sleep(RECOVERY_RETRY_DELAY)
+                if self.give_up_when_refused and _refused(exc):
+                    self._fail(f"cannot resume exec-server session {self.session_id}: {exc}")
+                    return
+                await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
+                delay = min(delay * 2, RECOVERY_RETRY_DELAY_MAX)
                 continue
             except ExecServerError as exc:
                 self._fail(f"cannot resume exec-server session {self.session_id}: {exc}")
@@ -481,8 +522,8 @@ class ExecServerClient(TypedCalls):
             if conn.is_lost:
                 continue
             self.reconnects += 1
-            self._state = ClientState.CONNECTED
             self._recovery = None
+            self._set_state(ClientState.CONNECTED)
             log.info("exec-server session %s resumed", self.session_id)
             return
         self._fail(f"cannot resume exec-server session {self.session_id}: {last_error}")
@@ -764,3 +805,14 @@ class ExecServerClient(TypedCalls):
         if handler is None:
             return NOT_HANDLED
         return await handler(params)
+
+
+def _refused(exc: BaseException) -> bool:
+    """Nothing listens at the address (or the name no longer resolves): the
+    server process that held the session is gone."""
+    cause = exc.__cause__
+    return (
+        isinstance(exc, ExecServerConnectError)
+        and exc.status is None
+        and isinstance(cause, ConnectionRefusedError | socket.gaierror)
+    )

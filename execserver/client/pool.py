@@ -41,7 +41,12 @@ from execserver.client.connection import (
     ExecServerClient,
 )
 from execserver.client.environments import Environment, TokenSource
-from execserver.client.errors import ExecServerError, ExecServerRpcError, SessionAttached
+from execserver.client.errors import (
+    ExecServerError,
+    ExecServerRpcError,
+    ExecServerUnavailable,
+    SessionAttached,
+)
 from execserver.wire.errors import EXECUTOR_DRAINING
 
 __all__ = [
@@ -61,9 +66,11 @@ class NoReplicaAvailable(ExecServerError):
     """No replica could open a new session; the message names each one's reason."""
 
 
-class ReplicaUnavailable(ExecServerError):
+class ReplicaUnavailable(ExecServerUnavailable):
     """The replica holding a session cannot be reached: the session cannot be resumed
-    anywhere else (its processes live in that executor)."""
+    anywhere else (its processes live in that executor). Raised by the pool's
+    resumes, and by every call on a pool client once its replica refuses the
+    reconnect: at once, not after the client's recovery deadline."""
 
     def __init__(self, message: str, *, replica: str, session_id: str) -> None:
         super().__init__(message)
@@ -254,7 +261,7 @@ class ExecutorPool:
             ) from exc
 
     async def _connect(self, replica: Environment, resume: str | None) -> ExecServerClient:
-        return await ExecServerClient.connect(
+        client = await ExecServerClient.connect(
             replica.url,
             token=replica.token,
             client_name=replica.client_name,
@@ -262,6 +269,22 @@ class ExecutorPool:
             connect_timeout=self._connect_timeout,
             **self._client_options,
         )
+        # A replica is one executor process at a stable address: when it refuses
+        # the reconnect, the process and the session it held are gone, and no
+        # amount of waiting brings them back.
+        client.give_up_when_refused = True
+        session_id = client.session_id
+
+        def unavailable(message: str) -> ExecServerUnavailable:
+            return ReplicaUnavailable(
+                f"session {session_id} lives on replica {replica.id} ({replica.url}), "
+                f"which is gone: {message}",
+                replica=replica.id,
+                session_id=session_id,
+            )
+
+        client.unavailable_error = unavailable
+        return client
 
     async def close(self) -> None:
         clients = [p.client for p in self._pinned.values() if p.client is not None]

@@ -26,8 +26,9 @@ import msgspec
 
 from execserver.client.calls import Caller
 from execserver.client.commands import CompletedRemoteProcess
-from execserver.client.connection import ClientState, OnExit, Opener
+from execserver.client.connection import ClientState, OnExit, Opener, StateListener
 from execserver.client.connection import ExecServerClient as AsyncClient
+from execserver.client.errors import ExecServerUnavailable
 from execserver.client.events import ExitStatus, ProcessEvent
 from execserver.client.fs import RemoteFileHandle, RemoteFileSystem, RemotePath
 from execserver.client.process import RemoteProcess
@@ -445,6 +446,26 @@ class ExecServerClient:
     @property
     def on_exit(self) -> OnExit:
         return self.aclient.on_exit
+
+    @property
+    def recovery_deadline(self) -> float:
+        return self.aclient.recovery_deadline
+
+    @property
+    def give_up_when_refused(self) -> bool:
+        return self.aclient.give_up_when_refused
+
+    @property
+    def unavailable_error(self) -> Callable[[str], ExecServerUnavailable]:
+        return self.aclient.unavailable_error
+
+    def add_state_listener(self, listener: StateListener) -> None:
+        """As the async client's; ``listener`` runs on the sync clients' loop
+        thread and must not block."""
+        self.aclient.add_state_listener(listener)
+
+    def remove_state_listener(self, listener: StateListener) -> None:
+        self.aclient.remove_state_listener(listener)
 
     # -- commands and processes ----------------------------------------------
 

@@ -130,7 +130,8 @@ async def test_live_process_keeps_running_across_the_drop(
 async def test_second_client_resumes_a_detached_session(
     any_server: RunningServer, tmp_path: Path
 ) -> None:
-    async with await ExecServerClient.connect(any_server.url) as first:
+    # on_exit="detach": leaving the block leaves the session's processes running.
+    async with await ExecServerClient.connect(any_server.url, on_exit="detach") as first:
         proc = await first.start_process(
             ["bash", "-c", "while [ ! -e go ]; do sleep 0.02; done; echo resumed"], cwd=tmp_path
         )
