@@ -538,3 +538,19 @@ async def test_permissions_granted_earlier_pass_the_escalation_gate(
     out = await manager.exec_command(args, turn)
     assert out.exit_code == 0, out.output
     assert (outside / "made").read_text() == "ok\n"
+
+
+async def test_a_missing_shell_under_the_sandbox_is_no_denial_and_asks_nobody(
+    manager: UnifiedExecManager, workspace: Path
+) -> None:
+    """The sandbox launcher's exit 101 + sandboxDenied for a program that does
+    not exist is a start failure, not a reason to offer running unsandboxed."""
+    user = ScriptedUser(ReviewDecision.APPROVED)
+    with pytest.raises(RespondToModel) as info:
+        await manager.exec_command(
+            {"cmd": "true", "shell": "/no/such/shell", "login": False}, _turn(workspace, user)
+        )
+    assert "Failed to create unified exec process" in info.value.message
+    assert "command not found" in info.value.message
+    assert user.requests == []
+    assert len(manager.store) == 0
