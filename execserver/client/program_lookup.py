@@ -26,8 +26,9 @@ import contextlib
 import logging
 import posixpath
 import uuid
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
+from execserver.client.calls import Caller
 from execserver.client.errors import (
     CommandNotExecutable,
     CommandNotFound,
@@ -39,11 +40,14 @@ from execserver.wire.process import ExecEnvPolicy, ExecParams, TerminateParams
 from execserver.wire.uri import uri_to_path
 
 if TYPE_CHECKING:
-    from execserver.client.commands import CommandClient
+    from execserver.client.fs import RemoteFileSystem
+    from execserver.client.params import Timeout
+    from execserver.client.process import RemoteProcess
 
 __all__ = [
     "DEFAULT_SEARCH_PATH",
     "LAUNCHER_EXEC_FAILED",
+    "LookupClient",
     "looks_like_launch_failure",
     "unlaunchable_program",
 ]
@@ -63,13 +67,21 @@ _PROBE_PROGRAM: Final = "/usr/bin/env"
 _PROBE_TIMEOUT: Final = 10.0
 
 
+class LookupClient(Caller, Protocol):
+    """What the lookup needs from a client (``ExecServerClient`` is one)."""
+
+    fs: RemoteFileSystem
+
+    async def start(self, params: ExecParams, *, timeout: Timeout = ...) -> RemoteProcess: ...
+
+
 def looks_like_launch_failure(exit_code: int | None, sandbox_denied: bool) -> bool:
     """The executor's answer for a sandboxed exec that failed: 101 and denied."""
     return exit_code == LAUNCHER_EXEC_FAILED and sandbox_denied
 
 
 async def unlaunchable_program(
-    client: CommandClient, params: ExecParams, program: str | None = None
+    client: LookupClient, params: ExecParams, program: str | None = None
 ) -> CommandNotFound | CommandNotExecutable | None:
     """The error a local spawn of ``params`` would have raised when its program
     cannot be found (or is a directory), looked up as the launcher does; None
@@ -107,7 +119,7 @@ async def unlaunchable_program(
     return CommandNotFound(shown, f"not found in PATH {search_path!r}")
 
 
-async def _child_search_path(client: CommandClient, params: ExecParams) -> str | None:
+async def _child_search_path(client: LookupClient, params: ExecParams) -> str | None:
     """The PATH the launcher searches: the request's own (the ``env`` overlay wins
     over the policy's ``set``), else the executor's, else execvp's default."""
     if "PATH" in params.env:
@@ -121,7 +133,7 @@ async def _child_search_path(client: CommandClient, params: ExecParams) -> str |
     return environment.get("PATH", DEFAULT_SEARCH_PATH)
 
 
-async def _executor_environment(client: CommandClient, params: ExecParams) -> dict[str, str] | None:
+async def _executor_environment(client: LookupClient, params: ExecParams) -> dict[str, str] | None:
     """The executor's environment as seen by a child under the same sandbox and
     cwd (``/usr/bin/env``); None when the probe itself does not run."""
     probe = ExecParams(
