@@ -54,7 +54,23 @@ log = logging.getLogger(__name__)
 # picows logs every connection and every peer's protocol error; our own log lines
 # say what matters (a dropped connection, a refused upgrade).
 _picows_log = logging.getLogger("execserver.server.picows")
-_picows_log.setLevel(logging.CRITICAL)
+_picows_log.setLevel(logging.ERROR)
+
+
+class _FramesRefusedByPicows(logging.Filter):
+    """Of picows' own lines only one matters: a frame it refused from its header
+    (past the 64 MiB message limit, so never read), which it answers with a
+    close frame and a disconnect. That becomes our warning; the rest is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith("WS parser error"):
+            # e.g. "(<WSCloseCode.MESSAGE_TOO_BIG: 1009>, 'Received frame with payload
+            # size exceeding max allowed size, N > 67108864')"
+            log.warning("closing a connection: %s", record.getMessage())
+        return False
+
+
+_picows_log.addFilter(_FramesRefusedByPicows())
 
 # While writing is paused, how often to check whether the socket's buffer drained.
 DRAIN_CHECK_S = 0.05

@@ -4,6 +4,7 @@ still answered with its id (tests/integration/test_limits.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -43,3 +44,23 @@ async def test_a_60_mib_frame_over_a_10_mb_limit_closes_with_1009_and_is_logged(
     logged = [line for line in log_file.read_text().splitlines() if "1009" in line]
     assert len(logged) == 3, log_file.read_text()[-2000:]
     assert str(LIMIT) in logged[0]
+
+
+async def test_a_frame_past_the_64_mib_message_limit_is_logged(tmp_path: Path) -> None:
+    """Past the transport's hard limit the frame is refused from its header, never
+    read; the drop is logged (the peer, still sending, may see only a reset)."""
+    log_file = tmp_path / "daemon.log"
+    big = "A" * (65 * 1024 * 1024)
+    with log_file.open("wb") as sink:
+        async with (
+            start_server("execserver", stderr=sink) as server,
+            aiohttp.ClientSession() as session,
+        ):
+            async with session.ws_connect(server.url, max_msg_size=0) as ws:
+                with contextlib.suppress(ConnectionError):
+                    await ws.send_str(big)
+                    await ws.receive()
+    text = log_file.read_text()
+    logged = [line for line in text.splitlines() if "1009" in line]
+    assert len(logged) == 1, text[-2000:]
+    assert "67108864" in logged[0]
