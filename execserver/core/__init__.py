@@ -20,6 +20,24 @@ Policy half:
 
 Runtimes: ``unified_exec`` (exec_command / write_stdin) and ``apply_patch``.
 Nothing here imports ``execserver.server``.
+
+``TurnContext`` (defined in ``runtime``) is imported from here:
+``from execserver.core import TurnContext``. docs/core.md shows the core in use.
 """
 
-__all__: list[str] = []
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from execserver.core.runtime import TurnContext as TurnContext
+
+__all__ = ["TurnContext"]
+
+
+def __getattr__(name: str) -> Any:
+    # Resolved on first use: importing one submodule (the one-shot
+    # ``execserver patch`` loads apply_patch's) must not load the orchestrator.
+    if name == "TurnContext":
+        from execserver.core.runtime import TurnContext
+
+        return TurnContext
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

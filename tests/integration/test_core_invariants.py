@@ -18,6 +18,7 @@ import pytest
 
 from execserver.client.connection import ExecServerClient
 from execserver.client.events import Closed, Exited
+from execserver.core import TurnContext
 from execserver.core.decisions import ReviewDecision
 from execserver.core.environment import ExecutionEnvironment
 from execserver.core.errors import ExecFailed
@@ -30,7 +31,6 @@ from execserver.core.network_approval import (
 from execserver.core.orchestrator import ToolOrchestrator
 from execserver.core.permissions import workspace_write_profile
 from execserver.core.policy import AskForApproval
-from execserver.core.runtime import TurnContext
 from execserver.core.shell_runtime import ShellCommandRuntime, ShellRequest
 from tests.support.approver import ScriptedUser
 from tests.support.servers import RunningServer

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from execserver.client.connection import ExecServerClient
+from execserver.core import TurnContext
 from execserver.core.decisions import ReviewDecision
 from execserver.core.environment import ExecutionEnvironment, ManagedNetwork
 from execserver.core.network_approval import NetworkApprovalService
@@ -26,7 +27,6 @@ from execserver.core.permissions import (
     workspace_write_profile,
 )
 from execserver.core.policy import AskForApproval
-from execserver.core.runtime import TurnContext
 from execserver.core.unified_exec.errors import RespondToModel
 from execserver.core.unified_exec.manager import (
     APPLY_PATCH_VIA_EXEC_WARNING,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from execserver.client.errors import ExecServerTransportClosed
+from execserver.core import TurnContext
 from execserver.core.approval_cache import ApprovalKey, ExecApprovalKey
 from execserver.core.approvals import ApprovalRequest
 from execserver.core.attempt import SandboxAttempt, SandboxType, sandbox_context
@@ -58,7 +59,7 @@ from execserver.core.policy import (
     SandboxPermissions,
     Skip,
 )
-from execserver.core.runtime import ApprovalContext, BaseToolRuntime, TurnContext
+from execserver.core.runtime import ApprovalContext, BaseToolRuntime
 
 ENV = ExecutionEnvironment(environment_id="env-1", cwd="/work")
 RESTRICTED = workspace_write_profile()

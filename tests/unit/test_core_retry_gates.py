@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from execserver.core import TurnContext
 from execserver.core.approval_cache import ApprovalKey
 from execserver.core.approvals import ApprovalRequest
 from execserver.core.attempt import SandboxAttempt
@@ -32,7 +33,7 @@ from execserver.core.permissions import (
 )
 from execserver.core.policy import AskForApproval, GranularApprovalConfig
 from execserver.core.retry_gates import Gate, can_retry_without_sandbox, evaluate_retry_gates
-from execserver.core.runtime import ApprovalContext, BaseToolRuntime, TurnContext
+from execserver.core.runtime import ApprovalContext, BaseToolRuntime
 
 RESTRICTED = workspace_write_profile()
 DENY_READ = workspace_write_profile(extra=[FsEntry(ExplicitPath("/secret"), FsAccess.DENY)])
