@@ -554,3 +554,35 @@ async def test_a_missing_shell_under_the_sandbox_is_no_denial_and_asks_nobody(
     assert "command not found" in info.value.message
     assert user.requests == []
     assert len(manager.store) == 0
+
+
+async def test_a_typo_in_exec_command_arguments_is_refused_naming_the_key(
+    manager: UnifiedExecManager, workspace: Path
+) -> None:
+    """A misspelt key is an error the model reads, not a default silently used:
+    nothing runs and nobody is asked."""
+    user = ScriptedUser()
+    with pytest.raises(RespondToModel) as info:
+        await manager.exec_command(
+            {"cmd": "touch ran", "login": False, "yeild_time_ms": 250}, _turn(workspace, user)
+        )
+    assert "unknown field `yeild_time_ms`" in info.value.message
+    assert not (workspace / "ran").exists()
+    assert user.requests == []
+    assert len(manager.store) == 0
+
+
+async def test_a_typo_in_write_stdin_arguments_is_refused_naming_the_key(
+    manager: UnifiedExecManager, workspace: Path
+) -> None:
+    out = await manager.exec_command(
+        {"cmd": "cat", "tty": True, "login": False, "yield_time_ms": 250}, _turn(workspace)
+    )
+    assert out.session_id is not None
+    with pytest.raises(RespondToModel) as info:
+        await manager.write_stdin({"session_id": out.session_id, "char": "hello\n"})
+    assert "unknown field `char`" in info.value.message
+    # The process is untouched and still reachable with the right spelling.
+    echoed = await manager.write_stdin({"session_id": out.session_id, "chars": "hello\n"})
+    assert "hello" in echoed.output
+    assert echoed.session_id == out.session_id

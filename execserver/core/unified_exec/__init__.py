@@ -7,12 +7,19 @@ a remote executor.
 from execserver.core.unified_exec.errors import RespondToModel
 from execserver.core.unified_exec.manager import UnifiedExecManager
 from execserver.core.unified_exec.output import ExecCommandToolOutput
-from execserver.core.unified_exec.params import ExecCommandArgs, WriteStdinArgs
+from execserver.core.unified_exec.params import (
+    ExecCommandArgs,
+    ExecCommandParams,
+    WriteStdinArgs,
+    WriteStdinParams,
+)
 
 __all__ = [
     "ExecCommandArgs",
+    "ExecCommandParams",
     "ExecCommandToolOutput",
     "RespondToModel",
     "UnifiedExecManager",
     "WriteStdinArgs",
+    "WriteStdinParams",
 ]

@@ -34,8 +34,8 @@ from execserver.core.unified_exec.intercept import (
 from execserver.core.unified_exec.output import ExecCommandToolOutput, build_output
 from execserver.core.unified_exec.params import (
     DEFAULT_MAX_BACKGROUND_TERMINAL_TIMEOUT_MS,
-    ExecCommandArgs,
-    WriteStdinArgs,
+    ExecCommandParams,
+    WriteStdinParams,
     clamp_exec_yield,
     clamp_write_yield,
 )
@@ -107,17 +107,20 @@ class UnifiedExecManager:
 
     async def exec_command(
         self,
-        args: ExecCommandArgs | Mapping[str, object],
+        args: ExecCommandParams | Mapping[str, object],
         turn: TurnContext,
         *,
         call_id: str = "",
     ) -> ExecCommandToolOutput:
         """Run a command; raises :class:`RespondToModel` for errors the model
-        should read, ``TurnAborted`` when the user aborted at a prompt."""
+        should read, ``TurnAborted`` when the user aborted at a prompt.
+
+        ``args`` is an :class:`ExecCommandParams`, or the tool call's JSON
+        object, decoded strictly (an unknown key is such an error)."""
         started = time.monotonic()
-        if not isinstance(args, ExecCommandArgs):
+        if not isinstance(args, ExecCommandParams):
             try:
-                args = ExecCommandArgs.from_json(args)
+                args = ExecCommandParams.from_json(args)
             except ValueError as exc:
                 raise RespondToModel(str(exc)) from exc
         argv = await self._argv(args)
@@ -198,7 +201,7 @@ class UnifiedExecManager:
             process_id, process, started, args.max_output_tokens, warnings=warnings
         )
 
-    async def _argv(self, args: ExecCommandArgs) -> list[str]:
+    async def _argv(self, args: ExecCommandParams) -> list[str]:
         if args.login is True and not self._allow_login_shell:
             raise RespondToModel(LOGIN_SHELL_DISABLED)
         login = self._allow_login_shell if args.login is None else args.login
@@ -208,7 +211,7 @@ class UnifiedExecManager:
             shell = info.shell.path
         return [shell, "-lc" if login else "-c", args.cmd]
 
-    def _cwd(self, args: ExecCommandArgs, turn: TurnContext) -> str:
+    def _cwd(self, args: ExecCommandParams, turn: TurnContext) -> str:
         base = turn.environment.cwd
         if not args.workdir:
             return base
@@ -288,12 +291,15 @@ class UnifiedExecManager:
     # -- write_stdin ---------------------------------------------------------
 
     async def write_stdin(
-        self, args: WriteStdinArgs | Mapping[str, object]
+        self, args: WriteStdinParams | Mapping[str, object]
     ) -> ExecCommandToolOutput:
+        """Write to (or, with empty ``chars``, poll) a stored process. ``args``
+        is a :class:`WriteStdinParams` or the tool call's JSON object, decoded
+        strictly as for :meth:`exec_command`."""
         started = time.monotonic()
-        if not isinstance(args, WriteStdinArgs):
+        if not isinstance(args, WriteStdinParams):
             try:
-                args = WriteStdinArgs.from_json(args)
+                args = WriteStdinParams.from_json(args)
             except ValueError as exc:
                 raise RespondToModel(str(exc)) from exc
         entry = self.store.get(args.session_id)

@@ -1,13 +1,16 @@
 """The tools' parameters as the reference defines them.
 
-Parsing is forgiving about absent values (defaults) and strict about wrong
-types (a clear error to the model rather than a guess).
+:class:`ExecCommandParams` and :class:`WriteStdinParams` are the typed form a
+caller builds. ``from_json`` decodes the dict a tool call hands in: forgiving
+about absent values (defaults), strict about wrong types and unknown keys (a
+clear error to the model rather than a guess: a misspelt ``yield_time_ms``
+would otherwise run the command with the default yield).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from execserver.core.permissions import AdditionalPermissions
 from execserver.core.policy import SandboxPermissions
@@ -15,8 +18,10 @@ from execserver.core.policy import SandboxPermissions
 __all__ = [
     "DEFAULT_MAX_OUTPUT_TOKENS",
     "ExecCommandArgs",
+    "ExecCommandParams",
     "ParamError",
     "WriteStdinArgs",
+    "WriteStdinParams",
     "clamp_exec_yield",
     "clamp_write_yield",
 ]
@@ -57,6 +62,16 @@ def _bool(args: Mapping[str, object], name: str, default: bool) -> bool:
     return value
 
 
+def _refuse_unknown(args: Mapping[str, object], cls: type, tool: str) -> None:
+    known = [f.name for f in fields(cls)]
+    unknown = [key for key in args if key not in known]
+    if unknown:
+        expected = ", ".join(f"`{name}`" for name in known)
+        raise ParamError(
+            f"unknown field `{unknown[0]}` in {tool} arguments, expected one of {expected}"
+        )
+
+
 def _opt_str(args: Mapping[str, object], name: str) -> str | None:
     value = args.get(name)
     if value is None:
@@ -87,7 +102,9 @@ def clamp_write_yield(
 
 
 @dataclass(frozen=True)
-class ExecCommandArgs:
+class ExecCommandParams:
+    """The arguments of one ``exec_command`` call."""
+
     cmd: str
     workdir: str | None = None
     shell: str | None = None
@@ -101,7 +118,8 @@ class ExecCommandArgs:
     prefix_rule: tuple[str, ...] | None = None
 
     @classmethod
-    def from_json(cls, args: Mapping[str, object]) -> ExecCommandArgs:
+    def from_json(cls, args: Mapping[str, object]) -> ExecCommandParams:
+        _refuse_unknown(args, cls, "exec_command")
         cmd = _opt_str(args, "cmd")
         if not cmd:
             raise ParamError("missing command line for unified exec request")
@@ -130,14 +148,17 @@ class ExecCommandArgs:
 
 
 @dataclass(frozen=True)
-class WriteStdinArgs:
+class WriteStdinParams:
+    """The arguments of one ``write_stdin`` call (empty ``chars``: a poll)."""
+
     session_id: int
     chars: str = ""
     yield_time_ms: int | None = None
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
 
     @classmethod
-    def from_json(cls, args: Mapping[str, object]) -> WriteStdinArgs:
+    def from_json(cls, args: Mapping[str, object]) -> WriteStdinParams:
+        _refuse_unknown(args, cls, "write_stdin")
         session = args.get("session_id")
         if isinstance(session, bool) or not isinstance(session, int):
             raise ParamError("`session_id` must be an integer")
@@ -147,3 +168,8 @@ class WriteStdinArgs:
             yield_time_ms=_opt_int(args, "yield_time_ms"),
             max_output_tokens=_int(args, "max_output_tokens", DEFAULT_MAX_OUTPUT_TOKENS),
         )
+
+
+# The earlier names of the same classes, so existing imports keep working.
+ExecCommandArgs = ExecCommandParams
+WriteStdinArgs = WriteStdinParams
