@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from execserver.client.errors import (
         CommandError,
         CommandFailed,
+        CommandIdleTimeout,
         CommandNotExecutable,
         CommandNotFound,
         CommandTimeout,
@@ -46,6 +47,7 @@ _EXPORTS = {
     "ExecServerClient": "execserver.client.connection",
     "CommandError": "execserver.client.errors",
     "CommandFailed": "execserver.client.errors",
+    "CommandIdleTimeout": "execserver.client.errors",
     "CommandNotExecutable": "execserver.client.errors",
     "CommandNotFound": "execserver.client.errors",
     "CommandTimeout": "execserver.client.errors",
@@ -85,6 +87,7 @@ __all__ = [
     "Closed",
     "CommandError",
     "CommandFailed",
+    "CommandIdleTimeout",
     "CommandNotExecutable",
     "CommandNotFound",
     "CommandTimeout",

@@ -8,6 +8,8 @@ Exit codes (besides the remote command's own 0-255):
 
 ====  ==========================================================================
 2     usage error (bad flag value, relative ``--cwd``, URL without ``ws://``)
+124   ``run --timeout`` expired; the remote command was terminated (as
+      ``timeout(1)`` exits)
 125   the command could not be started for another reason (cwd missing on the
       executor, request refused) — as ``docker run`` / ``env`` do
 126   the program exists but cannot be executed
@@ -33,12 +35,14 @@ __all__ = [
     "EXIT_CANNOT_START",
     "EXIT_CONNECTION",
     "EXIT_INTERRUPTED",
+    "EXIT_TIMEOUT",
     "UsageError",
     "explain",
     "report",
 ]
 
 EXIT_USAGE: Final = 2
+EXIT_TIMEOUT: Final = 124
 EXIT_CANNOT_START: Final = 125
 EXIT_NOT_EXECUTABLE: Final = 126
 EXIT_NOT_FOUND: Final = 127

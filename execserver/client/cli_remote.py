@@ -27,7 +27,13 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
-from execserver.client.cli_errors import EXIT_BROKEN_PIPE, EXIT_CONNECTION, UsageError
+from execserver.client.cli_errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_CONNECTION,
+    EXIT_TIMEOUT,
+    UsageError,
+    report,
+)
 from execserver.client.cli_terminal import (
     forward_window_size,
     raw_terminal,
@@ -73,6 +79,7 @@ async def run_command(
     tty: bool = False,
     forward_stdin: bool = False,
     env: dict[str, str] | None = None,
+    timeout: float | None = None,
 ) -> int:
     overlay = dict(env or {})
     if tty:
@@ -98,7 +105,7 @@ async def run_command(
                 return _signal_exit(ended)  # launch terminated what it started
             raw = tty and os.isatty(0)
             pump = forward_stdin and tty
-            return await _attach(c, launched, ended, raw=raw, pump_stdin=pump)
+            return await _attach(c, launched, ended, raw=raw, pump_stdin=pump, timeout=timeout)
 
 
 async def run_shell(
@@ -108,6 +115,7 @@ async def run_shell(
     token: str | None = None,
     cwd: str | None = None,
     env: dict[str, str] | None = None,
+    timeout: float | None = None,
 ) -> int:
     overlay = dict(env or {})
     overlay.setdefault("TERM", os.environ.get("TERM", "xterm-256color"))
@@ -187,17 +195,32 @@ def _ending_signals() -> Iterator[_Ended]:
 
 
 async def _attach(
-    client: ExecServerClient, launched: Launched, ended: _Ended, *, raw: bool, pump_stdin: bool
+    client: ExecServerClient,
+    launched: Launched,
+    ended: _Ended,
+    *,
+    raw: bool,
+    pump_stdin: bool,
+    timeout: float | None = None,
 ) -> int:
     """Stream the process's output to ours (and our stdin to it) until it closes;
-    terminate it when we end first."""
+    terminate it when we end first, or when ``timeout`` expires (exit 124)."""
     proc = launched.process
     pump: asyncio.Task[None] | None = None
     try:
         with raw_terminal(raw), _forward_sigint(proc):
             if pump_stdin:
                 pump = asyncio.create_task(_pump_stdin(proc, raw=raw))
-            return await _stream_output(proc)
+            async with asyncio.timeout(timeout) as scope:
+                return await _stream_output(proc)
+    except TimeoutError:
+        await terminate(client, proc)
+        if not scope.expired():
+            raise
+        report(
+            "execserver run", f"timed out after {timeout:g} s; the remote command was terminated"
+        )
+        return EXIT_TIMEOUT
     except BrokenPipeError:
         await terminate(client, proc)
         _silence_stdout()

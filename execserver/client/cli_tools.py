@@ -14,7 +14,7 @@ import argparse
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 
-from execserver.client.cli_errors import UsageError, explain, report
+from execserver.client.cli_errors import EXIT_TIMEOUT, UsageError, explain, report
 from execserver.client.cli_options import add_token_option, add_verbose_option
 from execserver.client.errors import ExecServerError
 from execserver.client.limits import STDIN_STAGING_LIMIT
@@ -38,6 +38,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="give local stdin to the command: with --tty it is typed into the remote "
         "terminal, ending with ^D; without, it is read to its end first (at most "
         f"{STDIN_STAGING_LIMIT // (1024 * 1024)} MiB) and staged as a file on the executor",
+    )
+    run.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="terminate the remote command (its whole process tree) after SECONDS and "
+        f"exit {EXIT_TIMEOUT}, as timeout(1) does",
     )
     run.add_argument("argv", nargs="+", help="the command, after --")
     run.set_defaults(func=_cmd_run)
@@ -79,6 +86,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             tty=args.tty,
             forward_stdin=args.stdin or args.tty,
             env=env,
+            timeout=args.timeout,
         )
 
     return guarded("execserver run", args.url, args.verbose, start)
@@ -115,6 +123,16 @@ def guarded(prog: str, url: str, verbose: bool, start: Callable[[], Awaitable[in
         code, message = explain(exc, url=url, verbose=verbose)
         report(prog, message)
         return code
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def remote_cwd(cwd: str | None) -> str | None:

@@ -24,11 +24,14 @@ What the protocol gives and what this module adds on top:
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
+import datetime
 import errno
 import logging
 import os
 import re
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +41,7 @@ from execserver.client.calls import Caller
 from execserver.client.defaults import INHERIT_ENV_POLICY, env_policy_for
 from execserver.client.errors import (
     CommandFailed,
+    CommandIdleTimeout,
     CommandNotExecutable,
     CommandNotFound,
     CommandTimeout,
@@ -92,12 +96,17 @@ __all__ = [
     "STDIN_STAGING_LIMIT",
     "CompletedRemoteProcess",
     "Launched",
+    "OutputCallback",
     "launch",
     "remote_temp_path",
     "run_command",
     "spawn_error",
     "terminate",
 ]
+
+# on_stdout= / on_stderr=: told each piece of output as it arrives (bytes, or
+# str with text=True); its return value is ignored.
+OutputCallback = Callable[[Any], object]
 
 log = logging.getLogger(__name__)
 
@@ -119,13 +128,21 @@ _OS_ERROR = re.compile(r"\(os error (\d+)\)")
 @dataclass(frozen=True)
 class CompletedRemoteProcess(Generic[AnyStr]):
     """What :meth:`ExecServerClient.run` collected. ``stdout``/``stderr`` are empty
-    for a tty command, whose output arrives on the one ``pty`` stream."""
+    for a tty command, whose output arrives on the one ``pty`` stream.
+
+    ``started_at`` is when ``process/start`` was sent (UTC), ``duration`` the
+    seconds from then until the process's stream closed. ``pid`` is always
+    ``None``: neither server puts the child's pid on the wire (``process/start``
+    answers with the client's own process id and the sandbox type only)."""
 
     exit_code: int
     sandbox_denied: bool
     stdout: AnyStr
     stderr: AnyStr
     pty: AnyStr
+    duration: float = 0.0
+    started_at: datetime.datetime | None = None
+    pid: int | None = None
 
     @property
     def returncode(self) -> int:
@@ -139,12 +156,57 @@ class CompletedRemoteProcess(Generic[AnyStr]):
 
 
 class _Collected:
-    def __init__(self) -> None:
+    """The output so far, and the callbacks told each piece of it as it arrives.
+
+    ``pty`` output goes to ``on_stdout`` (a terminal has one stream). With
+    ``text`` the callbacks get ``str`` from an incremental decoder per stream,
+    so a character split across two chunks is not replaced.
+    """
+
+    def __init__(
+        self,
+        *,
+        text: bool = False,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> None:
         self.streams: dict[str, list[bytes]] = {"stdout": [], "stderr": [], "pty": []}
+        self._text = text
+        self._callbacks = {"stdout": on_stdout, "stderr": on_stderr, "pty": on_stdout}
+        self._decoders = {
+            name: codecs.getincrementaldecoder("utf-8")("replace") for name in self.streams
+        }
 
     def add(self, event: object) -> None:
         if isinstance(event, Output):
             self.streams[event.stream].append(event.data)
+            self._tell(event.stream, event.data, final=False)
+
+    def add_quietly(self, event: object) -> None:
+        """``add`` for output drained after a timeout or cancellation: a failing
+        callback must not hide why the command ended."""
+        try:
+            self.add(event)
+        except Exception:
+            log.exception("output callback failed")
+
+    def flush(self) -> None:
+        """Hand the decoders' held-back bytes (an incomplete last character) over."""
+        if self._text:
+            for name in self.streams:
+                self._tell(name, b"", final=True)
+
+    def _tell(self, stream: str, data: bytes, *, final: bool) -> None:
+        callback = self._callbacks[stream]
+        if callback is None:
+            return
+        if not self._text:
+            if data:
+                callback(data)
+            return
+        piece = self._decoders[stream].decode(data, final)
+        if piece:
+            callback(piece)
 
     def raw(self, stream: str) -> bytes:
         return b"".join(self.streams[stream])
@@ -325,14 +387,24 @@ async def run_command(
     text: bool,
     arg0: str | None,
     process_id: str | None,
+    idle_timeout: float | None = None,
+    on_stdout: OutputCallback | None = None,
+    on_stderr: OutputCallback | None = None,
 ) -> CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]:
     argv = command_argv(client, command)
     data = _stdin_bytes(stdin)
     policy = env_policy_for(env_policy, inherit_env)
-    out = _Collected()
-    deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+    if idle_timeout is not None and idle_timeout <= 0:
+        raise ValueError(f"idle_timeout must be positive, got {idle_timeout!r}")
+    out = _Collected(text=text, on_stdout=on_stdout, on_stderr=on_stderr)
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
     launched: Launched | None = None
     finished = False
+    started_at = datetime.datetime.now(datetime.UTC)
+    started = time.monotonic()
+    # The idle scope is rescheduled on every event; None until the command runs.
+    idle: asyncio.Timeout | None = None
     try:
         async with asyncio.timeout_at(deadline) as scope:
             launched = await launch(
@@ -348,30 +420,41 @@ async def run_command(
                 process_id=process_id,
             )
             proc = launched.process
-            if data is not None and tty:
-                await _type_into_terminal(proc, data)
-            async for event in proc:
-                out.add(event)
+            async with asyncio.timeout(None) as idle:
+                if idle_timeout is not None:
+                    idle.reschedule(loop.time() + idle_timeout)
+                if data is not None and tty:
+                    await _type_into_terminal(proc, data)
+                async for event in proc:
+                    out.add(event)
+                    if idle_timeout is not None:
+                        idle.reschedule(loop.time() + idle_timeout)
             status = await proc.wait()
             finished = True
+            duration = time.monotonic() - started
     except TimeoutError:
         if launched is not None:
-            await terminate(client, launched.process, out.add)
+            await terminate(client, launched.process, out.add_quietly)
+        with contextlib.suppress(Exception):
+            out.flush()
+        so_far = (out.get("stdout", text), out.get("stderr", text), out.get("pty", text))
+        if idle is not None and idle.expired():
+            assert idle_timeout is not None
+            raise CommandIdleTimeout(argv, idle_timeout, *so_far) from None
         if not scope.expired():
             raise
         assert timeout is not None
-        raise CommandTimeout(
-            argv, timeout, out.get("stdout", text), out.get("stderr", text), out.get("pty", text)
-        ) from None
+        raise CommandTimeout(argv, timeout, *so_far) from None
     except BaseException:
-        # Cancelled, connection lost, interrupted: the remote command must not
-        # outlive this call.
+        # Cancelled, connection lost, interrupted, a callback failed: the remote
+        # command must not outlive this call.
         if launched is not None and not finished:
-            await terminate(client, launched.process, out.add)
+            await terminate(client, launched.process, out.add_quietly)
         raise
     finally:
         if launched is not None:
             await launched.cleanup(client)
+    out.flush()
     if looks_like_launch_failure(status.exit_code, status.sandbox_denied):
         assert launched is not None and launched.params is not None
         if launched.params.argv == argv:  # not the stdin staging shell
@@ -388,6 +471,8 @@ async def run_command(
             out.raw("stdout").decode("utf-8", "replace"),
             out.raw("stderr").decode("utf-8", "replace"),
             out.raw("pty").decode("utf-8", "replace"),
+            duration=duration,
+            started_at=started_at,
         )
     else:
         result = CompletedRemoteProcess(
@@ -396,6 +481,8 @@ async def run_command(
             out.raw("stdout"),
             out.raw("stderr"),
             out.raw("pty"),
+            duration=duration,
+            started_at=started_at,
         )
     if check and result.exit_code != 0:
         raise CommandFailed(argv, result.exit_code, result.stdout, result.stderr, result.pty)

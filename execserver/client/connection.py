@@ -86,7 +86,7 @@ from execserver.wire.sandbox import FileSystemSandboxContext
 if TYPE_CHECKING:
     # Running a command to completion (``run``) is imported when first used: a
     # short-lived client such as ``execserver patch`` never needs it.
-    from execserver.client.commands import CompletedRemoteProcess
+    from execserver.client.commands import CompletedRemoteProcess, OutputCallback
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -653,6 +653,9 @@ class ExecServerClient(TypedCalls):
         env_policy: ExecEnvPolicy | None = None,
         arg0: str | None = None,
         process_id: str | None = None,
+        idle_timeout: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> CompletedRemoteProcess[bytes]: ...
 
     @overload
@@ -672,6 +675,9 @@ class ExecServerClient(TypedCalls):
         env_policy: ExecEnvPolicy | None = None,
         arg0: str | None = None,
         process_id: str | None = None,
+        idle_timeout: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> CompletedRemoteProcess[str]: ...
 
     async def run(
@@ -690,6 +696,9 @@ class ExecServerClient(TypedCalls):
         env_policy: ExecEnvPolicy | None = None,
         arg0: str | None = None,
         process_id: str | None = None,
+        idle_timeout: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]:
         """Run a command to completion and collect its output.
 
@@ -704,7 +713,14 @@ class ExecServerClient(TypedCalls):
         ``timeout`` (seconds) covers the whole command: when it expires the remote
         process is terminated and ``CommandTimeout`` (carrying the output so far)
         is raised. Cancelling the call terminates the remote process too.
+        ``idle_timeout`` (seconds) ends it the same way when it prints nothing
+        for that long, raising ``CommandIdleTimeout`` (a ``CommandTimeout``).
         ``check=True`` raises ``CommandFailed`` on a non-zero exit code.
+
+        ``on_stdout`` / ``on_stderr`` are called on the event loop with each
+        piece of output as it arrives, in order (``bytes``; ``str`` with
+        ``text=True``); a tty's output goes to ``on_stdout``. They must not
+        block; an exception from one terminates the command and is raised.
 
         ``stdin``: without a tty the protocol cannot close a pipe, so the bytes
         (at most 64 MiB) are written to a temporary file on the executor and the
@@ -737,6 +753,9 @@ class ExecServerClient(TypedCalls):
             text=text,
             arg0=arg0,
             process_id=process_id,
+            idle_timeout=idle_timeout,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
         )
 
     async def read(

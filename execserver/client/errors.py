@@ -18,6 +18,7 @@ __all__ = [
     "REFUSAL_BODY_LIMIT",
     "CommandError",
     "CommandFailed",
+    "CommandIdleTimeout",
     "CommandNotExecutable",
     "CommandNotFound",
     "CommandTimeout",
@@ -270,12 +271,39 @@ class CommandTimeout(CommandError, TimeoutError):
         stdout: bytes | str,
         stderr: bytes | str,
         pty: bytes | str,
+        *,
+        message: str | None = None,
     ) -> None:
         super().__init__(
-            f"command {argv!r} timed out after {timeout:g} s and was terminated",
+            message or f"command {argv!r} timed out after {timeout:g} s and was terminated",
             argv,
             stdout,
             stderr,
             pty,
         )
         self.timeout = timeout
+
+
+class CommandIdleTimeout(CommandTimeout):
+    """The command printed nothing for ``idle_timeout`` seconds; it was terminated
+    (its whole tree, as for ``timeout``). A :class:`CommandTimeout` too, told apart
+    by its type and ``idle_timeout``; output up to then is attached."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        idle_timeout: float,
+        stdout: bytes | str,
+        stderr: bytes | str,
+        pty: bytes | str,
+    ) -> None:
+        super().__init__(
+            argv,
+            idle_timeout,
+            stdout,
+            stderr,
+            pty,
+            message=f"command {argv!r} printed nothing for {idle_timeout:g} s "
+            "(idle timeout) and was terminated",
+        )
+        self.idle_timeout = idle_timeout

@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeVar, overload
 import msgspec
 
 from execserver.client.calls import Caller
-from execserver.client.commands import CompletedRemoteProcess
+from execserver.client.commands import CompletedRemoteProcess, OutputCallback
 from execserver.client.connection import ClientState, OnExit, Opener, StateListener
 from execserver.client.connection import ExecServerClient as AsyncClient
 from execserver.client.errors import ExecServerUnavailable
@@ -486,6 +486,9 @@ class ExecServerClient:
         env_policy: ExecEnvPolicy | None = None,
         arg0: str | None = None,
         process_id: str | None = None,
+        idle_timeout: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> CompletedRemoteProcess[bytes]: ...
 
     @overload
@@ -505,6 +508,9 @@ class ExecServerClient:
         env_policy: ExecEnvPolicy | None = None,
         arg0: str | None = None,
         process_id: str | None = None,
+        idle_timeout: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> CompletedRemoteProcess[str]: ...
 
     def run(
@@ -523,12 +529,17 @@ class ExecServerClient:
         env_policy: ExecEnvPolicy | None = None,
         arg0: str | None = None,
         process_id: str | None = None,
+        idle_timeout: float | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]:
-        """:meth:`execserver.client.ExecServerClient.run`, blocking."""
+        """:meth:`execserver.client.ExecServerClient.run`, blocking. ``on_stdout`` /
+        ``on_stderr`` run on the sync clients' loop thread and must not block."""
         options: dict[str, Any] = dict(
             cwd=cwd, env=env, inherit_env=inherit_env, timeout=timeout, check=check,
             stdin=stdin, tty=tty, sandbox=sandbox, env_policy=env_policy, arg0=arg0,
-            process_id=process_id,
+            process_id=process_id, idle_timeout=idle_timeout, on_stdout=on_stdout,
+            on_stderr=on_stderr,
         )  # fmt: skip
         result: CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]
         if text:
