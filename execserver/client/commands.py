@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AnyStr, Final, Generic, Protocol
 
 from execserver.client.calls import Caller
-from execserver.client.defaults import INHERIT_ENV_POLICY, env_policy_for
+from execserver.client.env_defaults import INHERIT_ENV_POLICY, env_policy_for
 from execserver.client.errors import (
     CommandFailed,
     CommandIdleTimeout,

@@ -35,8 +35,8 @@ from execserver.client.defaults import (
     DEFAULT_CLIENT_NAME,
     INITIALIZE_TIMEOUT,
     REQUEST_TIMEOUT,
-    env_policy_for,
 )
+from execserver.client.env_defaults import env_policy_for
 from execserver.client.errors import (
     ExecServerConnectError,
     ExecServerError,
