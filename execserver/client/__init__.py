@@ -22,6 +22,8 @@ if TYPE_CHECKING:
         ExecServerTimeout,
         ExecServerTransportClosed,
         ExecServerUnavailable,
+        ExpectEOF,
+        ExpectTimeout,
         InternalError,
         InvalidParams,
         InvalidRequest,
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
         WorkingDirectoryNotFound,
     )
     from execserver.client.events import Closed, Exited, ExitStatus, Failed, Output, ProcessEvent
+    from execserver.client.expect import ExpectMatch
     from execserver.client.fs import RemoteFileHandle, RemoteFileSystem, RemotePath
     from execserver.client.process import RemoteProcess
     from execserver.client.sandbox import Sandbox
@@ -58,6 +61,8 @@ _EXPORTS = {
     "ExecServerTimeout": "execserver.client.errors",
     "ExecServerTransportClosed": "execserver.client.errors",
     "ExecServerUnavailable": "execserver.client.errors",
+    "ExpectEOF": "execserver.client.errors",
+    "ExpectTimeout": "execserver.client.errors",
     "InternalError": "execserver.client.errors",
     "InvalidParams": "execserver.client.errors",
     "InvalidRequest": "execserver.client.errors",
@@ -74,6 +79,7 @@ _EXPORTS = {
     "Failed": "execserver.client.events",
     "Output": "execserver.client.events",
     "ProcessEvent": "execserver.client.events",
+    "ExpectMatch": "execserver.client.expect",
     "RemoteFileHandle": "execserver.client.fs",
     "RemoteFileSystem": "execserver.client.fs",
     "RemotePath": "execserver.client.fs",
@@ -103,6 +109,9 @@ __all__ = [
     "ExecServerUnavailable",
     "ExitStatus",
     "Exited",
+    "ExpectEOF",
+    "ExpectMatch",
+    "ExpectTimeout",
     "Failed",
     "InternalError",
     "InvalidParams",

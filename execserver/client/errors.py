@@ -29,6 +29,8 @@ __all__ = [
     "ExecServerTimeout",
     "ExecServerTransportClosed",
     "ExecServerUnavailable",
+    "ExpectEOF",
+    "ExpectTimeout",
     "InternalError",
     "InvalidParams",
     "InvalidRequest",
@@ -307,3 +309,24 @@ class CommandIdleTimeout(CommandTimeout):
             "(idle timeout) and was terminated",
         )
         self.idle_timeout = idle_timeout
+
+
+class ExpectTimeout(ExecServerError, TimeoutError):
+    """``expect`` saw no match within its ``timeout``. The process runs on;
+    ``before`` is the output held so far (still there for the next read)."""
+
+    def __init__(self, pattern: object, timeout: float, before: bytes | str) -> None:
+        super().__init__(f"no match for {pattern!r} within {timeout:g} s")
+        self.pattern = pattern
+        self.timeout = timeout
+        self.before = before
+
+
+class ExpectEOF(ExecServerError, EOFError):
+    """The process's output ended (``Closed``) without a match; ``before`` is
+    the output that was left."""
+
+    def __init__(self, pattern: object, before: bytes | str) -> None:
+        super().__init__(f"the output ended without a match for {pattern!r}")
+        self.pattern = pattern
+        self.before = before

@@ -13,18 +13,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Literal, cast
+from typing import Literal, cast, overload
 
 from execserver.client.calls import Caller
 from execserver.client.errors import (
     ExecServerError,
     ExecServerTransportClosed,
     ExecServerUnavailable,
+    ExpectEOF,
+    ExpectTimeout,
     ProcessFailed,
 )
 from execserver.client.events import Closed, Exited, ExitStatus, Failed, ProcessEvent, SeqEvent
+from execserver.client.expect import ExpectMatch, Pattern, find, held_output, split_at, wants_text
 from execserver.client.ordering import SeqOrderer
 from execserver.client.params import b64encode
 from execserver.wire import methods
@@ -91,6 +96,9 @@ class RemoteProcess:
         self._exit_known = asyncio.Event()
         self._finished = asyncio.Event()
         self._gap_task: asyncio.Task[None] | None = None
+        # Events taken from the queue by expect() and not consumed by a match:
+        # the next expect() or iteration starts with them.
+        self._held: deque[ProcessEvent] = deque()
 
     def __repr__(self) -> str:
         return f"RemoteProcess({self.process_id!r}, exit={self._exit}, failure={self._failure!r})"
@@ -107,17 +115,70 @@ class RemoteProcess:
 
     async def _iterate(self, *, raise_on_failure: bool) -> AsyncIterator[ProcessEvent]:
         while True:
-            if self._queue.empty() and self._finished.is_set():
+            if self._held:
+                event = self._held.popleft()
+            elif self._queue.empty() and self._finished.is_set():
                 # Iterated again after the end: say again how it ended.
                 if self._failure is not None and raise_on_failure:
                     raise ProcessFailed(self._failure, process_id=self.process_id)
                 return
-            event = await self._queue.get()
+            else:
+                event = await self._queue.get()
             if isinstance(event, Failed) and raise_on_failure:
                 raise ProcessFailed(event.message, process_id=self.process_id)
             yield event
             if isinstance(event, Closed | Failed):
                 return
+
+    @overload
+    async def expect(
+        self, pattern: str | re.Pattern[str], *, timeout: float | None = None
+    ) -> ExpectMatch[str]: ...
+
+    @overload
+    async def expect(
+        self, pattern: bytes | re.Pattern[bytes], *, timeout: float | None = None
+    ) -> ExpectMatch[bytes]: ...
+
+    async def expect(
+        self, pattern: Pattern, *, timeout: float | None = None
+    ) -> ExpectMatch[str] | ExpectMatch[bytes]:
+        """Wait until the output (all streams, in arrival order) matches ``pattern``.
+
+        ``str``/``bytes`` are literal text (like asyncssh's ``readuntil``); an
+        ``re.Pattern`` is a regex. A ``str`` pattern matches the output decoded
+        as UTF-8 and gives ``str`` back. Returns the match and what came before
+        it; the output after the match stays buffered for the next ``expect``
+        or iteration. Raises :class:`ExpectTimeout` after ``timeout`` seconds
+        (the process runs on, nothing is consumed), :class:`ExpectEOF` when the
+        output ends without a match, :class:`ProcessFailed` when the stream
+        fails. Do not iterate the process while an ``expect`` is waiting.
+        """
+        text = wants_text(pattern)
+        held = list(self._held)
+        self._held.clear()
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    found = find(pattern, held)
+                    if found is not None:
+                        match, consumed = found
+                        held = split_at(held, consumed)
+                        return match
+                    if held and isinstance(held[-1], Closed | Failed):
+                        break
+                    if self._queue.empty() and self._finished.is_set():
+                        break  # iterated to the end before: nothing more comes
+                    held.append(await self._queue.get())
+        except TimeoutError:
+            assert timeout is not None
+            raise ExpectTimeout(pattern, timeout, held_output(held, text)) from None
+        finally:
+            self._held.extendleft(reversed(held))
+        last = held[-1] if held else None
+        if isinstance(last, Failed):
+            raise ProcessFailed(last.message, process_id=self.process_id)
+        raise ExpectEOF(pattern, held_output(held, text))
 
     @property
     def exit_status(self) -> ExitStatus | None:

@@ -18,9 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, cast, overload
 
 import msgspec
 
@@ -30,6 +31,7 @@ from execserver.client.connection import ClientState, OnExit, Opener, StateListe
 from execserver.client.connection import ExecServerClient as AsyncClient
 from execserver.client.errors import ExecServerUnavailable
 from execserver.client.events import ExitStatus, ProcessEvent
+from execserver.client.expect import ExpectMatch, Pattern, wants_text
 from execserver.client.fs import RemoteFileHandle, RemoteFileSystem, RemotePath
 from execserver.client.process import RemoteProcess
 from execserver.client.rpc import RpcConnection
@@ -352,6 +354,31 @@ class SyncRemoteProcess:
     @property
     def last_seq(self) -> int:
         return self.aio.last_seq
+
+    @overload
+    def expect(
+        self, pattern: str | re.Pattern[str], *, timeout: float | None = None
+    ) -> ExpectMatch[str]: ...
+
+    @overload
+    def expect(
+        self, pattern: bytes | re.Pattern[bytes], *, timeout: float | None = None
+    ) -> ExpectMatch[bytes]: ...
+
+    def expect(
+        self, pattern: Pattern, *, timeout: float | None = None
+    ) -> ExpectMatch[str] | ExpectMatch[bytes]:
+        """:meth:`~execserver.client.process.RemoteProcess.expect`, blocking."""
+        found: ExpectMatch[str] | ExpectMatch[bytes]
+        if wants_text(pattern):
+            found = _LOOP.call(
+                self.aio.expect(cast("str | re.Pattern[str]", pattern), timeout=timeout)
+            )
+        else:
+            found = _LOOP.call(
+                self.aio.expect(cast("bytes | re.Pattern[bytes]", pattern), timeout=timeout)
+            )
+        return found
 
     def wait(self) -> ExitStatus:
         return _LOOP.call(self.aio.wait())
