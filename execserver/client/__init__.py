@@ -24,6 +24,11 @@ if TYPE_CHECKING:
         ExecServerUnavailable,
         ExpectEOF,
         ExpectTimeout,
+        HttpConnectionRefused,
+        HttpInvalidRequest,
+        HttpNameResolutionError,
+        HttpRequestError,
+        HttpTimeout,
         InternalError,
         InvalidParams,
         InvalidRequest,
@@ -38,6 +43,7 @@ if TYPE_CHECKING:
     from execserver.client.events import Closed, Exited, ExitStatus, Failed, Output, ProcessEvent
     from execserver.client.expect import ExpectMatch
     from execserver.client.fs import RemoteFileHandle, RemoteFileSystem, RemotePath
+    from execserver.client.http import HttpResponse, RemoteHttp
     from execserver.client.process import RemoteProcess
     from execserver.client.sandbox import Sandbox
     from execserver.wire.process import ExecEnvPolicy
@@ -63,6 +69,11 @@ _EXPORTS = {
     "ExecServerUnavailable": "execserver.client.errors",
     "ExpectEOF": "execserver.client.errors",
     "ExpectTimeout": "execserver.client.errors",
+    "HttpConnectionRefused": "execserver.client.errors",
+    "HttpInvalidRequest": "execserver.client.errors",
+    "HttpNameResolutionError": "execserver.client.errors",
+    "HttpRequestError": "execserver.client.errors",
+    "HttpTimeout": "execserver.client.errors",
     "InternalError": "execserver.client.errors",
     "InvalidParams": "execserver.client.errors",
     "InvalidRequest": "execserver.client.errors",
@@ -83,6 +94,8 @@ _EXPORTS = {
     "RemoteFileHandle": "execserver.client.fs",
     "RemoteFileSystem": "execserver.client.fs",
     "RemotePath": "execserver.client.fs",
+    "HttpResponse": "execserver.client.http",
+    "RemoteHttp": "execserver.client.http",
     "RemoteProcess": "execserver.client.process",
     "Sandbox": "execserver.client.sandbox",
     "ExecEnvPolicy": "execserver.wire.process",
@@ -113,6 +126,12 @@ __all__ = [
     "ExpectMatch",
     "ExpectTimeout",
     "Failed",
+    "HttpConnectionRefused",
+    "HttpInvalidRequest",
+    "HttpNameResolutionError",
+    "HttpRequestError",
+    "HttpResponse",
+    "HttpTimeout",
     "InternalError",
     "InvalidParams",
     "InvalidRequest",
@@ -124,6 +143,7 @@ __all__ = [
     "ProcessFailed",
     "RemoteFileHandle",
     "RemoteFileSystem",
+    "RemoteHttp",
     "RemotePath",
     "RemoteProcess",
     "Sandbox",

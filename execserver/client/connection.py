@@ -48,6 +48,7 @@ from execserver.client.errors import (
     SessionAttached,
 )
 from execserver.client.fs import RemoteFileSystem
+from execserver.client.http import RemoteHttp
 from execserver.client.params import (
     DEFAULT_TIMEOUT,
     DefaultTimeout,
@@ -190,6 +191,7 @@ class ExecServerClient(TypedCalls):
         self.environment_info: EnvironmentInfo | None = None
         self.reconnects = 0
         self.fs = RemoteFileSystem(self)
+        self.http = RemoteHttp(self)
 
     # -- construction --------------------------------------------------------
 

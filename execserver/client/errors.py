@@ -31,6 +31,11 @@ __all__ = [
     "ExecServerUnavailable",
     "ExpectEOF",
     "ExpectTimeout",
+    "HttpConnectionRefused",
+    "HttpInvalidRequest",
+    "HttpNameResolutionError",
+    "HttpRequestError",
+    "HttpTimeout",
     "InternalError",
     "InvalidParams",
     "InvalidRequest",
@@ -330,3 +335,41 @@ class ExpectEOF(ExecServerError, EOFError):
         super().__init__(f"the output ended without a match for {pattern!r}")
         self.pattern = pattern
         self.before = before
+
+
+class HttpRequestError(ExecServerError):
+    """``http/request`` could not get a response (the executor's HTTP client
+    failed). ``server_message`` is the server's text. Raised as this base class
+    when the cause could not be told."""
+
+    def __init__(self, method: str, url: str, server_message: str, detail: str = "") -> None:
+        super().__init__(f"{method} {url}: {detail or server_message}")
+        self.method = method
+        self.url = url
+        self.server_message = server_message
+
+
+class HttpConnectionRefused(HttpRequestError, ConnectionRefusedError):
+    """Nothing listens at the URL's host and port (as the executor sees it)."""
+
+    def __init__(self, method: str, url: str, server_message: str) -> None:
+        super().__init__(method, url, server_message, "connection refused by the peer")
+
+
+class HttpNameResolutionError(HttpRequestError):
+    """The URL's host name does not resolve on the executor."""
+
+    def __init__(self, method: str, url: str, server_message: str) -> None:
+        super().__init__(method, url, server_message, "the host name does not resolve")
+
+
+class HttpTimeout(HttpRequestError, TimeoutError):
+    """No complete response within the request's ``timeout``."""
+
+    def __init__(self, method: str, url: str, server_message: str, timeout: float) -> None:
+        super().__init__(method, url, server_message, f"no response within {timeout:g} s")
+        self.timeout = timeout
+
+
+class HttpInvalidRequest(HttpRequestError, ValueError):
+    """The server refused to send the request (scheme, URL, method or header name)."""

@@ -33,6 +33,7 @@ from execserver.client.errors import ExecServerUnavailable
 from execserver.client.events import ExitStatus, ProcessEvent
 from execserver.client.expect import ExpectMatch, Pattern, wants_text
 from execserver.client.fs import RemoteFileHandle, RemoteFileSystem, RemotePath
+from execserver.client.http import HttpResponse, RemoteHttp
 from execserver.client.process import RemoteProcess
 from execserver.client.rpc import RpcConnection
 from execserver.client.sandbox import Sandbox
@@ -51,6 +52,7 @@ SIGNAL_CHECK_INTERVAL = 0.1
 __all__ = [
     "ExecServerClient",
     "SyncFileSystem",
+    "SyncHttp",
     "SyncRemoteFileHandle",
     "SyncRemotePath",
     "SyncRemoteProcess",
@@ -201,6 +203,22 @@ class SyncFileSystem:
 
 async def _enter(manager: contextlib.AbstractAsyncContextManager[T]) -> T:
     return await manager.__aenter__()
+
+
+class SyncHttp:
+    """:class:`~execserver.client.http.RemoteHttp` (``client.http``), blocking."""
+
+    def __init__(self, http: RemoteHttp) -> None:
+        self.aio = http
+
+    def request(self, method: str, url: str, **options: Any) -> HttpResponse:
+        return _LOOP.call(self.aio.request(method, url, **options))
+
+    def get(self, url: str, **options: Any) -> HttpResponse:
+        return _LOOP.call(self.aio.get(url, **options))
+
+    def post(self, url: str, **options: Any) -> HttpResponse:
+        return _LOOP.call(self.aio.post(url, **options))
 
 
 class SyncRemotePath:
@@ -416,6 +434,7 @@ class ExecServerClient:
     def __init__(self, client: AsyncClient) -> None:
         self.aclient = client
         self.fs = SyncFileSystem(client.fs)
+        self.http = SyncHttp(client.http)
         self.processes = client.processes
 
     # -- construction --------------------------------------------------------
