@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from execserver.client.fs import RemoteFileHandle, RemoteFileSystem, RemotePath
     from execserver.client.http import HttpResponse, RemoteHttp
     from execserver.client.process import RemoteProcess
+    from execserver.client.router import ProcessInfo
     from execserver.client.sandbox import Sandbox
     from execserver.wire.process import ExecEnvPolicy
 
@@ -97,6 +98,7 @@ _EXPORTS = {
     "HttpResponse": "execserver.client.http",
     "RemoteHttp": "execserver.client.http",
     "RemoteProcess": "execserver.client.process",
+    "ProcessInfo": "execserver.client.router",
     "Sandbox": "execserver.client.sandbox",
     "ExecEnvPolicy": "execserver.wire.process",
 }
@@ -141,6 +143,7 @@ __all__ = [
     "PayloadTooLarge",
     "ProcessEvent",
     "ProcessFailed",
+    "ProcessInfo",
     "RemoteFileHandle",
     "RemoteFileSystem",
     "RemoteHttp",

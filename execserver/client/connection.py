@@ -629,7 +629,7 @@ class ExecServerClient(TypedCalls):
         if not params.sandbox:
             params.sandbox = NULL_SANDBOX
         # Route first: events can arrive before the start response.
-        proc = self.processes.open(self, params.process_id, tty=params.tty)
+        proc = self.processes.open(self, params.process_id, tty=params.tty, argv=params.argv)
         try:
             result = await self.call(methods.PROCESS_START, params, timeout=timeout)
         except BaseException:
