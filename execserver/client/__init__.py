@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from execserver.client.process import RemoteProcess
     from execserver.client.router import ProcessInfo
     from execserver.client.sandbox import Sandbox
+    from execserver.client.transfer import TransferError, TransferSummary
     from execserver.wire.process import ExecEnvPolicy
 
 # Exported names -> their modules, imported on first use: importing one submodule
@@ -100,6 +101,8 @@ _EXPORTS = {
     "RemoteProcess": "execserver.client.process",
     "ProcessInfo": "execserver.client.router",
     "Sandbox": "execserver.client.sandbox",
+    "TransferError": "execserver.client.transfer",
+    "TransferSummary": "execserver.client.transfer",
     "ExecEnvPolicy": "execserver.wire.process",
 }
 
@@ -151,6 +154,8 @@ __all__ = [
     "RemoteProcess",
     "Sandbox",
     "SessionAttached",
+    "TransferError",
+    "TransferSummary",
     "WorkingDirectoryNotADirectory",
     "WorkingDirectoryNotFound",
 ]

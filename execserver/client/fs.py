@@ -30,6 +30,7 @@ from execserver.client.errors import (
 from execserver.client.fs_errors import fs_error
 from execserver.client.params import b64encode, wire_bytes
 from execserver.client.sandbox import sandbox_param, to_uri
+from execserver.client.transfer import DEFAULT_CONCURRENCY, Progress, TransferSummary
 from execserver.wire import methods
 from execserver.wire.fs import (
     CanonicalizeParams,
@@ -269,6 +270,42 @@ class RemoteFileSystem:
             sandbox=self._sandbox(),
         )
         await _os_errors(self._caller.call(methods.FS_COPY, params), src)
+
+    async def upload(
+        self,
+        local_dir: str | os.PathLike[str],
+        remote_dir: str | os.PathLike[str] | RemotePath,
+        *,
+        progress: Progress | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> TransferSummary:
+        """Copy the tree under ``local_dir`` into ``remote_dir`` (created with its
+        parents): contents, modes, symlinks as symlinks (their target text, never
+        followed); other file types are skipped. ``progress(done, total)`` after
+        each file (bytes); ``concurrency`` files in flight. Modes and links are
+        set by commands on the executor (``chmod``, ``ln``)."""
+        from execserver.client import transfer
+
+        return await transfer.upload(
+            self, local_dir, _native(remote_dir), progress=progress, concurrency=concurrency
+        )
+
+    async def download(
+        self,
+        remote_dir: str | os.PathLike[str] | RemotePath,
+        local_dir: str | os.PathLike[str],
+        *,
+        progress: Progress | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> TransferSummary:
+        """Copy the tree under ``remote_dir`` into ``local_dir`` (created with its
+        parents), as :meth:`upload` does the other way. The tree is listed with
+        GNU ``find -printf`` on the executor."""
+        from execserver.client import transfer
+
+        return await transfer.download(
+            self, _native(remote_dir), local_dir, progress=progress, concurrency=concurrency
+        )
 
     @asynccontextmanager
     async def open(

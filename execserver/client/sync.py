@@ -37,6 +37,7 @@ from execserver.client.http import HttpResponse, RemoteHttp
 from execserver.client.process import RemoteProcess
 from execserver.client.rpc import RpcConnection
 from execserver.client.sandbox import Sandbox
+from execserver.client.transfer import TransferSummary
 from execserver.wire.fs import DirectoryEntry, FileMetadata, WalkOutcome
 from execserver.wire.lifecycle import EnvironmentInfo
 from execserver.wire.process import ExecEnvPolicy, ExecParams, ReadParams, ReadResponse, WriteStatus
@@ -199,6 +200,18 @@ class SyncFileSystem:
 
     def copy(self, source: _Path, destination: _Path, **options: Any) -> None:
         _LOOP.call(self.aio.copy(source, destination, **options))
+
+    def upload(
+        self, local_dir: str | os.PathLike[str], remote_dir: _Path, **options: Any
+    ) -> TransferSummary:
+        """:meth:`~execserver.client.fs.RemoteFileSystem.upload`, blocking
+        (``progress`` runs on the sync clients' loop thread)."""
+        return _LOOP.call(self.aio.upload(local_dir, remote_dir, **options))
+
+    def download(
+        self, remote_dir: _Path, local_dir: str | os.PathLike[str], **options: Any
+    ) -> TransferSummary:
+        return _LOOP.call(self.aio.download(remote_dir, local_dir, **options))
 
 
 async def _enter(manager: contextlib.AbstractAsyncContextManager[T]) -> T:
