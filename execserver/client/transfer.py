@@ -30,18 +30,15 @@ import stat
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Final
+from typing import Any, Final, Protocol
 
 from execserver.client.errors import ExecServerError
-
-if TYPE_CHECKING:
-    from execserver.client.commands import CommandClient
-    from execserver.client.fs import RemoteFileSystem
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
     "Progress",
     "TransferError",
+    "TransferFileSystem",
     "TransferSummary",
     "download",
     "upload",
@@ -75,31 +72,31 @@ class TransferError(ExecServerError):
         self.detail = detail
 
 
-def _client(fs: RemoteFileSystem) -> CommandClient:
-    caller = fs.caller
-    if not all(hasattr(caller, name) for name in ("start", "fs", "environment_info")):
+class TransferFileSystem(Protocol):
+    """What a transfer needs of ``client.fs`` (its client must have ``run``).
+    Stated here rather than imported: fs.py offers upload/download itself."""
+
+    sandbox: object
+
+    @property
+    def caller(self) -> object: ...
+
+    async def create_directory(self, path: str) -> None: ...
+
+    async def write_file(self, path: str, data: bytes) -> None: ...
+
+    async def read_file(self, path: str) -> bytes: ...
+
+
+async def _sh(fs: TransferFileSystem, step: str, script: str, args: list[str], stdin: bytes) -> str:
+    run: Callable[..., Awaitable[Any]] | None = getattr(fs.caller, "run", None)
+    if run is None:
         raise TypeError("upload/download need a client that can run commands (ExecServerClient)")
-    return caller  # type: ignore[return-value]
-
-
-async def _sh(fs: RemoteFileSystem, step: str, script: str, args: list[str], stdin: bytes) -> str:
-    from execserver.client.commands import run_command
-
-    result = await run_command(
-        _client(fs),
+    result = await run(
         ["/bin/sh", "-c", script, "execserver-transfer", *args],
         cwd="/",
-        env=None,
-        inherit_env=True,
-        env_policy=None,
-        timeout=None,
-        check=False,
         stdin=stdin or None,
-        tty=False,
         sandbox=fs.sandbox,
-        text=False,
-        arg0=None,
-        process_id=None,
     )
     stdout, stderr = result.stdout, result.stderr
     assert isinstance(stdout, bytes) and isinstance(stderr, bytes)
@@ -186,7 +183,7 @@ def _make_dirs(root: str, directories: list[tuple[str, int]]) -> None:
 
 
 async def upload(
-    fs: RemoteFileSystem,
+    fs: TransferFileSystem,
     local_dir: str | os.PathLike[str],
     remote_dir: str,
     *,
@@ -240,7 +237,7 @@ async def upload(
 
 
 async def download(
-    fs: RemoteFileSystem,
+    fs: TransferFileSystem,
     remote_dir: str,
     local_dir: str | os.PathLike[str],
     *,
