@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -61,7 +61,7 @@ async def echo_url() -> AsyncIterator[str]:
 
 
 @pytest.fixture
-def silent_url() -> AsyncIterator[str]:
+def silent_url() -> Iterator[str]:
     """A listener that accepts (the kernel does) but never answers."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

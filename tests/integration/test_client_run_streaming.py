@@ -130,7 +130,8 @@ async def test_the_wall_clock_timeout_is_not_reported_as_idle(
     with pytest.raises(CommandTimeout) as caught:
         await client.run(script, cwd=tmp_path, timeout=1, idle_timeout=60)
     assert not isinstance(caught.value, CommandIdleTimeout)
-    assert caught.value.stdout.startswith(b"tick\n")
+    stdout = caught.value.stdout
+    assert isinstance(stdout, bytes) and stdout.startswith(b"tick\n")
     assert await gone(mark), alive_with(mark)
 
 
