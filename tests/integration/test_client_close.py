@@ -8,46 +8,22 @@ restarts quickly must not find its previous run's processes still running."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 
-import psutil
-
 from execserver.client import ExecServerClient, sync
+from tests.support.procinfo import gone, processes_with, sleep_marker
 from tests.support.servers import RunningServer
-
-
-def marker() -> str:
-    """A unique sleep duration, so psutil finds exactly our remote process."""
-    return f"{300 + uuid.uuid4().int % 10_000}.{uuid.uuid4().int % 1000:03d}"
-
-
-def running(arg: str) -> list[psutil.Process]:
-    return [
-        proc
-        for proc in psutil.process_iter(["cmdline", "status"])
-        if arg in (proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE
-    ]
-
-
-async def gone(arg: str) -> bool:
-    """Polls (bounded) until no process has ``arg`` on its command line."""
-    for _ in range(200):
-        if not running(arg):
-            return True
-        await asyncio.sleep(0.05)
-    return False
 
 
 async def test_close_terminate_ends_every_process_the_client_started(
     any_server: RunningServer, tmp_path: Path
 ) -> None:
     client = await ExecServerClient.connect(any_server.url)
-    marks = [marker() for _ in range(3)]
+    marks = [sleep_marker() for _ in range(3)]
     for mark in marks:
         await client.start_process(["sleep", mark], cwd=tmp_path)
     await client.run(["true"], cwd=tmp_path)
-    assert all(running(mark) for mark in marks)
+    assert all(processes_with(mark) for mark in marks)
     await client.close(terminate=True)
     for mark in marks:
         assert await gone(mark), f"sleep {mark} still runs after close(terminate=True)"
@@ -56,21 +32,21 @@ async def test_close_terminate_ends_every_process_the_client_started(
 async def test_leaving_async_with_terminates_the_processes_of_the_block(
     any_server: RunningServer, tmp_path: Path
 ) -> None:
-    mark = marker()
+    mark = sleep_marker()
     async with await ExecServerClient.connect(any_server.url) as client:
         await client.start_process(["sleep", mark], cwd=tmp_path)
-        assert running(mark)
+        assert processes_with(mark)
     assert await gone(mark), "the block's process outlived the block"
 
 
 async def test_plain_close_detaches_and_the_session_can_be_resumed(
     execserver: RunningServer, tmp_path: Path
 ) -> None:
-    mark = marker()
+    mark = sleep_marker()
     client = await ExecServerClient.connect(execserver.url)
     proc = await client.start_process(["sleep", mark], cwd=tmp_path)
     await client.close()
-    assert running(mark)
+    assert processes_with(mark)
     resumed = await ExecServerClient.connect(
         execserver.url, resume_session_id=client.session_id, wait=5
     )
@@ -87,10 +63,10 @@ async def test_plain_close_detaches_and_the_session_can_be_resumed(
 async def test_an_explicit_detach_on_exit_keeps_the_block_s_processes(
     execserver: RunningServer, tmp_path: Path
 ) -> None:
-    mark = marker()
+    mark = sleep_marker()
     async with await ExecServerClient.connect(execserver.url, on_exit="detach") as client:
         proc = await client.start_process(["sleep", mark], cwd=tmp_path)
-    assert running(mark)
+    assert processes_with(mark)
     async with await ExecServerClient.connect(
         execserver.url, resume_session_id=client.session_id, wait=5
     ) as resumed:
@@ -101,12 +77,12 @@ async def test_an_explicit_detach_on_exit_keeps_the_block_s_processes(
 async def test_the_sync_client_terminates_on_exit_too(
     execserver: RunningServer, tmp_path: Path
 ) -> None:
-    mark = marker()
+    mark = sleep_marker()
 
     def block() -> None:
         with sync.connect(execserver.url) as client:
             client.start_process(["sleep", mark], cwd=str(tmp_path))
-            assert running(mark)
+            assert processes_with(mark)
 
     await asyncio.to_thread(block)
     assert await gone(mark)

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from execserver.client import CommandIdleTimeout, CommandTimeout, ExecServerClient, sync
 from tests.integration.test_client_cli import run_cli
+from tests.support.procinfo import gone, processes_with, sleep_marker
 from tests.support.servers import RunningServer
 
 
@@ -21,26 +20,6 @@ from tests.support.servers import RunningServer
 async def client(any_server: RunningServer) -> AsyncIterator[ExecServerClient]:
     async with await ExecServerClient.connect(any_server.url) as c:
         yield c
-
-
-def marker() -> str:
-    return f"{300 + uuid.uuid4().int % 10_000}.{uuid.uuid4().int % 1000:03d}"
-
-
-def alive_with(arg: str) -> list[psutil.Process]:
-    return [
-        p
-        for p in psutil.process_iter(["cmdline", "status"])
-        if arg in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE
-    ]
-
-
-async def gone(arg: str) -> bool:
-    for _ in range(100):
-        if not alive_with(arg):
-            return True
-        await asyncio.sleep(0.05)
-    return False
 
 
 async def test_callbacks_get_each_stream_in_order_as_bytes(
@@ -82,14 +61,14 @@ async def test_a_tty_command_streams_to_on_stdout(client: ExecServerClient, tmp_
 async def test_a_failing_callback_terminates_the_command_and_is_raised(
     client: ExecServerClient, tmp_path: Path
 ) -> None:
-    mark = marker()
+    mark = sleep_marker()
 
     def explode(data: bytes) -> None:
         raise RuntimeError(f"callback saw {data!r}")
 
     with pytest.raises(RuntimeError, match="callback saw"):
         await client.run(f"echo first; exec sleep {mark}", cwd=tmp_path, on_stdout=explode)
-    assert await gone(mark), alive_with(mark)
+    assert await gone(mark), processes_with(mark)
 
 
 async def test_result_carries_duration_started_at_and_no_pid(
@@ -109,7 +88,7 @@ async def test_result_carries_duration_started_at_and_no_pid(
 async def test_idle_timeout_terminates_a_silent_command(
     client: ExecServerClient, tmp_path: Path
 ) -> None:
-    mark = marker()
+    mark = sleep_marker()
     with pytest.raises(CommandIdleTimeout) as caught:
         await client.run(
             f"echo before; exec sleep {mark}", cwd=tmp_path, idle_timeout=1, timeout=120
@@ -118,13 +97,13 @@ async def test_idle_timeout_terminates_a_silent_command(
     assert caught.value.idle_timeout == 1
     assert isinstance(caught.value, CommandTimeout)
     assert "idle timeout" in str(caught.value)
-    assert await gone(mark), alive_with(mark)
+    assert await gone(mark), processes_with(mark)
 
 
 async def test_the_wall_clock_timeout_is_not_reported_as_idle(
     client: ExecServerClient, tmp_path: Path
 ) -> None:
-    mark = marker()
+    mark = sleep_marker()
     # Output keeps coming, so only the wall-clock timeout can end it.
     script = f"(while :; do echo tick; sleep 0.1; done) & exec sleep {mark}"
     with pytest.raises(CommandTimeout) as caught:
@@ -132,7 +111,7 @@ async def test_the_wall_clock_timeout_is_not_reported_as_idle(
     assert not isinstance(caught.value, CommandIdleTimeout)
     stdout = caught.value.stdout
     assert isinstance(stdout, bytes) and stdout.startswith(b"tick\n")
-    assert await gone(mark), alive_with(mark)
+    assert await gone(mark), processes_with(mark)
 
 
 async def test_output_keeps_the_idle_timeout_from_firing(
@@ -169,7 +148,7 @@ async def test_the_sync_twin_streams_and_times_out(
 async def test_cli_run_timeout_terminates_and_exits_124(
     any_server: RunningServer, tmp_path: Path
 ) -> None:
-    mark = marker()
+    mark = sleep_marker()
     code, out, err = await run_cli(
         "run", any_server.url, "--cwd", str(tmp_path), "--timeout", "1", "--",
         "sh", "-c", f"echo started; exec sleep {mark}",
@@ -177,7 +156,7 @@ async def test_cli_run_timeout_terminates_and_exits_124(
     assert code == 124, err
     assert out == b"started\n"
     assert b"timed out after 1 s" in err
-    assert await gone(mark), alive_with(mark)
+    assert await gone(mark), processes_with(mark)
 
 
 async def test_cli_run_timeout_rejects_a_non_number(any_server: RunningServer) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.procinfo import processes_with
 from tests.support.servers import PROJECT_ROOT
 
 OWNER = textwrap.dedent(
@@ -45,14 +46,6 @@ SYNC_OWNER = textwrap.dedent(
         time.sleep(3600)
     """
 )
-
-
-def running(arg: str) -> list[psutil.Process]:
-    return [
-        proc
-        for proc in psutil.process_iter(["cmdline", "status"])
-        if arg in (proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE
-    ]
 
 
 def alive(pid: int) -> bool:
@@ -89,13 +82,15 @@ async def test_the_daemon_and_its_processes_die_when_the_owner_is_sigkilled(
         line = await asyncio.wait_for(owner.stdout.readline(), 60)
         daemons = [int(pid) for pid in line.split()]
         assert daemons and all(alive(pid) for pid in daemons)
-        assert running(mark)
+        assert processes_with(mark)
         owner.send_signal(signal.SIGKILL)
         await owner.wait()
         assert await eventually(lambda: not any(alive(pid) for pid in daemons)), (
             "the private daemon outlived its SIGKILLed owner"
         )
-        assert await eventually(lambda: not running(mark)), "the daemon's process outlived it"
+        assert await eventually(lambda: not processes_with(mark)), (
+            "the daemon's process outlived it"
+        )
     finally:
         if owner.returncode is None:
             owner.kill()
@@ -103,5 +98,5 @@ async def test_the_daemon_and_its_processes_die_when_the_owner_is_sigkilled(
         for pid in daemons:  # only after a failure: the test's own leftovers
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        for proc in running(mark):
+        for proc in processes_with(mark):
             proc.kill()

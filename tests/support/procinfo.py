@@ -1,8 +1,10 @@
-"""Shared bits of the reliability suite: server process inspection."""
+"""Process inspection for the tests: a server's descendants, processes found by
+an argument of theirs, bounded waits."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import psutil
 
@@ -36,3 +38,23 @@ def rss_mb(pid: int) -> float:
 
 def num_fds(pid: int) -> int:
     return psutil.Process(pid).num_fds()
+
+
+def sleep_marker() -> str:
+    """A unique ``sleep`` duration (300 s and up), so psutil finds exactly the
+    remote process a test started by its command line."""
+    return f"{300 + uuid.uuid4().int % 10_000}.{uuid.uuid4().int % 1000:03d}"
+
+
+def processes_with(arg: str) -> list[psutil.Process]:
+    """Live (not zombie) processes with ``arg`` on their command line."""
+    return [
+        proc
+        for proc in psutil.process_iter(["cmdline", "status"])
+        if arg in (proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE
+    ]
+
+
+async def gone(arg: str, timeout: float = 10.0) -> bool:
+    """Polls (bounded) until no live process has ``arg`` on its command line."""
+    return await wait_until(lambda: not processes_with(arg), timeout, interval=0.05)
