@@ -260,13 +260,35 @@ def _handled_fs(abi: int) -> int:
     return rights
 
 
-def _apply_landlock(libc: ctypes.CDLL, read: list[str], write: list[str]) -> None:
-    abi = libc.syscall(
-        _SYS_LANDLOCK_CREATE_RULESET,
-        None,
-        ctypes.c_size_t(0),
-        ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION),
+def _landlock_abi(libc: ctypes.CDLL) -> int:
+    """The kernel's Landlock ABI version; 0 or less when there is none."""
+    return int(
+        libc.syscall(
+            _SYS_LANDLOCK_CREATE_RULESET,
+            None,
+            ctypes.c_size_t(0),
+            ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION),
+        )
     )
+
+
+def _create_ruleset(libc: ctypes.CDLL, attr: bytes, what: str) -> int:
+    attr_buf = ctypes.create_string_buffer(attr, len(attr))
+    return _check(
+        libc.syscall(
+            _SYS_LANDLOCK_CREATE_RULESET, attr_buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)
+        ),
+        what,
+    )
+
+
+def _restrict_self(libc: ctypes.CDLL, ruleset: int, what: str) -> None:
+    _no_new_privs(libc)
+    _check(libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)), what)
+
+
+def _apply_landlock(libc: ctypes.CDLL, read: list[str], write: list[str]) -> None:
+    abi = _landlock_abi(libc)
     if abi < 1:
         raise OSError(errno.ENOSYS, "Landlock is not available on this kernel")
     handled = _handled_fs(abi)
@@ -276,13 +298,7 @@ def _apply_landlock(libc: ctypes.CDLL, read: list[str], write: list[str]) -> Non
         attr = struct.pack("=QQQ", handled, 0, _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL)
     else:
         attr = struct.pack("=Q", handled)
-    attr_buf = ctypes.create_string_buffer(attr, len(attr))
-    ruleset = _check(
-        libc.syscall(
-            _SYS_LANDLOCK_CREATE_RULESET, attr_buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)
-        ),
-        "landlock_create_ruleset",
-    )
+    ruleset = _create_ruleset(libc, attr, "landlock_create_ruleset")
     try:
 
         def allow(path: str, rights: int) -> None:
@@ -314,11 +330,7 @@ def _apply_landlock(libc: ctypes.CDLL, read: list[str], write: list[str]) -> Non
             allow(path, handled)
         for path in _DEVICES_RW:
             allow(path, _FS_READ_FILE | _FS_WRITE_FILE | (_FS_TRUNCATE if abi >= 3 else 0))
-        _no_new_privs(libc)
-        _check(
-            libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)),
-            "landlock_restrict_self",
-        )
+        _restrict_self(libc, ruleset, "landlock_restrict_self")
     finally:
         os.close(ruleset)
 
@@ -327,28 +339,13 @@ def _scope_signals(libc: ctypes.CDLL) -> None:
     """A Landlock domain that restricts no file access, only signals: none reaches
     a process outside this one's descendants. Needs ABI 6; older kernels get
     nothing here (the pid namespace, where there is one, is the line that holds)."""
-    abi = libc.syscall(
-        _SYS_LANDLOCK_CREATE_RULESET,
-        None,
-        ctypes.c_size_t(0),
-        ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION),
-    )
-    if abi < 6:
+    if _landlock_abi(libc) < 6:
         return
-    attr = struct.pack("=QQQ", 0, 0, _SCOPE_SIGNAL)
-    attr_buf = ctypes.create_string_buffer(attr, len(attr))
-    ruleset = _check(
-        libc.syscall(
-            _SYS_LANDLOCK_CREATE_RULESET, attr_buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)
-        ),
-        "landlock_create_ruleset(scope)",
+    ruleset = _create_ruleset(
+        libc, struct.pack("=QQQ", 0, 0, _SCOPE_SIGNAL), "landlock_create_ruleset(scope)"
     )
     try:
-        _no_new_privs(libc)
-        _check(
-            libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)),
-            "landlock_restrict_self(scope)",
-        )
+        _restrict_self(libc, ruleset, "landlock_restrict_self(scope)")
     finally:
         os.close(ruleset)
 

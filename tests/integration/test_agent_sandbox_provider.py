@@ -63,11 +63,18 @@ class StandInKubernetes:
         self._changed = asyncio.Condition()
         self._tasks: set[asyncio.Task[None]] = set()
         self.app = web.Application()
+        self.app.on_cleanup.append(self._stop_reconciling)
         self.app.router.add_post(CLAIMS.format(ns="{ns}"), self.create_claim)
         self.app.router.add_get(CLAIMS.format(ns="{ns}"), self.list_claims)
         self.app.router.add_get(CLAIMS.format(ns="{ns}") + "/{name}", self.get_claim)
         self.app.router.add_delete(CLAIMS.format(ns="{ns}") + "/{name}", self.delete_claim)
         self.app.router.add_get(SANDBOXES.format(ns="{ns}") + "/{name}", self.get_sandbox)
+
+    async def _stop_reconciling(self, _app: web.Application) -> None:
+        """The runner's cleanup ends the claims still being made ready."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _bump(self, obj: dict[str, Any]) -> None:
         obj["metadata"]["resourceVersion"] = str(next(self._versions))

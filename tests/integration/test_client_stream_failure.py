@@ -46,15 +46,17 @@ async def test_iteration_raises_when_the_client_is_closed_meanwhile(
     client = await ExecServerClient.connect(execserver.url)
     proc = await client.start_process(["sh", "-c", SCRIPT], cwd=tmp_path)
     seen: list[object] = []
+    closing: list[asyncio.Task[None]] = []
 
     async def consume() -> None:
         async for event in proc:
             seen.append(event)
-            if len(seen) == 3:
-                asyncio.get_running_loop().call_soon(asyncio.ensure_future, client.close())
+            if len(seen) == 3 and not closing:
+                closing.append(asyncio.create_task(client.close()))
 
     with pytest.raises(ProcessFailed):
         await consume()
+    await asyncio.gather(*closing)
     assert not any(isinstance(event, Closed) for event in seen)
 
 
