@@ -317,6 +317,7 @@ class _Socket(WSListener):
             else min(self._max_message, max_frame + OVERSIZE_ANSWERED_BYTES)
         )
         self._closing_sent = False  # our close frame is out: ignore what still comes
+        self._linger: asyncio.TimerHandle | None = None  # the disconnect after that close
         self._fragments: list[bytes] | None = None
         self._fragments_size = 0
         # Frames that arrived while an earlier one is still being handled (in order).
@@ -391,6 +392,8 @@ class _Socket(WSListener):
             transport.disconnect()
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:
+        if self._linger is not None:
+            self._linger.cancel()  # the peer answered (or left) before the linger ran out
         for task in self._tasks:
             task.cancel()
         self.resume_writing()  # writers waiting for the peer find it gone
@@ -506,7 +509,7 @@ class _Socket(WSListener):
         self._fragments = None
         self._closing_sent = True
         self._transport.send_close(WSCloseCode.MESSAGE_TOO_BIG, b"message too big")
-        self._loop.call_later(CLOSE_LINGER_S, self._transport.disconnect)
+        self._linger = self._loop.call_later(CLOSE_LINGER_S, self._transport.disconnect)
 
     # ---- frames out ---------------------------------------------------------------------
 
