@@ -64,7 +64,7 @@ lint-code: $(STAMP)
 # Deployment files: hadolint on the Dockerfile, checkov on the Kubernetes manifests,
 # and the manifests against the Kubernetes JSON schemas (offline, bundled with
 # kubernetes-validate). These tools are heavy (checkov), so they live in their own
-# virtualenv and `make test`'s set-up stays lean.
+# virtualenv and the main one stays lean.
 LINT_VENV  := .venv-lint
 LINT_BIN   := $(LINT_VENV)/bin
 LINT_STAMP := $(LINT_VENV)/.installed
@@ -104,8 +104,10 @@ format: $(STAMP)
 typecheck: $(BENCH_STAMP)
 	$(BIN)/mypy execserver scripts tests benchmarks
 
-# Code lint only: the deployment linters run in `make lint` (and CI) from their own venv.
-test: $(STAMP) system-deps lint-code typecheck
+# Code lint only: the deployment linters run in `make lint` (and CI) from their own
+# venv. That venv is still made here: one test checks the agent-sandbox pod against
+# the Kubernetes schemas with its kubernetes-validate, and the suite skips nothing.
+test: $(STAMP) $(LINT_STAMP) system-deps lint-code typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 schema: $(STAMP)

@@ -23,6 +23,8 @@ from tests.support.servers import RunningServer, start_server
 BODY_DELTA = "http/request/bodyDelta"
 SECRET = "s3cr3t-value"
 
+ROUTE_AWARE_TIMEOUT = "http/request failed: route-aware request timed out"
+
 
 @dataclass
 class Upstream:
@@ -286,8 +288,15 @@ async def test_failures_and_timeouts(server: RunningServer, upstream: Upstream) 
     send_failed = "http/request failed: error sending request for url ({})"
     assert refused == (-32603, send_failed.format("http://127.0.0.1:1/x"))
     assert normalised == (-32603, send_failed.format("http://127.0.0.1:1/"))
-    assert slow == (-32603, send_failed.format(f"{base}/hold-headers"))
-    assert zero == (-32603, "http/request failed: route-aware request timed out")
+    reqwest_timeout = (-32603, send_failed.format(f"{base}/hold-headers"))
+    if server.kind == "reference":
+        # The reference arms two timers with the same deadline (reqwest's and its
+        # route-aware outer one); which fires first depends on scheduling, and on a
+        # loaded machine the outer one wins now and then. Ours answers reqwest's.
+        assert slow in {reqwest_timeout, (-32603, ROUTE_AWARE_TIMEOUT)}
+    else:
+        assert slow == reqwest_timeout
+    assert zero == (-32603, ROUTE_AWARE_TIMEOUT)
     body_failed = (
         -32603,
         "failed to read http/request response body: error decoding response body",
