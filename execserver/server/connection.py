@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import enum
 import itertools
 import logging
-import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, NamedTuple
 
 import msgspec
 
+from execserver.aio.eager import start_eagerly
 from execserver.kernel.context import RequestContext
 from execserver.kernel.limits import LimitExceeded
 from execserver.kernel.methods import MUST_WAIT, MethodSpec
@@ -48,7 +47,7 @@ from execserver.wire.envelope import (
 )
 from execserver.wire.errors import INTERNAL_ERROR, METHOD_NOT_FOUND, RpcError
 
-__all__ = ["Connection", "ProtocolViolation", "resumed", "start_eagerly"]
+__all__ = ["Connection", "ProtocolViolation"]
 
 log = logging.getLogger(__name__)
 
@@ -420,71 +419,6 @@ class Connection:
                 if self._tasks:
                     await asyncio.gather(*list(self._tasks), return_exceptions=True)
                 await self._outbound.join()
-
-
-def start_eagerly(
-    loop: asyncio.AbstractEventLoop, serving: Coroutine[Any, Any, None]
-) -> asyncio.Task[None] | None:
-    """Run ``serving`` up to its first wait; None when it finished, else the task that
-    goes on from there. On Python 3.11 that first step runs while the caller's task
-    is the current task, so ``serving`` must not start an asyncio.timeout/TaskGroup
-    (or read asyncio.current_task()) before its first wait; 3.12+ has eager tasks,
-    which make it its own current task from the first step."""
-    if sys.version_info >= (3, 12):
-        task = asyncio.Task(serving, loop=loop, eager_start=True)
-        return None if task.done() else task
-    context = contextvars.copy_context()
-    try:
-        awaiting = context.run(serving.send, None)
-    except StopIteration:
-        return None
-    return loop.create_task(_Resumed(serving, awaiting), context=context)
-
-
-def resumed(serving: Coroutine[Any, Any, None], awaiting: Any) -> Coroutine[Any, Any, None]:
-    """``serving``, which was driven by hand (``send(None)``) until it yielded
-    ``awaiting``, as a coroutine a task can run from there."""
-    return _Resumed(serving, awaiting)
-
-
-class _Resumed(Coroutine[Any, Any, None]):
-    """``serving``, already suspended on ``awaiting``, as a coroutine a task can run: its
-    first step yields ``awaiting`` again (which the task then waits on), the rest is
-    ``serving``'s own. A cancellation that comes before that first step still reaches
-    ``serving``, so its clean-up runs."""
-
-    def __init__(self, serving: Coroutine[Any, Any, None], awaiting: Any) -> None:
-        self._serving = serving
-        self._awaiting = awaiting
-        self._started = False
-
-    def send(self, value: Any) -> Any:
-        if not self._started:
-            self._started = True
-            return self._awaiting
-        return self._serving.send(value)
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        self._started = True
-        if val is None and tb is None:
-            return self._serving.throw(typ)
-        return self._serving.throw(typ, val, tb)
-
-    def close(self) -> None:
-        self._serving.close()
-
-    def __await__(self) -> Generator[Any, None, None]:
-        try:
-            awaiting = self.send(None)
-            while True:
-                try:
-                    value = yield awaiting
-                except BaseException as exc:  # e.g. cancellation of the awaiting task
-                    awaiting = self.throw(exc)
-                else:
-                    awaiting = self.send(value)
-        except StopIteration:
-            return
 
 
 class _FrameId(msgspec.Struct, forbid_unknown_fields=False):

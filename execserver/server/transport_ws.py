@@ -41,8 +41,9 @@ from picows import (
 )
 from picows.picows import WSProtocol  # type: ignore[attr-defined]  # not in its stubs
 
+from execserver.aio.eager import resumed
 from execserver.server.coalesce import Cork
-from execserver.server.connection import Connection, ProtocolViolation, resumed
+from execserver.server.connection import Connection, ProtocolViolation
 from execserver.server.http_plain import HEAD_TIMEOUT_S, PlainHttp
 from execserver.server.http_surface import HttpRequest, HttpSurface, UpgradeCheck
 from execserver.server.runtime import ServerRuntime

@@ -1,4 +1,4 @@
-"""Work started inline (connection.start_eagerly; the write of an answer given at
+"""Work started inline (execserver.aio.eager.start_eagerly; the write of an answer given at
 once uses it): work that needs no wait finishes before the call returns; work that
 waits goes on in a task of its own, can be cancelled there, and keeps its context
 variables to itself."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 
-from execserver.server.connection import start_eagerly
+from execserver.aio.eager import start_eagerly
 
 MARK: contextvars.ContextVar[str] = contextvars.ContextVar("mark", default="caller")
 
