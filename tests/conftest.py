@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from tests.support.servers import (
     reference_binary,
     start_server,
 )
+from tests.support.shared_daemon import SharedDaemon, helper_subtrees
 
 # ---- the reference binary: resolved once, its absence is one skip reason ---------
 #
@@ -94,9 +95,53 @@ def pytest_runtest_makereport(
 _SKIP_LINE = pytest_runtest_setup.__code__.co_firstlineno
 
 
+# ---- the daemons: one shared per worker, or a fresh one per test --------------
+#
+# `execserver` (and the execserver half of `any_server`) is the worker's shared
+# daemon (tests/support/shared_daemon.py says why that isolates a test and what
+# it changes), unless the test is marked `fresh_daemon`: then it gets a daemon of
+# its own, started for it and stopped after it.
+
+FRESH_DAEMON_MARKER = "fresh_daemon"
+_shared_daemon = SharedDaemon()
+
+
+def _wants_fresh_daemon(item: pytest.Item) -> bool:
+    return item.get_closest_marker(FRESH_DAEMON_MARKER) is not None
+
+
+@pytest.fixture(scope="session")
+def shared_daemon() -> Iterator[SharedDaemon]:
+    """The worker's shared daemon, stopped when the session ends."""
+    try:
+        yield _shared_daemon
+    finally:
+        _shared_daemon.close()
+
+
 @pytest.fixture
-async def execserver() -> AsyncIterator[RunningServer]:
-    """A fresh execserver daemon (real subprocess) for this test."""
+def _shared_execserver(
+    request: pytest.FixtureRequest, shared_daemon: SharedDaemon
+) -> Iterator[RunningServer | None]:
+    """The shared daemon for this test, or None when the test gets its own (marked
+    `fresh_daemon`, or `any_server`'s reference half). Synchronous: the shared
+    daemon's loop runs outside the test's."""
+    callspec = getattr(request.node, "callspec", None)
+    kind = callspec.params.get("any_server", "execserver") if callspec else "execserver"
+    if kind != "execserver" or _wants_fresh_daemon(request.node):
+        yield None
+        return
+    yield shared_daemon.get()
+    shared_daemon.check_alive()
+
+
+@pytest.fixture
+async def execserver(_shared_execserver: RunningServer | None) -> AsyncIterator[RunningServer]:
+    """An execserver daemon (real subprocess): the worker's shared one, or, for a
+    test marked `fresh_daemon`, one started for this test."""
+    if _shared_execserver is not None:
+        yield _shared_execserver
+        return
     async with start_server("execserver") as server:
         yield server
 
@@ -109,8 +154,14 @@ async def reference() -> AsyncIterator[RunningServer]:
 
 
 @pytest.fixture(params=["execserver", "reference"])
-async def any_server(request: pytest.FixtureRequest) -> AsyncIterator[RunningServer]:
-    """Runs the test once against execserver and once against the reference."""
+async def any_server(
+    request: pytest.FixtureRequest, _shared_execserver: RunningServer | None
+) -> AsyncIterator[RunningServer]:
+    """Runs the test once against execserver (as the `execserver` fixture) and once
+    against a fresh reference."""
+    if _shared_execserver is not None:
+        yield _shared_execserver
+        return
     async with start_server(request.param) as server:
         yield server
 
@@ -158,6 +209,14 @@ async def no_leftover_processes(request: pytest.FixtureRequest) -> AsyncIterator
     leftover: dict[int, str] = {}
     for _ in range(100):  # up to ~10 s for servers and their children to wind down
         leftover = {pid: cmd for pid, cmd in _descendants().items() if pid not in before}
+        if leftover:
+            # The shared daemon (started by a test's fixture, so not in `before`) and
+            # its fs helpers are the worker's, not the test's; whatever else it runs
+            # (a command of the test's session) must be gone.
+            shared = _shared_daemon.pid
+            if shared is not None:
+                for pid in {shared} | helper_subtrees(shared):
+                    leftover.pop(pid, None)
         if not leftover:
             break
         await asyncio.sleep(0.1)

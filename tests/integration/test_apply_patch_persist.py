@@ -23,6 +23,10 @@ from execserver.client.cli_options import CONTROL_DIR_ENV
 from execserver.client.control import control_socket_path
 from tests.support.servers import RunningServer, start_server
 
+# The persistent patch master lives as long as its daemon connection: each test
+# stops its own daemon, and the master with it.
+pytestmark = pytest.mark.fresh_daemon
+
 TOKEN = "persist-test-token-123"
 
 

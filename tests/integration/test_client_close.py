@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from execserver.client import ExecServerClient, sync
 from tests.support.procinfo import gone, processes_with, sleep_marker
 from tests.support.servers import RunningServer
@@ -39,6 +41,8 @@ async def test_leaving_async_with_terminates_the_processes_of_the_block(
     assert await gone(mark), "the block's process outlived the block"
 
 
+# Resumes a detached session (the shared daemon's TTL is 0).
+@pytest.mark.fresh_daemon
 async def test_plain_close_detaches_and_the_session_can_be_resumed(
     execserver: RunningServer, tmp_path: Path
 ) -> None:
@@ -60,6 +64,8 @@ async def test_plain_close_detaches_and_the_session_can_be_resumed(
     assert await gone(mark)
 
 
+# Resumes a detached session (the shared daemon's TTL is 0).
+@pytest.mark.fresh_daemon
 async def test_an_explicit_detach_on_exit_keeps_the_block_s_processes(
     execserver: RunningServer, tmp_path: Path
 ) -> None:

@@ -19,6 +19,9 @@ from execserver.client.pool import ExecutorPool, ReplicaUnavailable
 from tests.support.client_peers import TcpProxy
 from tests.support.servers import RunningServer, start_server
 
+# The tests kill or stop the daemon and resume sessions: a daemon of their own.
+pytestmark = pytest.mark.fresh_daemon
+
 
 async def wait_for_file(path: Path) -> None:
     while not await asyncio.to_thread(path.exists):  # noqa: ASYNC110

@@ -49,6 +49,8 @@ async def test_a_start_that_failed_is_not_listed(client: ExecServerClient, tmp_p
     assert client.processes() == []
 
 
+# Resumes a detached session (the shared daemon's TTL is 0).
+@pytest.mark.fresh_daemon
 async def test_a_closed_client_lists_its_processes_as_failed(
     any_server: RunningServer, tmp_path: Path
 ) -> None:

@@ -19,6 +19,9 @@ from execserver.client import (
 from tests.support.client_peers import TcpProxy
 from tests.support.servers import RunningServer
 
+# Every test resumes a detached session: a daemon of its own, with the default session TTL.
+pytestmark = pytest.mark.fresh_daemon
+
 
 async def wait_for_file(path: Path) -> None:
     # The process signals through the shared tmp dir; poll it (stat is cheap).

@@ -107,6 +107,8 @@ async def test_invariant_4_a_start_on_a_lost_transport_fails_and_is_not_retried(
     assert not (workspace / "ran").exists()
 
 
+# Resumes a detached session (the shared daemon's TTL is 0).
+@pytest.mark.fresh_daemon
 async def test_invariant_4_5_call_survives_a_transport_loss_through_resume(
     client: ExecServerClient, workspace: Path
 ) -> None:

@@ -79,6 +79,8 @@ def test_every_runnable_block_has_a_language_we_can_run() -> None:
     assert not unknown, "tag these blocks python or sh, or skip them with a reason"
 
 
+# As the module says, each block runs against a fresh execserver (some resume sessions).
+@pytest.mark.fresh_daemon
 @pytest.mark.parametrize("block", RUNNABLE, ids=[block.id for block in RUNNABLE])
 async def test_code_block_runs(block: Block, execserver: RunningServer, tmp_path: Path) -> None:
     code = block.code.replace(DOCUMENTED_URL, execserver.url)

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.rpc import b64, check_cases, connect, unb64, uri
 from tests.support.servers import RunningServer
 
@@ -378,6 +380,8 @@ def _open_fds(pid: int, target: str) -> int:
     return count
 
 
+# Counts the daemon's open fds.
+@pytest.mark.fresh_daemon
 async def test_connection_close_releases_handles_and_watch(
     execserver: RunningServer, tmp_path: Path
 ) -> None:
@@ -410,6 +414,8 @@ def _rss_bytes(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+# Measures the daemon's RSS.
+@pytest.mark.fresh_daemon
 async def test_200mb_block_read_keeps_daemon_rss_flat(
     execserver: RunningServer, tmp_path: Path
 ) -> None:

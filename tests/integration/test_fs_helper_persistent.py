@@ -23,8 +23,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from execserver.fs import ops_read
-from execserver.sandbox.fs import run_sandboxed_fs_call
-from execserver.sandbox.fs_helper.pool import HelperPool, close_loop_pool, loop_pool
+from execserver.fs.dispatch import run_sandboxed
+from execserver.fs.operations import READ_FILE, WRITE_FILE
+from execserver.fs.sandboxed.client import SandboxedFs
+from execserver.fs.sandboxed.pool import HelperPool
 from execserver.sandbox.fs_helper.runtime import PRIVATE_DIR
 from execserver.sandbox.policy import resolve_policy
 from execserver.wire.errors import INTERNAL_ERROR, RpcError
@@ -37,15 +39,17 @@ from tests.support.sandbox import (
     entry,
     host_backend,
     managed,
-    sandbox_host,
+    sandboxed_fs,
 )
 from tests.support.servers import RunningServer, start_server
+
+# The tests count the daemon's fs helpers and wait for its sessions to expire:
+# a daemon of their own.
+pytestmark = pytest.mark.fresh_daemon
 
 NOT_FOUND = [-32004, "No such file or directory (os error 2)"]
 EACCES = [-32600, "Permission denied (os error 13)"]
 EROFS = [-32603, "Read-only file system (os error 30)"]
-READ_FILE = "execserver.fs.ops_read:read_file"
-WRITE_FILE = "execserver.fs.ops_write:write_file_bytes"
 
 
 INTERPRETER = os.path.realpath(sys.executable)
@@ -65,9 +69,11 @@ def sandbox(entries: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def fresh_pool() -> AsyncIterator[None]:
-    yield
-    await close_loop_pool()
+async def fs() -> AsyncIterator[SandboxedFs]:
+    """The daemon's sandboxed-fs client, with a pool of its own."""
+    client = sandboxed_fs()
+    yield client
+    await client.aclose()
 
 
 async def _read(client: Any, path: str | Path, box: dict[str, Any]) -> Any:
@@ -165,7 +171,7 @@ async def test_contents_round_trip_and_errors_keep_the_reference_codes(
     assert not (outside / "x").exists()
 
 
-async def test_one_helper_per_resolved_policy(tmp_path: Path, fresh_pool: None) -> None:
+async def test_one_helper_per_resolved_policy(tmp_path: Path, fs: SandboxedFs) -> None:
     ws, other = tmp_path / "ws", tmp_path / "other"
     ws.mkdir()
     other.mkdir()
@@ -174,32 +180,24 @@ async def test_one_helper_per_resolved_policy(tmp_path: Path, fresh_pool: None) 
     ctx_ws = context(managed([entry(ws, "read")]))
     ctx_other = context(managed([entry(other, "read")]))
     args_ws = {"path": str(ws / "f"), "follow_symlinks": True}
-    assert await run_sandboxed_fs_call(
-        ctx_ws, func=READ_FILE, args=args_ws, write=False, host=sandbox_host()
-    ) == b64("ws")
-    first = {h.process.pid for h in loop_pool().live()}
-    assert await run_sandboxed_fs_call(
-        ctx_ws, func=READ_FILE, args=args_ws, write=False, host=sandbox_host()
-    ) == b64("ws")
-    assert {h.process.pid for h in loop_pool().live()} == first  # reused
+    assert await run_sandboxed(ctx_ws, READ_FILE, args_ws, fs) == b64("ws")
+    first = {h.process.pid for h in fs.pool.live()}
+    assert await run_sandboxed(ctx_ws, READ_FILE, args_ws, fs) == b64("ws")
+    assert {h.process.pid for h in fs.pool.live()} == first  # reused
     # The other policy cannot see ws through its own helper, nor the reverse.
     with pytest.raises(RpcError) as info:
-        await run_sandboxed_fs_call(
-            ctx_other, func=READ_FILE, args=args_ws, write=False, host=sandbox_host()
-        )
+        await run_sandboxed(ctx_other, READ_FILE, args_ws, fs)
     assert info.value.message == NOT_FOUND[1]
-    assert len(loop_pool().live()) == 2
+    assert len(fs.pool.live()) == 2
     # ws deleted and re-created under the same name: a different policy (new inode).
     shutil.rmtree(ws)
     ws.mkdir()
     (ws / "f").write_text("new")
-    assert await run_sandboxed_fs_call(
-        ctx_ws, func=READ_FILE, args=args_ws, write=False, host=sandbox_host()
-    ) == b64("new")
+    assert await run_sandboxed(ctx_ws, READ_FILE, args_ws, fs) == b64("new")
 
 
 async def test_host_removing_a_protected_mount_point_retires_the_helper(
-    tmp_path: Path, fresh_pool: None
+    tmp_path: Path, fs: SandboxedFs
 ) -> None:
     """Removing ws/.codex on the host detaches the helper's read-only mount over it
     in its namespace; the next call must run in a fresh, fully protected sandbox."""
@@ -207,17 +205,15 @@ async def test_host_removing_a_protected_mount_point_retires_the_helper(
     ws.mkdir()
     ctx = context(managed([ROOT_READ, entry(ws, "write")]))
     write = {"path": str(ws / "a"), "data": b"a", "follow_symlinks": True}
-    await run_sandboxed_fs_call(ctx, func=WRITE_FILE, args=write, write=True, host=sandbox_host())
-    (helper,) = loop_pool().live()
+    await run_sandboxed(ctx, WRITE_FILE, write, fs)
+    (helper,) = fs.pool.live()
     assert (ws / ".codex").is_dir()  # the synthetic mount point, while the helper lives
     os.rmdir(ws / ".codex")
     inside = {"path": str(ws / ".codex" / "config.toml"), "data": b"x", "follow_symlinks": True}
     with pytest.raises(RpcError) as info:
-        await run_sandboxed_fs_call(
-            ctx, func=WRITE_FILE, args=inside, write=True, host=sandbox_host()
-        )
+        await run_sandboxed(ctx, WRITE_FILE, inside, fs)
     assert [info.value.code, info.value.message] == EROFS
-    assert helper not in loop_pool().live()
+    assert helper not in fs.pool.live()
     assert not (ws / ".codex" / "config.toml").exists()
 
 
@@ -238,29 +234,17 @@ def _helper_children(pid: int) -> list[int]:
 
 
 async def test_crashed_helper_fails_the_call_in_flight_and_is_restarted(
-    tmp_path: Path, fresh_pool: None
+    tmp_path: Path, fs: SandboxedFs
 ) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     os.mkfifo(ws / "fifo")
     ctx = context(managed([ROOT_READ, entry(ws, "write")]))
-    await run_sandboxed_fs_call(
-        ctx,
-        func=WRITE_FILE,
-        args={"path": str(ws / "a"), "data": b"a"},
-        write=True,
-        host=sandbox_host(),
-    )
-    (helper,) = loop_pool().live()
+    await run_sandboxed(ctx, WRITE_FILE, {"path": str(ws / "a"), "data": b"a"}, fs)
+    (helper,) = fs.pool.live()
     # Opening a fifo for writing without a reader blocks: a call stays in flight.
     stuck = asyncio.create_task(
-        run_sandboxed_fs_call(
-            ctx,
-            func=WRITE_FILE,
-            args={"path": str(ws / "fifo"), "data": b"x"},
-            write=True,
-            host=sandbox_host(),
-        )
+        run_sandboxed(ctx, WRITE_FILE, {"path": str(ws / "fifo"), "data": b"x"}, fs)
     )
     assert await wait_until(lambda: helper.in_flight > 0, 30)
     inner = [p for p in _helper_children(helper.process.pid) if _is_python(p)]
@@ -272,30 +256,18 @@ async def test_crashed_helper_fails_the_call_in_flight_and_is_restarted(
     assert info.value.code == INTERNAL_ERROR
     assert info.value.message.startswith("fs sandbox helper failed with status ")
     # The next call gets a new helper, still sandboxed.
-    await run_sandboxed_fs_call(
-        ctx,
-        func=WRITE_FILE,
-        args={"path": str(ws / "b"), "data": b"b"},
-        write=True,
-        host=sandbox_host(),
-    )
-    (replacement,) = loop_pool().live()
+    await run_sandboxed(ctx, WRITE_FILE, {"path": str(ws / "b"), "data": b"b"}, fs)
+    (replacement,) = fs.pool.live()
     assert replacement is not helper and replacement.process.pid != helper.process.pid
     with pytest.raises(RpcError) as info:
-        await run_sandboxed_fs_call(
-            ctx,
-            func=WRITE_FILE,
-            args={"path": str(tmp_path / "outside"), "data": b"x"},
-            write=True,
-            host=sandbox_host(),
-        )
+        await run_sandboxed(ctx, WRITE_FILE, {"path": str(tmp_path / "outside"), "data": b"x"}, fs)
     assert [info.value.code, info.value.message] == EROFS
 
 
 def _is_python(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"execserver.fs.sandbox_helper" in f.read()
+            return b"execserver.fs.sandboxed.program" in f.read()
     except OSError:
         return False
 
@@ -342,7 +314,7 @@ def _helper_pids(daemon_pid: int) -> list[int]:
     return [
         child.pid
         for child in psutil.Process(daemon_pid).children()
-        if "execserver.fs.sandbox_helper" in child.cmdline()
+        if "execserver.fs.sandboxed.program" in child.cmdline()
     ]
 
 

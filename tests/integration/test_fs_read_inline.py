@@ -15,6 +15,9 @@ from execserver.fs.service import INLINE_READ_MAX
 from tests.support.rpc import connect, unb64, uri
 from tests.support.servers import RunningServer
 
+# The tests count the daemon's threads and read its /proc status: a daemon of their own.
+pytestmark = pytest.mark.fresh_daemon
+
 
 def _threads(server: RunningServer) -> int:
     return len(os.listdir(f"/proc/{server.process.pid}/task"))

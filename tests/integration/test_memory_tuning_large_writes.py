@@ -13,6 +13,9 @@ import pytest
 from tests.support.rpc import b64, connect, uri
 from tests.support.servers import RunningServer
 
+# The test counts the daemon's page faults: a daemon of its own.
+pytestmark = pytest.mark.fresh_daemon
+
 
 def _minor_faults(pid: int) -> int:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

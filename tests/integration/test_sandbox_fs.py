@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from execserver.sandbox import needs_sandboxed_fs, run_sandboxed_fs_call
+from execserver.fs.sandboxed.client import SandboxedFs
+from execserver.sandbox import needs_sandboxed_fs
 from execserver.wire.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -25,27 +26,26 @@ from tests.support.sandbox import (
     entry,
     make_tree,
     managed,
-    sandbox_host,
+    sandboxed_fs,
     special,
     uri,
 )
 
-# The operations run inside the sandbox live in a module with stdlib-only imports,
-# so every helper start does not pay for importing pytest.
+# The operations run inside the sandbox live in a helper program of their own
+# (it imports no pytest, so every helper start does not pay for that), each call
+# in a confined helper of its own as every call of a policy the pool cannot serve.
 HERE = "tests.integration.test_sandbox_fs_ops"
+
+
+def helper() -> SandboxedFs:
+    return sandboxed_fs(persistent=False, module=HERE)
 
 
 async def test_write_inside_writable_root_succeeds(tmp_path: Path) -> None:
     tree = make_tree(tmp_path)
     ctx = context(managed([ROOT_READ, entry(tree.ws, "write")]))
     target = str(tree.ws / "f.txt")
-    result = await run_sandboxed_fs_call(
-        ctx,
-        func=f"{HERE}:write_text",
-        args={"path": target, "text": "hello"},
-        write=True,
-        host=sandbox_host(),
-    )
+    result = await helper().call(ctx, "write_text", {"path": target, "text": "hello"})
     assert result == 5
     assert (tree.ws / "f.txt").read_text() == "hello"
 
@@ -55,13 +55,7 @@ async def test_write_outside_writable_root_is_erofs(tmp_path: Path) -> None:
     ctx = context(managed([ROOT_READ, entry(tree.ws, "write")]))
     for target in (tree.outside / "o.txt", tree.ws / ".git" / "HEAD", tree.ws / "link_out" / "l"):
         with pytest.raises(RpcError) as info:
-            await run_sandboxed_fs_call(
-                ctx,
-                func=f"{HERE}:write_text",
-                args={"path": str(target), "text": "x"},
-                write=True,
-                host=sandbox_host(),
-            )
+            await helper().call(ctx, "write_text", {"path": str(target), "text": "x"})
         assert (info.value.code, info.value.message) == (
             INTERNAL_ERROR,
             "Read-only file system (os error 30)",
@@ -74,25 +68,13 @@ async def test_read_of_denied_file_is_eacces_and_missing_is_not_found(tmp_path: 
     tree = make_tree(tmp_path)
     ctx = context(managed([ROOT_READ, entry(tree.secret_file, "deny")]))
     with pytest.raises(RpcError) as info:
-        await run_sandboxed_fs_call(
-            ctx,
-            func=f"{HERE}:read_text",
-            args={"path": str(tree.secret_file)},
-            write=False,
-            host=sandbox_host(),
-        )
+        await helper().call(ctx, "read_text", {"path": str(tree.secret_file)})
     assert (info.value.code, info.value.message) == (
         PARSE_OR_INVALID_REQUEST,
         "Permission denied (os error 13)",
     )
     with pytest.raises(RpcError) as info:
-        await run_sandboxed_fs_call(
-            ctx,
-            func=f"{HERE}:read_text",
-            args={"path": str(tree.ws / "nope")},
-            write=False,
-            host=sandbox_host(),
-        )
+        await helper().call(ctx, "read_text", {"path": str(tree.ws / "nope")})
     assert (info.value.code, info.value.message) == (
         NOT_FOUND,
         "No such file or directory (os error 2)",
@@ -102,18 +84,10 @@ async def test_read_of_denied_file_is_eacces_and_missing_is_not_found(tmp_path: 
 async def test_restricted_read_view_shows_protected_mount_points(tmp_path: Path) -> None:
     tree = make_tree(tmp_path)
     ctx = context(managed([MINIMAL_READ, entry(tree.ws, "write")]))
-    listing = await run_sandboxed_fs_call(
-        ctx, func=f"{HERE}:list_dir", args={"path": str(tree.ws)}, write=False, host=sandbox_host()
-    )
+    listing = await helper().call(ctx, "list_dir", {"path": str(tree.ws)})
     assert listing == [".agents", ".aws", ".codex", ".git", "link_out"]
     with pytest.raises(RpcError) as info:
-        await run_sandboxed_fs_call(
-            ctx,
-            func=f"{HERE}:read_text",
-            args={"path": str(tree.secret / "s.txt")},
-            write=False,
-            host=sandbox_host(),
-        )
+        await helper().call(ctx, "read_text", {"path": str(tree.secret / "s.txt")})
     assert info.value.code == NOT_FOUND
     assert not (tree.ws / ".codex").exists()
 
@@ -121,13 +95,7 @@ async def test_restricted_read_view_shows_protected_mount_points(tmp_path: Path)
 async def test_rpc_error_raised_by_the_operation_keeps_code_and_message(tmp_path: Path) -> None:
     ctx = context(managed([ROOT_READ]))
     with pytest.raises(RpcError) as info:
-        await run_sandboxed_fs_call(
-            ctx,
-            func=f"{HERE}:raise_rpc",
-            args={"message": "path `/x` is not a file"},
-            write=False,
-            host=sandbox_host(),
-        )
+        await helper().call(ctx, "raise_rpc", {"message": "path `/x` is not a file"})
     assert (info.value.code, info.value.message) == (
         PARSE_OR_INVALID_REQUEST,
         "path `/x` is not a file",
@@ -137,13 +105,7 @@ async def test_rpc_error_raised_by_the_operation_keeps_code_and_message(tmp_path
 async def test_dynamic_entries_without_cwd_are_rejected_for_fs(tmp_path: Path) -> None:
     ctx = context(managed([ROOT_READ, entry(special("current_working_directory"), "write")]))
     with pytest.raises(RpcError) as info:
-        await run_sandboxed_fs_call(
-            ctx,
-            func=f"{HERE}:read_text",
-            args={"path": "/etc/hostname"},
-            write=False,
-            host=sandbox_host(),
-        )
+        await helper().call(ctx, "read_text", {"path": "/etc/hostname"})
     assert (info.value.code, info.value.message) == (
         INVALID_PARAMS,
         "file system sandbox context with dynamic permissions requires cwd",
@@ -157,13 +119,7 @@ async def test_cwd_in_context_satisfies_dynamic_entries(tmp_path: Path) -> None:
         cwd=uri(tree.ws),
         workspaceRoots=[uri(tree.ws)],
     )
-    await run_sandboxed_fs_call(
-        ctx,
-        func=f"{HERE}:write_text",
-        args={"path": str(tree.ws / "p"), "text": "x"},
-        write=True,
-        host=sandbox_host(),
-    )
+    await helper().call(ctx, "write_text", {"path": str(tree.ws / "p"), "text": "x"})
     assert (tree.ws / "p").exists()
 
 
@@ -198,13 +154,7 @@ async def test_cancelled_fs_call_kills_its_helper(tmp_path: Path) -> None:
     os.mkfifo(marker)
     ctx = context(managed([ROOT_READ, entry(tree.ws, "write")]))
     task = asyncio.create_task(
-        run_sandboxed_fs_call(
-            ctx,
-            func=f"{HERE}:sleep_forever",
-            args={"marker": str(marker), "seconds": seconds},
-            write=True,
-            host=sandbox_host(),
-        )
+        helper().call(ctx, "sleep_forever", {"marker": str(marker), "seconds": seconds})
     )
     assert await asyncio.to_thread(marker.read_text) == "started"
     assert await _pgrep(f"sleep {seconds}")  # visible while the call runs

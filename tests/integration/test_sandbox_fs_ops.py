@@ -1,11 +1,17 @@
-"""Operations the sandboxed fs helper runs in test_sandbox_fs (imported by name inside
-the sandbox, so only stdlib and execserver.wire.errors are imported here)."""
+"""A helper program of the tests' own: the sandboxed fs helper program
+(execserver/fs/sandboxed/program.py) serving these operations, for
+test_sandbox_fs and test_sandbox_parity (``python -m`` this module inside the
+sandbox; only stdlib and execserver.wire.errors are imported here until it runs).
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from execserver.wire.errors import PARSE_OR_INVALID_REQUEST, RpcError
 
@@ -36,6 +42,15 @@ def sleep_forever(marker: str, seconds: str) -> None:
     time.sleep(3600)
 
 
+OPERATIONS: dict[str, Callable[..., Any]] = {
+    "write_text": write_text,
+    "read_text": read_text,
+    "raise_rpc": raise_rpc,
+    "list_dir": list_dir,
+    "sleep_forever": sleep_forever,
+}
+
+
 def test_operations_work_unsandboxed(tmp_path: os.PathLike[str]) -> None:
     path = os.path.join(tmp_path, "f")
     assert write_text(path, "abc") == 3
@@ -47,3 +62,9 @@ def test_operations_work_unsandboxed(tmp_path: os.PathLike[str]) -> None:
         assert (exc.code, exc.message) == (PARSE_OR_INVALID_REQUEST, "m")
     else:
         raise AssertionError("raise_rpc did not raise")
+
+
+if __name__ == "__main__":
+    from execserver.fs.sandboxed import program
+
+    sys.exit(program.main(OPERATIONS))

@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 from execserver.containment.cgroups import cgroup_dir_of
-from execserver.sandbox import plan_process_launch, run_sandboxed_fs_call
+from execserver.sandbox import plan_process_launch
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import decode_sandbox_context
 from tests.support.sandbox import (
@@ -39,7 +39,7 @@ from tests.support.sandbox import (
     markers,
     policies,
     run_plan,
-    sandbox_host,
+    sandboxed_fs,
     tcp_listener,
     uri,
 )
@@ -199,7 +199,7 @@ async def test_fs_errors_under_sandbox_match_reference(
     perms = managed([ROOT_READ, entry(tree.ws, "write"), entry(tree.secret_file, "deny")])
     sandbox = context_json(perms, cwd=uri(tree.ws))
     ctx = decode_sandbox_context(sandbox)
-    helpers = "tests.integration.test_sandbox_fs_ops"
+    helper = sandboxed_fs(persistent=False, module="tests.integration.test_sandbox_fs_ops")
     cases = [
         ("fs/writeFile", tree.ws / "in.txt", True),
         ("fs/writeFile", tree.outside / "out.txt", True),
@@ -220,21 +220,9 @@ async def test_fs_errors_under_sandbox_match_reference(
                 path.unlink()  # let our side start from the same state
             try:
                 if write:
-                    await run_sandboxed_fs_call(
-                        ctx,
-                        func=f"{helpers}:write_text",
-                        args={"path": str(path), "text": "x"},
-                        write=True,
-                        host=sandbox_host(),
-                    )
+                    await helper.call(ctx, "write_text", {"path": str(path), "text": "x"})
                 else:
-                    await run_sandboxed_fs_call(
-                        ctx,
-                        func=f"{helpers}:read_text",
-                        args={"path": str(path)},
-                        write=False,
-                        host=sandbox_host(),
-                    )
+                    await helper.call(ctx, "read_text", {"path": str(path)})
                 ours = None
             except RpcError as exc:
                 ours = (exc.code, exc.message)

@@ -46,6 +46,8 @@ def _tree_pids(output: bytes) -> list[int]:
     return [int(x) for x in output.split()[:4]]
 
 
+# Resumes a detached session (the shared daemon's TTL is 0).
+@pytest.mark.fresh_daemon
 async def test_resume_reads_output_produced_while_detached(any_server: RunningServer) -> None:
     script = "for i in $(seq 1 40); do echo tick-$i; sleep 0.05; done"
     async with connect(any_server.url) as a:
@@ -78,6 +80,8 @@ async def test_resume_reads_output_produced_while_detached(any_server: RunningSe
     assert data == b"".join(f"tick-{i}\n".encode() for i in range(1, 41))
 
 
+# Resumes a detached session (the shared daemon's TTL is 0).
+@pytest.mark.fresh_daemon
 async def test_resume_while_attached_and_unknown_session(any_server: RunningServer) -> None:
     async with connect(any_server.url) as a:
         async with connect(any_server.url, handshake=False) as x:
@@ -222,6 +226,8 @@ async def test_escapee_outlives_its_retained_process_but_not_the_session() -> No
         assert await _wait_all_dead([escapee]) == []  # the session's end does
 
 
+# Counts the daemon's open fds.
+@pytest.mark.fresh_daemon
 async def test_no_fd_is_leaked_by_any_launch_shape(execserver: RunningServer) -> None:
     def fds() -> int:
         return len(os.listdir(f"/proc/{execserver.process.pid}/fd"))

@@ -94,6 +94,8 @@ async def test_pipelined_initialize_and_initialized_work(any_server: RunningServ
         assert second == {"id": 2, "result": {"status": "ready"}}
 
 
+# Resumes sessions (the shared daemon's TTL is 0).
+@pytest.mark.fresh_daemon
 async def test_resume_of_an_attached_session_is_32010(any_server: RunningServer) -> None:
     async with connect(any_server.url, handshake=False) as first:
         session_id = (await first.handshake())["result"]["sessionId"]
@@ -148,6 +150,8 @@ async def test_exit_on_stdin_close_exits_when_parent_closes_stdin() -> None:
         assert status == 2  # the reference's status for this exit
 
 
+# Closes the daemon's stdin.
+@pytest.mark.fresh_daemon
 async def test_without_the_flag_closing_stdin_changes_nothing(execserver: RunningServer) -> None:
     assert execserver.process.stdin is not None
     execserver.process.stdin.close()

@@ -1,0 +1,129 @@
+"""One execserver daemon per test process (per pytest-xdist worker), for the tests
+that a fresh session already isolates.
+
+Starting a daemon costs about a third of a second and most integration tests need
+one only to open a session on it: each connection gets a session of its own, with
+its own processes, handles and watches. Those tests share this daemon; a test that
+kills, limits, configures, restarts or measures the server is marked
+``fresh_daemon`` and gets one of its own (tests/conftest.py).
+
+The daemon keeps a detached session for its TTL (80 s by default) so a client can
+resume it, with its processes still running. Shared, it runs with a TTL of zero:
+a test's session ends with its connection, and its processes are killed then,
+as a fresh daemon's are when it stops; the leak check sees them gone. A test that
+resumes a session needs the default TTL, so it is ``fresh_daemon``.
+
+The daemon is made on its own event loop (``asyncio.Runner``), which runs only
+while it starts, is checked between tests and stops: the tests' loops come and
+go with each test (pytest-asyncio's function scope).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import AbstractAsyncContextManager
+
+import psutil
+
+from tests.support.servers import RunningServer, start_server
+
+__all__ = [
+    "SHARED_DAEMON_FLAGS",
+    "SharedDaemon",
+    "SharedDaemonStopped",
+    "helper_subtrees",
+]
+
+# A session ends with its connection (see above).
+SHARED_DAEMON_FLAGS = ("--session-ttl", "0")
+
+# Every sandboxed fs helper the daemon spawns carries this variable in its
+# environment (execserver/sandbox/helper_pids.py, helper_environment).
+_HELPER_ENV_PREFIX = b"EXECSERVER_HELPER="
+
+
+class SharedDaemonStopped(AssertionError):
+    """The shared daemon is gone after a test: that test stops or kills the server
+    and must be marked ``fresh_daemon``."""
+
+
+class SharedDaemon:
+    """The per-process daemon: started on first use, started again if a test took
+    it down (after failing that test), stopped at the end of the session."""
+
+    def __init__(self) -> None:
+        self._runner: asyncio.Runner | None = None
+        self._context: AbstractAsyncContextManager[RunningServer] | None = None
+        self._server: RunningServer | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The running daemon's pid, None before the first use."""
+        return None if self._server is None else self._server.process.pid
+
+    def get(self) -> RunningServer:
+        """The running daemon (started now when there is none, or it has exited).
+        Called outside any running event loop (a synchronous fixture)."""
+        if self._server is None or not self.alive():
+            self.close()
+            self._runner = asyncio.Runner()
+            context = start_server("execserver", extra=SHARED_DAEMON_FLAGS)
+            self._server = self._runner.run(context.__aenter__())
+            self._context = context
+        return self._server
+
+    def alive(self) -> bool:
+        """Whether the daemon is still running. Its exit is delivered to its own
+        loop, which runs only here: one turn of it sets ``returncode``."""
+        if self._server is None or self._runner is None:
+            return False
+        self._runner.run(asyncio.sleep(0))
+        return self._server.process.returncode is None
+
+    def check_alive(self) -> None:
+        """After a test that used the daemon: raise if it has gone."""
+        if self._server is not None and not self.alive():
+            code = self._server.process.returncode
+            raise SharedDaemonStopped(
+                f"the shared execserver daemon exited (status {code}) during this test; "
+                "a test that stops, kills or restarts the server must be marked "
+                "@pytest.mark.fresh_daemon"
+            )
+
+    def close(self) -> None:
+        """Stop the daemon (SIGTERM, as any test daemon) and its loop."""
+        context, runner = self._context, self._runner
+        self._context = self._server = self._runner = None
+        if runner is None:
+            return
+        with runner:
+            if context is not None:
+                runner.run(context.__aexit__(None, None, None))
+
+
+def helper_subtrees(daemon_pid: int) -> set[int]:
+    """The daemon's sandboxed fs helpers and everything under them: the daemon's
+    own long-lived children (the persistent helper pool outlives the session that
+    first needed it), which are not a test's leftovers."""
+    found: set[int] = set()
+    try:
+        children = psutil.Process(daemon_pid).children()
+    except psutil.NoSuchProcess:
+        return found
+    for child in children:
+        try:
+            if not any(entry.startswith(_HELPER_ENV_PREFIX) for entry in _environ(child.pid)):
+                continue
+            found.add(child.pid)
+            found.update(p.pid for p in child.children(recursive=True))
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def _environ(pid: int) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
