@@ -364,8 +364,13 @@ def serve(args: argparse.Namespace, config: ServerConfig) -> int:
     except ValueError as exc:
         sys.stderr.write(f"Error: {exc}\n")
         return 1
+    from execserver.sandbox.backend import probing_ahead
+
     try:
-        return run_server(config)
+        # The sandbox probe (bwrap and launcher runs) goes on while the daemon's
+        # modules are imported, instead of after: start-up is that much shorter.
+        with probing_ahead(bwrap=config.sandbox.bwrap, allow_landlock=config.sandbox.landlock):
+            return run_server(config)
     except (AuditLogError, ContainmentError) as exc:
         sys.stderr.write(f"Error: {exc}\n")
         return 1

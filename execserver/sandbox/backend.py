@@ -13,13 +13,18 @@ Order of preference:
    (see ``plan.py``). ``allow_landlock=False`` (``--no-landlock``) disables it.
 3. Nothing: every sandboxed request is refused (fail closed).
 
-``probe_backend`` runs bwrap up to twice (seconds on a loaded host): ``serve``
-calls it once at start-up in a worker thread and hands the result to every
-planner; ``execserver doctor`` prints the same probe's ``describe()``.
+``probe_backend`` runs bwrap up to twice and the launcher once (seconds on a
+loaded host; the launcher's run alongside bwrap's): ``serve`` calls it once at
+start-up in a worker thread and hands the result to every planner; ``execserver
+doctor`` prints the same probe's ``describe()``. ``serve`` starts that probe in
+the background before it imports the daemon (``probing_ahead``): the probe's
+children run while the interpreter spends its ~0.2 s importing, and the daemon's
+``probe_backend`` call takes the result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import logging
@@ -27,8 +32,11 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from execserver.sandbox import seccomp
 from execserver.sandbox.mounts import SyntheticMounts
@@ -39,7 +47,10 @@ __all__ = [
     "find_bwrap",
     "log_backend",
     "probe_backend",
+    "probing_ahead",
 ]
+
+_T = TypeVar("_T")
 
 _LOG = logging.getLogger(__name__)
 _PROBE_TIMEOUT_S: Final = 20.0
@@ -221,30 +232,47 @@ def _probe_launcher_namespaces() -> str | None:
     return _run_seccomp_probe([*argv, "--", true], fd, what="the launcher", new_session=True)
 
 
-def probe_backend(*, bwrap: str | None = None, allow_landlock: bool = True) -> SandboxBackend:
-    """Probe this host now (blocking: runs bwrap). ``bwrap``: binary to try
-    (default: found by ``find_bwrap``); ``allow_landlock``: use the fallback."""
+def _in_thread(name: str, function: Callable[[], _T]) -> Future[_T]:
+    """``function()`` in a daemon thread of its own, its outcome in the future."""
+    future: Future[_T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(function())
+        except BaseException as exc:  # handed to whoever waits for the result
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
+def _probe_bwrap(path: str | None, seccomp_ok: bool) -> tuple[str | None, str | None, str | None]:
+    """(usable bwrap, why not, remedy) for the binary at ``path``."""
+    if path is None:
+        return None, "bwrap not found (install bubblewrap or set EXECSERVER_BWRAP)", None
+    if not seccomp_ok:
+        return None, "seccomp unavailable, bwrap alone cannot restrict the network", None
+    error = _run_probe(path, with_proc=True)
+    if error is None:
+        return path, None, None
+    if _run_probe(path, with_proc=False) is None:
+        # A /proc mount can be refused (e.g. masked /proc in containers). codex then
+        # runs without one, leaving the host's /proc (every process, its command
+        # line) in view; we fail closed instead and let the next backend decide.
+        return None, f"bwrap cannot mount a private /proc ({error})", PRIVATE_PROC_REMEDY
+    return None, error, None
+
+
+def _probe_now(*, bwrap: str | None, allow_landlock: bool) -> SandboxBackend:
     seccomp_ok = _seccomp_ok()
     path = bwrap if bwrap is not None else find_bwrap()
-    usable: str | None = None
-    error: str | None = None
-    remedy: str | None = None
-    if path is None:
-        error = "bwrap not found (install bubblewrap or set EXECSERVER_BWRAP)"
-    elif not seccomp_ok:
-        error = "seccomp unavailable, bwrap alone cannot restrict the network"
-    else:
-        error = _run_probe(path, with_proc=True)
-        if error is None:
-            usable = path
-        elif _run_probe(path, with_proc=False) is None:
-            # A /proc mount can be refused (e.g. masked /proc in containers). codex then
-            # runs without one, leaving the host's /proc (every process, its command
-            # line) in view; we fail closed instead and let the next backend decide.
-            error = f"bwrap cannot mount a private /proc ({error})"
-            remedy = PRIVATE_PROC_REMEDY
+    # The launcher's probe (a Python start, ~40 ms) runs while bwrap's do.
+    namespaces = (
+        _in_thread("sandbox-probe-launcher", _probe_launcher_namespaces) if seccomp_ok else None
+    )
+    usable, error, remedy = _probe_bwrap(path, seccomp_ok)
     abi = landlock_abi() if allow_landlock else 0
-    namespaces_error = _probe_launcher_namespaces() if seccomp_ok else "seccomp unavailable"
+    namespaces_error = "seccomp unavailable" if namespaces is None else namespaces.result()
     if namespaces_error is not None:
         _LOG.info(
             "policies without filesystem restriction run without namespaces: %s",
@@ -260,6 +288,43 @@ def probe_backend(*, bwrap: str | None = None, allow_landlock: bool = True) -> S
         launcher_namespaces=namespaces_error is None,
         namespaces_error=namespaces_error,
     )
+
+
+# Probes started ahead by ``probing_ahead``, by their arguments, until taken.
+_ahead: dict[tuple[str | None, bool], Future[SandboxBackend]] = {}
+_ahead_lock = threading.Lock()
+
+
+def probe_backend(*, bwrap: str | None = None, allow_landlock: bool = True) -> SandboxBackend:
+    """Probe this host now (blocking: runs bwrap). ``bwrap``: binary to try
+    (default: found by ``find_bwrap``); ``allow_landlock``: use the fallback.
+    Inside ``probing_ahead`` with the same arguments, the first call waits for
+    and returns the probe started there."""
+    with _ahead_lock:
+        ahead = _ahead.pop((bwrap, allow_landlock), None)
+    if ahead is not None:
+        return ahead.result()
+    return _probe_now(bwrap=bwrap, allow_landlock=allow_landlock)
+
+
+@contextlib.contextmanager
+def probing_ahead(*, bwrap: str | None = None, allow_landlock: bool = True) -> Iterator[None]:
+    """Probe the host in a background thread from now on; the first
+    ``probe_backend`` call with the same arguments inside the block takes that
+    result. Leaving the block forgets a probe nobody took (the next call probes
+    afresh: the block is the one process start-up the probe was made for)."""
+    key = (bwrap, allow_landlock)
+    future = _in_thread(
+        "sandbox-probe", lambda: _probe_now(bwrap=bwrap, allow_landlock=allow_landlock)
+    )
+    with _ahead_lock:
+        _ahead[key] = future
+    try:
+        yield
+    finally:
+        with _ahead_lock:
+            if _ahead.get(key) is future:
+                del _ahead[key]
 
 
 def log_backend(backend: SandboxBackend) -> None:
