@@ -3,8 +3,8 @@
 Blocking file I/O never runs on the event loop: unsandboxed operations go to
 a dedicated thread pool (so a 50 MB read cannot starve other services of the
 default executor). A request whose sandbox restricts the relevant access runs
-the same function inside the sandbox (``run_sandboxed_fs_call``), never
-unsandboxed.
+the same operation inside the sandbox (``execserver/fs/sandboxed/client.py``),
+never unsandboxed.
 """
 
 from __future__ import annotations
@@ -16,10 +16,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from execserver.fs.errors import fs_error
 from execserver.fs.local_mounts import LOCAL_MOUNTS
+from execserver.fs.operations import FsOperation
+from execserver.fs.sandboxed import by_name
+from execserver.fs.sandboxed.client import SandboxedFs
 from execserver.fs.worker_pool import WorkerPool
 from execserver.kernel.methods import MUST_WAIT
 from execserver.sandbox.backend import SandboxBackend
-from execserver.sandbox.fs import SandboxHost, needs_sandboxed_fs, run_sandboxed_fs_call
+from execserver.sandbox.fs import needs_sandboxed_fs
 from execserver.sandbox.policy import DYNAMIC_CWD_MESSAGE, has_dynamic_entries
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import FileSystemSandboxContext
@@ -30,7 +33,9 @@ __all__ = [
     "needs_sandbox",
     "run_cheap_fs_op_at_once",
     "run_fs_op",
+    "run_sandboxed",
     "sandbox_host",
+    "sandboxed_fs",
 ]
 
 if TYPE_CHECKING:
@@ -81,13 +86,15 @@ async def in_thread_to_completion(
         raise fs_error(exc) from None
 
 
-def _spec(func: Callable[..., Any]) -> str:
-    return f"{func.__module__}:{func.__name__}"
-
-
-def sandbox_host(ctx: RequestContext) -> SandboxHost:
-    """The server's sandboxing (backend probed at start-up, configured helper mode)."""
-    return SandboxHost.of(ctx.server.resources.get(SandboxBackend), ctx.server.config.sandbox)
+def sandboxed_fs(ctx: RequestContext) -> SandboxedFs:
+    """The server's client of the sandboxed helpers, with the backend probed at
+    start-up and the configured helper mode; made on the first sandboxed call,
+    closed (with its helpers) at shutdown as server-wide service state."""
+    server = ctx.server
+    return server.state.get(
+        SandboxedFs,
+        lambda: SandboxedFs.of(server.resources.get(SandboxBackend), server.config.sandbox),
+    )
 
 
 def needs_sandbox(sandbox: FileSystemSandboxContext | None, *, write: bool) -> bool:
@@ -103,28 +110,46 @@ def needs_sandbox(sandbox: FileSystemSandboxContext | None, *, write: bool) -> b
     return needs_sandboxed_fs(sandbox, write=write)
 
 
+async def run_sandboxed(
+    sandbox: FileSystemSandboxContext, op: FsOperation, args: dict[str, Any], fs: SandboxedFs
+) -> Any:
+    """``op`` in a helper inside ``sandbox`` (the caller checked ``needs_sandbox``)."""
+    return op.finish(await fs.call(sandbox, op.name, args, module=op.program))
+
+
+def sandbox_host(ctx: RequestContext) -> Callable[[], SandboxedFs]:
+    """TEMPORARY, for execserver/discovery/service.py only (see sandboxed/by_name.py)."""
+    return lambda: sandboxed_fs(ctx)
+
+
 async def run_fs_op(
     sandbox: FileSystemSandboxContext | None,
-    func: Callable[..., Any],
+    op: FsOperation | Callable[..., Any],
     args: dict[str, Any],
     *,
     write: bool,
-    host: SandboxHost,
+    fs: Callable[[], SandboxedFs] | None = None,
     cheap: bool = False,
+    host: Callable[[], SandboxedFs] | None = None,
 ) -> Any:
-    """Run ``func(**args)`` (JSON-able args and result) under ``sandbox`` if it
-    restricts this kind of access, else in the thread pool — or inline for a
-    ``cheap`` metadata call when no mounted file system can block (local_mounts)."""
+    """Run ``op`` under ``sandbox`` if it restricts this kind of access (in a
+    helper from ``fs()``), else in the thread pool — or inline for a ``cheap``
+    metadata call when no mounted file system can block (local_mounts).
+
+    A plain function and ``host`` are the TEMPORARY form discovery still uses
+    (sandboxed/by_name.py); everything else passes an ``FsOperation`` and ``fs``."""
+    if not isinstance(op, FsOperation):
+        op = by_name.operation(op)
+    fs = fs or host
+    assert fs is not None
     if needs_sandbox(sandbox, write=write):
         assert sandbox is not None
-        return await run_sandboxed_fs_call(
-            sandbox, func=_spec(func), args=args, write=write, host=host
-        )
+        return await run_sandboxed(sandbox, op, args, fs())
     if cheap:
-        answer = run_cheap_fs_op_at_once(sandbox, func, args)
+        answer = run_cheap_fs_op_at_once(sandbox, op.local, args)
         if answer is not MUST_WAIT:
             return answer
-    return await in_thread(func, **args)
+    return await in_thread(op.local, **args)
 
 
 def run_cheap_fs_op_at_once(

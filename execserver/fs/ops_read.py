@@ -1,8 +1,8 @@
 """Read-type fs operations: readFile, getMetadata, canonicalize, readDirectory.
 
-Every function here is plain, blocking and JSON-in/JSON-out (native paths in,
-wire-shaped dicts out): the service runs it in a worker thread, or inside the
-sandbox helper (``execserver.sandbox.fs_runner``) for restricted policies.
+Every function here is plain and blocking (native paths in, wire-shaped dicts
+or bytes out): the service runs it in a worker thread, or inside a sandboxed
+helper (``execserver/fs/operations.py`` names which) for restricted policies.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def read_cached_file_bytes(path: str, follow_symlinks: bool, limit: int) -> byte
 
 
 def read_file(path: str, follow_symlinks: bool = True) -> str:
-    """fs/readFile: the whole file, base64 (JSON-able for the sandbox helper)."""
+    """fs/readFile: the whole file, base64 (a worker thread encodes it, not the loop)."""
     data = read_file_bytes(path, follow_symlinks)
     return base64_text(data)
 

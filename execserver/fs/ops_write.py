@@ -1,7 +1,7 @@
 """Write-type fs operations: writeFile, createDirectory, remove, copy.
 
-Plain blocking JSON-in/JSON-out functions over native paths, run in a worker
-thread or inside the sandbox helper (see ops_read). Semantics follow the
+Plain blocking functions over native paths, run in a worker thread or inside
+a sandboxed helper (see ops_read). Semantics follow the
 0.169.0 binary, including its defaults (``recursive``/``force`` omitted mean
 true) and Rust's std::fs behaviour (create_dir_all, fs::copy).
 """
@@ -14,7 +14,6 @@ import stat
 
 from execserver.fs.errors import contains_symlink
 from execserver.fs.nofollow import components, open_dir_nofollow, parent_fd
-from execserver.wire.base64_text import trusted_base64_bytes
 from execserver.wire.errors import RpcError
 
 __all__ = ["copy", "create_directory", "remove", "write_file_bytes"]
@@ -27,12 +26,6 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
-
-
-def write_file(path: str, data_base64: str, follow_symlinks: bool = True) -> None:
-    """fs/writeFile (JSON form, for the sandbox helper); ``data_base64`` was
-    validated by the caller."""
-    write_file_bytes(path, trusted_base64_bytes(data_base64), follow_symlinks)
 
 
 def write_file_bytes(path: str, data: bytes, follow_symlinks: bool = True) -> None:

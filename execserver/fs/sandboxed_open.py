@@ -1,6 +1,6 @@
 """fs/open under a sandbox: the policy is applied at open time.
 
-A file descriptor cannot come back from the one-shot sandbox helper, so the
+A file descriptor cannot come back from a sandboxed helper, so the
 helper performs the open itself — with the request's policy enforced by the
 kernel, creating/truncating for ``replace`` — and reports the inode it got.
 The daemon then reopens the path without creating or truncating and keeps
@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from typing import Any
 
-from execserver.fs.dispatch import in_thread_to_completion, needs_sandbox
-from execserver.fs.handle_io import open_fd, open_for_handle
-from execserver.sandbox.fs import SandboxHost, run_sandboxed_fs_call
+from execserver.fs.dispatch import in_thread_to_completion, needs_sandbox, run_sandboxed
+from execserver.fs.handle_io import open_fd
+from execserver.fs.operations import OPEN_FOR_HANDLE
+from execserver.fs.sandboxed.client import SandboxedFs
 from execserver.wire.fs import OpenMode
 from execserver.wire.sandbox import FileSystemSandboxContext
 
@@ -34,16 +36,17 @@ def reopen_same_inode(path: str, mode: str, dev: int, ino: int) -> int:
 
 
 async def open_handle_fd(
-    sandbox: FileSystemSandboxContext | None, path: str, mode: OpenMode, host: SandboxHost
+    sandbox: FileSystemSandboxContext | None,
+    path: str,
+    mode: OpenMode,
+    fs: Callable[[], SandboxedFs],
 ) -> int:
     write = mode == "replace"
     if not needs_sandbox(sandbox, write=write):
         return await in_thread_to_completion(open_fd, path, mode, on_abandon=os.close)
     assert sandbox is not None
-    spec = f"{open_for_handle.__module__}:{open_for_handle.__name__}"
-    ident: Any = await run_sandboxed_fs_call(
-        sandbox, func=spec, args={"path": path, "mode": mode}, write=write, host=host
-    )
+    args = {"path": path, "mode": mode}
+    ident: Any = await run_sandboxed(sandbox, OPEN_FOR_HANDLE, args, fs())
     dev, ino = int(ident["dev"]), int(ident["ino"])
     return await in_thread_to_completion(
         reopen_same_inode, path, mode, dev, ino, on_abandon=os.close

@@ -9,16 +9,19 @@ the handler.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from execserver.fs import handle_io, ops_read, ops_write
+from execserver.fs import operations as op
 from execserver.fs.dispatch import (
     in_thread,
     in_thread_to_completion,
     needs_sandbox,
     run_cheap_fs_op_at_once,
     run_fs_op,
-    sandbox_host,
+    run_sandboxed,
+    sandboxed_fs,
 )
 from execserver.fs.handles import FileHandles
 from execserver.fs.paths import native_path
@@ -30,8 +33,8 @@ from execserver.fs.requests import (
     check_watch,
     decode_block,
 )
+from execserver.fs.sandboxed.client import SandboxedFs
 from execserver.fs.sandboxed_open import open_handle_fd
-from execserver.fs.walk import walk
 from execserver.fs.watch import MissingWatch
 from execserver.kernel.context import RequestContext
 from execserver.kernel.limits import check_below
@@ -93,6 +96,11 @@ def _audit(ctx: RequestContext, op: str, path: str, **fields: Any) -> None:
     ctx.server.telemetry.fs_changed(session.id if session else None, op, path, **fields)
 
 
+def _fs(ctx: RequestContext) -> Callable[[], SandboxedFs]:
+    """The server's sandboxed-fs client, looked up only when a sandbox needs it."""
+    return lambda: sandboxed_fs(ctx)
+
+
 ReadFileResult = Annotated[dict[str, str], EncodesAs(ReadFileResponse)]
 
 
@@ -118,9 +126,7 @@ def read_file_at_once(
 async def read_file(ctx: RequestContext, req: PathRequest[ReadFileParams]) -> ReadFileResult:
     params = req.params
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
-    data: str = await run_fs_op(
-        req.sandbox, ops_read.read_file, args, write=False, host=sandbox_host(ctx)
-    )
+    data: str = await run_fs_op(req.sandbox, op.READ_FILE, args, write=False, fs=_fs(ctx))
     return {"dataBase64": data}
 
 
@@ -142,11 +148,10 @@ async def write_file(ctx: RequestContext, req: PathRequest[WriteFileParams]) -> 
         ) from None
     sandbox = req.sandbox
     if needs_sandbox(sandbox, write=True):
+        assert sandbox is not None
         # Raw bytes: the persistent helper takes them as they are (no second base64).
         args = {"path": path, "data": data, "follow_symlinks": params.follow_symlinks}
-        await run_fs_op(
-            sandbox, ops_write.write_file_bytes, args, write=True, host=sandbox_host(ctx)
-        )
+        await run_sandboxed(sandbox, op.WRITE_FILE, args, sandboxed_fs(ctx))
     else:
         await in_thread(ops_write.write_file_bytes, path, data, params.follow_symlinks)
     _audit(ctx, "write", path, bytes=len(data))
@@ -157,9 +162,7 @@ async def create_directory(ctx: RequestContext, req: PathRequest[CreateDirectory
     params = req.params
     path = native_path(params.path)
     args = {"path": path, "recursive": params.recursive, "follow_symlinks": params.follow_symlinks}
-    await run_fs_op(
-        req.sandbox, ops_write.create_directory, args, write=True, host=sandbox_host(ctx)
-    )
+    await run_fs_op(req.sandbox, op.CREATE_DIRECTORY, args, write=True, fs=_fs(ctx))
     _audit(ctx, "mkdir", path)
     return Empty()
 
@@ -180,7 +183,7 @@ async def get_metadata(ctx: RequestContext, req: PathRequest[GetMetadataParams])
     params = req.params
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
     result: dict[str, Any] = await run_fs_op(
-        req.sandbox, ops_read.get_metadata, args, write=False, host=sandbox_host(ctx), cheap=True
+        req.sandbox, op.GET_METADATA, args, write=False, fs=_fs(ctx), cheap=True
     )
     return result
 
@@ -189,9 +192,7 @@ async def canonicalize(
     ctx: RequestContext, req: PathRequest[CanonicalizeParams]
 ) -> CanonicalizeResponse:
     args = {"path": native_path(req.params.path)}
-    uri = await run_fs_op(
-        req.sandbox, ops_read.canonicalize, args, write=False, host=sandbox_host(ctx), cheap=True
-    )
+    uri = await run_fs_op(req.sandbox, op.CANONICALIZE, args, write=False, fs=_fs(ctx), cheap=True)
     return CanonicalizeResponse(path=uri)
 
 
@@ -199,9 +200,7 @@ async def read_directory(
     ctx: RequestContext, req: PathRequest[ReadDirectoryParams]
 ) -> Annotated[dict[str, Any], EncodesAs(ReadDirectoryResponse)]:
     args = {"path": native_path(req.params.path)}
-    entries = await run_fs_op(
-        req.sandbox, ops_read.read_directory, args, write=False, host=sandbox_host(ctx)
-    )
+    entries = await run_fs_op(req.sandbox, op.READ_DIRECTORY, args, write=False, fs=_fs(ctx))
     return {"entries": entries}
 
 
@@ -229,9 +228,7 @@ async def walk_tree(
         "follow_directory_symlinks": opts.follow_directory_symlinks,
         "prune_hidden_directories": opts.prune_hidden_directories,
     }
-    result: dict[str, Any] = await run_fs_op(
-        req.sandbox, walk, args, write=False, host=sandbox_host(ctx)
-    )
+    result: dict[str, Any] = await run_fs_op(req.sandbox, op.WALK, args, write=False, fs=_fs(ctx))
     return result
 
 
@@ -244,7 +241,7 @@ async def remove(ctx: RequestContext, req: PathRequest[RemoveParams]) -> Empty:
         "force": params.force,
         "follow_symlinks": params.follow_symlinks,
     }
-    await run_fs_op(req.sandbox, ops_write.remove, args, write=True, host=sandbox_host(ctx))
+    await run_fs_op(req.sandbox, op.REMOVE, args, write=True, fs=_fs(ctx))
     _audit(ctx, "remove", path)
     return Empty()
 
@@ -253,7 +250,7 @@ async def copy(ctx: RequestContext, req: PathRequest[CopyParams]) -> Empty:
     params = req.params
     source, destination = native_path(params.source_path), native_path(params.destination_path)
     args = {"source_path": source, "destination_path": destination, "recursive": params.recursive}
-    await run_fs_op(req.sandbox, ops_write.copy, args, write=True, host=sandbox_host(ctx))
+    await run_fs_op(req.sandbox, op.COPY, args, write=True, fs=_fs(ctx))
     _audit(ctx, "copy", destination, source=source)
     return Empty()
 
@@ -274,7 +271,7 @@ async def open_handle(ctx: RequestContext, req: PathRequest[OpenParams]) -> Open
     handles.reserve(params.handle_id)
     try:
         path = native_path(params.path)
-        fd = await open_handle_fd(req.sandbox, path, params.mode, sandbox_host(ctx))
+        fd = await open_handle_fd(req.sandbox, path, params.mode, _fs(ctx))
     except BaseException:
         handles.unreserve(params.handle_id)
         raise

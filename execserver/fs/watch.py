@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 
+from execserver.aio.tasks import TaskSet
 from execserver.fs import inotify
 
 __all__ = ["MissingWatch"]
@@ -88,7 +89,8 @@ class MissingWatch:
         self._high_water = 0
         self._armed: _Armed | None = None
         self._armed_id = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        # The fired watch's notification; closing the connection cancels it.
+        self._tasks = TaskSet("fs-watch-missing")
 
     async def watch(self, watch_id: int, missing: list[str], present: str | None) -> bool:
         if watch_id == 0 or watch_id <= self._high_water:
@@ -124,9 +126,8 @@ class MissingWatch:
     def _fire(self) -> None:
         watch_id = self._armed_id
         self._disarm()
-        task = asyncio.get_running_loop().create_task(self._notify(watch_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if not self._tasks.closed:
+            self._tasks.spawn(self._notify(watch_id), name=f"missing-changed-{watch_id}")
 
     def _disarm(self) -> None:
         armed, self._armed = self._armed, None
@@ -138,7 +139,4 @@ class MissingWatch:
 
     async def aclose(self) -> None:
         self._disarm()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.aclose()

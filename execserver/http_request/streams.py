@@ -10,11 +10,11 @@ id meanwhile is refused. Deltas carry ``seq`` from 1; the last frame has
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine
 
 import aiohttp
 
+from execserver.aio.tasks import TaskSet
 from execserver.wire.errors import RpcError
 from execserver.wire.http import HttpRequestBodyDeltaNotification
 
@@ -27,7 +27,9 @@ SendDelta = Callable[[HttpRequestBodyDeltaNotification], Coroutine[object, objec
 
 class HttpStreams:
     def __init__(self) -> None:
+        # requestId -> its pump once started (None while the response is awaited)
         self._active: dict[str, asyncio.Task[None] | None] = {}
+        self._pumps = TaskSet("http-streams")
 
     def claim(self, request_id: str) -> None:
         if request_id in self._active:
@@ -46,18 +48,20 @@ class HttpStreams:
         deadline: float | None,
         send: SendDelta,
     ) -> None:
-        task = asyncio.get_running_loop().create_task(_pump(request_id, response, deadline, send))
+        try:
+            task = self._pumps.spawn(
+                _pump(request_id, response, deadline, send), name=f"body-{request_id}"
+            )
+        except RuntimeError:  # the connection is closing: nobody to stream to
+            response.release()
+            self.release(request_id)
+            raise
         self._active[request_id] = task
         task.add_done_callback(lambda _t: self.release(request_id))
 
     async def aclose(self) -> None:
-        tasks = [t for t in self._active.values() if t is not None]
         self._active.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self._pumps.aclose()
 
 
 async def _pump(

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from execserver.sandbox.fs_helper.helper import HelperStale, spawn_helper
+from execserver.fs.sandboxed import program
+from execserver.fs.sandboxed.helper import HelperStale, spawn_helper
 from execserver.sandbox.fs_helper.runtime import helper_runtime
 from execserver.sandbox.policy import resolve_policy
 from tests.support.attacks import entry, sandbox, uri
@@ -152,7 +153,7 @@ async def test_helper_itself_refuses_once_a_mask_is_detached(tmp_path: Path) -> 
     policy = resolve_policy(
         context(managed([entry(ws, "write"), entry(secret, "none")])), fallback_cwd=None
     )
-    runtime = helper_runtime()
+    runtime = helper_runtime(program.__name__)
     assert runtime is not None
     helper = await spawn_helper(policy, host_backend(), runtime)
     assert helper is not None

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from execserver.fs.sandboxed.client import SandboxedFs
 from execserver.sandbox import (
     LaunchPlan,
     SandboxBackend,
-    SandboxHost,
     is_sandbox_denied,
     plan_process_launch,
     probe_backend,
@@ -35,9 +35,12 @@ def host_backend() -> SandboxBackend:
     return probe_backend()
 
 
-def sandbox_host() -> SandboxHost:
-    """What a server hands the sandboxed fs path: the probed backend, default settings."""
-    return SandboxHost(host_backend())
+def sandboxed_fs(*, persistent: bool = True, module: str | None = None) -> SandboxedFs:
+    """What a server runs sandboxed fs calls with: the probed backend, default
+    settings (``module``: a test's own helper program)."""
+    if module is None:
+        return SandboxedFs(host_backend(), persistent=persistent)
+    return SandboxedFs(host_backend(), persistent=persistent, module=module)
 
 
 def uri(path: str | Path) -> str:

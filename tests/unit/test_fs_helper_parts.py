@@ -7,9 +7,10 @@ import os
 import sys
 from pathlib import Path
 
-from execserver.fs.sandbox_helper import OPERATIONS, run
-from execserver.sandbox.fs_helper.helper import exit_status_text
-from execserver.sandbox.fs_helper.protocol import (
+from execserver.fs.sandboxed import program
+from execserver.fs.sandboxed.helper import exit_status_text
+from execserver.fs.sandboxed.program import OPERATIONS, run
+from execserver.fs.sandboxed.protocol import (
     HEADER,
     OK,
     OS_ERROR,
@@ -45,7 +46,7 @@ def test_elf_interpreter_of_this_python_and_of_a_non_elf(tmp_path: Path) -> None
 
 
 def test_runtime_lives_under_the_private_directory_only() -> None:
-    runtime = helper_runtime()
+    runtime = helper_runtime(program.__name__)
     assert runtime is not None
     assert all(target.startswith(PRIVATE_DIR + "/") for _, target in runtime.binds)
     assert runtime.argv[0].startswith(PRIVATE_DIR + "/")

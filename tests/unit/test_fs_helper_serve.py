@@ -1,4 +1,4 @@
-"""The persistent fs helper's request loop (``sandbox_helper.serve``) on real pipes,
+"""The persistent fs helper's request loop (``program.serve``) on real pipes,
 real threads and real files, outside any sandbox: pipelining, a stuck operation,
 and how the loop ends."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from execserver.fs.sandbox_helper import serve
-from execserver.sandbox.fs_helper.protocol import (
+from execserver.fs.sandboxed.program import serve
+from execserver.fs.sandboxed.protocol import (
     HEADER,
     OK,
     Request,

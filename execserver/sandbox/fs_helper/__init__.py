@@ -1,16 +1,16 @@
-"""The persistent sandboxed fs helper: one long-lived helper process per
-distinct resolved sandbox policy, inside exactly the bwrap + seccomp layout a
-process with that policy gets (``plan_for_policy``), serving framed msgpack
-requests over its stdin/stdout pipes.
+"""What the sandbox offers a helper program of the daemon's own (the fs
+service's, ``execserver/fs/sandboxed/``), none of it specific to fs:
 
-* ``protocol``: the frames (shared by both ends).
+* ``launch``: the plans a helper starts with (on the private runtime, or
+  confined) and the single spawn point (resource limits, helper pid registry).
 * ``runtime``: how the helper's interpreter is reachable without widening the
   policy's view (read-only binds under a private directory the helper locks
-  before serving).
-* ``execserver.fs.sandbox_helper``: the program that runs inside the sandbox.
-* ``helper``: one helper process seen from the daemon (the single spawn point).
-* ``pool``: which helper serves a call; LRU cap, idle timeout, restart after a
-  crash.
+  before serving), and which policies that can serve.
+* ``confine``: inside a helper started with more than its view, shrinking
+  itself to the view (path check, Landlock).
+* ``mount_watch``: inside a long-lived helper, noticing that a mount of its
+  view was detached by the host.
+* ``identity``: the identities of the files a policy's mounts sit on.
 
 The lifetime rules (why a helper outliving a request widens nothing) are in
 THREAT_MODEL.md.

@@ -10,14 +10,15 @@ so nothing is created on the host), and the dynamic loader is run explicitly
 from there:
 
     <private>/ld/ld-linux-x86-64.so.2 --library-path <private>/ld:<private>/home/lib
-        <private>/home/bin/python3.11 -S -s -B -m execserver.fs.sandbox_helper <private>
+        <private>/home/bin/python3.11 -S -s -B -m <module> serve <private>
 
-with ``PYTHONHOME`` and ``PYTHONPATH`` pointing under it. The helper locks
-the directory (mode 000) before it serves anything (see ``execserver.fs.sandbox_helper``).
+with ``PYTHONHOME`` and ``PYTHONPATH`` pointing under it. The helper program
+(the fs service's, ``execserver/fs/sandboxed/program.py``) locks the directory
+(mode 000) before it serves anything.
 
 ``None`` from ``helper_runtime()`` means this interpreter cannot be moved that
-way (not a 64-bit little-endian ELF with a loader, say); callers then use the
-one-shot helper.
+way (not a 64-bit little-endian ELF with a loader, say); callers then start
+the helper with ``launch.confined_plan`` instead.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ from typing import Final
 import msgspec
 
 import execserver
+from execserver.sandbox.backend import SandboxBackend
+from execserver.sandbox.policy import ResolvedPolicy
 
-__all__ = ["PRIVATE_DIR", "HelperRuntime", "elf_interpreter", "helper_runtime"]
+__all__ = ["PRIVATE_DIR", "HelperRuntime", "elf_interpreter", "helper_runtime", "serves_policy"]
 
 PRIVATE_DIR: Final = "/dev/.execserver-fs-helper"
 _PT_INTERP: Final = 3
@@ -98,8 +101,21 @@ class _Binds:
         return target
 
 
+def serves_policy(policy: ResolvedPolicy, backend: SandboxBackend) -> bool:
+    """Whether a helper on the private runtime can enforce ``policy`` here. When
+    not, a helper on ``launch.confined_plan`` does (the same policy, only slower)."""
+    if backend.bwrap is None or not backend.seccomp_ok:
+        return False
+    if policy.enforces_nothing or policy.full_write or policy.legacy_landlock:
+        return False
+    # A rule on /dev itself would cover (or, writable, put on the host) the
+    # private runtime directory.
+    return not any(r.path == "/dev" or _inside(r.path, PRIVATE_DIR) for r in policy.rules)
+
+
 @functools.cache
-def helper_runtime() -> HelperRuntime | None:
+def helper_runtime(module: str) -> HelperRuntime | None:
+    """How to run ``python -m module serve PRIVATE_DIR`` on the private runtime."""
     executable = os.path.realpath(sys.executable)
     interpreter = elf_interpreter(executable)
     home = os.path.realpath(sys.base_prefix)
@@ -126,7 +142,8 @@ def helper_runtime() -> HelperRuntime | None:
         "-s",
         "-B",
         "-m",
-        "execserver.fs.sandbox_helper",
+        module,
+        "serve",
         PRIVATE_DIR,
     )
     env = {

@@ -1,11 +1,10 @@
-"""One persistent fs helper process, seen from the daemon.
+"""One fs helper process, seen from the daemon.
 
-``spawn_helper`` is the only place a helper process is started: the
-per-process resource limits (``contained_helper``'s cgroup) are applied there
-and held for the helper's whole life, then the cgroup is killed and removed
-when it ends. The launch goes through ``plan_for_policy``, the same plan
-builder as ``process/start``: same bwrap layout, same seccomp program, same
-synthetic mount-point bookkeeping (released when bwrap exits).
+Both kinds of helper are started here, through
+``execserver/sandbox/fs_helper/launch.py`` (the same plan builder as
+``process/start``; the per-process resource limits held for the helper's whole
+life): ``spawn_helper`` on the private runtime (the pool keeps it for many
+calls) and ``spawn_confined_helper`` (used for one call).
 
 A helper that dies (crash, kill, sandbox that never came up) fails every call
 in flight with the reference's text for a failed fs sandbox helper, -32603
@@ -20,14 +19,13 @@ import asyncio
 import contextlib
 import itertools
 import signal
-import socket
 import time
-from contextlib import AsyncExitStack
 from typing import Any, Final
 
-from execserver.containment import contained_helper
-from execserver.sandbox.backend import SandboxBackend
-from execserver.sandbox.fs_helper.protocol import (
+import msgspec
+
+from execserver.aio.tasks import TaskSet
+from execserver.fs.sandboxed.protocol import (
     HEADER,
     OK,
     OS_ERROR,
@@ -38,13 +36,27 @@ from execserver.sandbox.fs_helper.protocol import (
     frame,
     response_decoder,
 )
+from execserver.sandbox.backend import SandboxBackend
+from execserver.sandbox.fs_helper.launch import (
+    SpawnedHelper,
+    confined_plan,
+    policy_view,
+    runtime_plan,
+    spawn_helper_process,
+)
 from execserver.sandbox.fs_helper.runtime import HelperRuntime
-from execserver.sandbox.helper_pids import helper_environment, register_helper
-from execserver.sandbox.plan import LaunchPlan, LaunchRequest, plan_for_policy
+from execserver.sandbox.plan import LaunchPlan, off_loop
 from execserver.sandbox.policy import ResolvedPolicy
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 
-__all__ = ["FsHelper", "HelperDied", "HelperStale", "exit_status_text", "spawn_helper"]
+__all__ = [
+    "FsHelper",
+    "HelperDied",
+    "HelperStale",
+    "exit_status_text",
+    "spawn_confined_helper",
+    "spawn_helper",
+]
 
 _STDERR_KEEP: Final = 4096
 _EXIT_GRACE: Final = 2.0
@@ -72,19 +84,11 @@ class HelperStale(Exception):
 
 
 class FsHelper:
-    def __init__(
-        self,
-        process: asyncio.subprocess.Process,
-        plan: LaunchPlan,
-        channel: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-        errors: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-        resources: AsyncExitStack,
-    ) -> None:
-        self.process = process
-        self._plan = plan
-        self._resources = resources  # its cgroup, released once it has exited
-        self._responses, self._requests = channel
-        self._errors, self._errors_writer = errors
+    def __init__(self, spawned: SpawnedHelper) -> None:
+        self.process = spawned.process
+        self._resources = spawned.resources  # its cgroup, released once it has exited
+        self._responses, self._requests = spawned.channel
+        self._errors, self._errors_writer = spawned.errors
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Response]] = {}
         self._stderr = bytearray()
@@ -96,14 +100,21 @@ class FsHelper:
         self.identity: object = None
         self.guard: object = None
         self._accepting = True  # False once retired: the pool starts another helper
-        self._stderr_task = asyncio.create_task(self._collect_stderr())
-        self._reader = asyncio.create_task(self._read_responses())
+        # Both end by themselves when the helper exits (EOF on its sockets).
+        self._tasks = TaskSet(f"fs-helper-{self.process.pid}")
+        self._stderr_task = self._tasks.spawn(self._collect_stderr(), name="stderr")
+        self._reader = self._tasks.spawn(self._read_responses(), name="responses")
 
     # ---- state ----------------------------------------------------------------
 
     @property
     def alive(self) -> bool:
         return self._failure is None
+
+    @property
+    def failure(self) -> RpcError | None:
+        """Why the helper is gone (the reference's -32603 text), once it is."""
+        return self._failure
 
     @property
     def accepting(self) -> bool:
@@ -185,17 +196,17 @@ class FsHelper:
 
     async def aclose(self) -> None:
         """Stop sending (the helper answers what it has, then sees EOF and exits);
-        kill it if it does not go within the grace period."""
+        kill it if it does not go within the grace period; return once it has
+        exited and its cgroup is gone."""
         self._accepting = False
         if not self._requests.is_closing():
             with contextlib.suppress(OSError):
                 self._requests.write_eof()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._reader), _EXIT_GRACE)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.kill()
-            await self._reader
+        if not await self._tasks.wait(_EXIT_GRACE):
+            self.kill()
+        # The reader ends once the helper has exited: nothing left to cancel.
+        await self._tasks.wait()
+        await self._tasks.aclose()
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -217,50 +228,29 @@ def _unwrap(response: Response) -> Any:
 async def spawn_helper(
     policy: ResolvedPolicy, backend: SandboxBackend, runtime: HelperRuntime
 ) -> FsHelper | None:
-    """Start a helper for ``policy``; None when the plan is not a bwrap plan
-    (the private runtime binds need bwrap; the caller then uses the one-shot
-    helper). Raises RpcError when the policy cannot be enforced here."""
-    plan = plan_for_policy(
-        policy,
-        LaunchRequest(argv=list(runtime.argv), cwd="/", env=dict(runtime.env)),
-        backend=backend,
-        runtime_binds=runtime.binds,
-    )
-    if plan.mechanism != "bwrap":
-        plan.close()
+    """Start a helper on the private ``runtime`` for ``policy``; None when the
+    plan is not a bwrap plan (the caller then uses ``spawn_confined_helper``).
+    Raises RpcError when the policy cannot be enforced here."""
+    plan = runtime_plan(policy, backend, runtime)
+    if plan is None:
         return None
-    # Sockets, not pipes: a request naming /proc/self/fd/0 or /1 cannot reopen a
-    # socket (ENXIO), so it can neither read nor inject frames; a pipe it could.
-    channel, channel_child = socket.socketpair()
-    errors, errors_child = socket.socketpair()
-    resources = AsyncExitStack()
-    try:
-        try:
-            # The per-process resource limits hold for the helper too (None without them).
-            place = await resources.enter_async_context(contained_helper())
-            process = await asyncio.create_subprocess_exec(
-                *plan.argv,
-                env=helper_environment(plan.env),
-                pass_fds=plan.pass_fds,
-                cwd="/",
-                stdin=channel_child.fileno(),
-                stdout=channel_child.fileno(),
-                stderr=errors_child.fileno(),
-                start_new_session=True,
-                preexec_fn=place,
-            )
-            register_helper(process.pid)
-        finally:
-            # The daemon's copies of the child's fds go now; bwrap's status pipe is
-            # watched until bwrap exits, which also releases synthetic mount points.
-            plan.close()
-            channel_child.close()
-            errors_child.close()
-        streams = await asyncio.open_unix_connection(sock=channel)
-        error_streams = await asyncio.open_unix_connection(sock=errors)
-    except BaseException:
-        channel.close()
-        errors.close()
-        await resources.aclose()
-        raise
-    return FsHelper(process, plan, streams, error_streams, resources)
+    return FsHelper(await spawn_helper_process(plan))
+
+
+_VIEW = msgspec.json.Encoder()
+
+
+async def spawn_confined_helper(
+    policy: ResolvedPolicy, backend: SandboxBackend, module: str
+) -> FsHelper:
+    """Start ``python -m module confined <view>`` for ``policy``: the interpreter
+    may read what it needs to start, and the program confines itself to the
+    policy's view before each call. Any sandbox mechanism; meant for one call."""
+    args = ("confined", _VIEW.encode(policy_view(policy)).decode())
+    # Off the loop: the plan stats and resolves the policy's paths.
+    plan = await off_loop(lambda: confined_plan(policy, backend, module, args), _close)
+    return FsHelper(await spawn_helper_process(plan))
+
+
+def _close(plan: LaunchPlan) -> None:
+    plan.close()

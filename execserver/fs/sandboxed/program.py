@@ -1,8 +1,9 @@
-"""The persistent fs helper program (runs inside the sandbox; ``python -m
-execserver.fs.sandbox_helper <private dir>``), started and spoken to by
-``execserver.sandbox.fs_helper``.
+"""The sandboxed fs helper program: the one program that runs fs operations
+inside a sandbox, started and spoken to by ``execserver.fs.sandboxed.helper``.
 
-Start-up order is the security argument:
+``python -m execserver.fs.sandboxed.program serve <private dir>`` is a helper
+on the private runtime (``execserver/sandbox/fs_helper/runtime.py``): it sees
+exactly its policy's mount view. Start-up order is the security argument:
 
 1. import everything it will ever run (the interpreter and this package are
    reachable only under ``<private dir>``, read-only binds that are not part
@@ -18,25 +19,34 @@ Start-up order is the security argument:
    every request is answered ``STALE`` (the daemon retires it and runs the call
    in a fresh helper).
 
-So what a request can reach is exactly the policy's mount view. The kernel
-does every access check (EROFS outside writable roots, EACCES on denied
-files, symlinks resolved inside the view), as in the one-shot helper.
+``python -m execserver.fs.sandboxed.program confined <view as JSON>`` is a
+helper started with the interpreter, this package and ``:minimal`` readable
+(``execserver/sandbox/fs_helper/launch.py`` ``confined_plan``: any sandbox
+mechanism, any policy). Before each operation it confines itself to the
+policy's view (``execserver/sandbox/fs_helper/confine.py``: paths outside it
+are missing, and Landlock then refuses them for the rest of its life). The
+daemon uses it for one call and closes the channel.
 
-Protocol: see ``execserver.sandbox.fs_helper.protocol``. Only the operations
-in ``OPERATIONS`` exist; the request cannot name code to import.
+Either way the kernel does every access check (EROFS outside writable roots,
+EACCES on denied files, symlinks resolved inside the view), the protocol is
+``execserver.fs.sandboxed.protocol`` and only the operations in the table it
+is given exist (``OPERATIONS`` for the fs service): a request cannot name code
+to import.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
-from collections.abc import Callable
-from typing import Any, BinaryIO, Final
+from collections.abc import Callable, Mapping
+from typing import Any, BinaryIO, Final, Protocol
 
-from execserver.fs import handle_io, ops_read, ops_write, walk
-from execserver.sandbox.fs_helper.mount_watch import MountWatch
-from execserver.sandbox.fs_helper.protocol import (
+import msgspec
+
+from execserver.fs.operations import FS_OPERATIONS
+from execserver.fs.sandboxed.protocol import (
     FAILED,
     HEADER,
     OK,
@@ -48,32 +58,39 @@ from execserver.sandbox.fs_helper.protocol import (
     frame,
     request_decoder,
 )
+from execserver.sandbox.fs_helper.confine import confine
+from execserver.sandbox.fs_helper.mount_watch import MountWatch
 from execserver.wire.errors import RpcError
 
-__all__ = ["OPERATIONS", "run"]
+__all__ = ["OPERATIONS", "Operations", "ViewWatch", "lock_runtime", "main", "run", "serve"]
 
-OPERATIONS: Final[dict[str, Callable[..., Any]]] = {
-    "read_file": ops_read.read_file_bytes,
-    "get_metadata": ops_read.get_metadata,
-    "canonicalize": ops_read.canonicalize,
-    "read_directory": ops_read.read_directory,
-    "walk": walk.walk,
-    "write_file": ops_write.write_file_bytes,
-    "create_directory": ops_write.create_directory,
-    "remove": ops_write.remove,
-    "copy": ops_write.copy,
-    "open_for_handle": handle_io.open_for_handle,
-}
+Operations = Mapping[str, Callable[..., Any]]
+
+# What the fs service runs in the helper, by the name its requests give.
+OPERATIONS: Final[Operations] = {op.name: op.helper_function for op in FS_OPERATIONS}
 # Enough for a blocked operation (a fifo, a hung network mount) not to stall the
 # rest; a new helper is cheap compared with an unbounded thread count.
 _WORKERS: Final = 4
 
 
-def run(request: Request) -> Response:
-    func = OPERATIONS.get(request.op)
+# Run before each operation; raises what the operation would (OSError, RpcError).
+Check = Callable[[Request], None]
+
+
+def _no_check(request: Request) -> None:
+    """A helper on the private runtime: its mount view is the policy's already."""
+
+
+def run(
+    request: Request, operations: Operations = OPERATIONS, check: Check = _no_check
+) -> Response:
+    """One request answered: its operation's result, or its error in the one
+    encoding the daemon decodes (``protocol``)."""
+    func = operations.get(request.op)
     if func is None:
         return Response(request.id, FAILED, message=f"unknown fs helper operation {request.op!r}")
     try:
+        check(request)
         return Response(request.id, OK, func(**request.args))
     except RpcError as exc:
         return Response(request.id, RPC_ERROR, code=exc.code, message=exc.message)
@@ -107,7 +124,13 @@ def lock_runtime(private_dir: str) -> None:
     raise SystemExit(f"fs helper: cannot hide its runtime at {private_dir} (capabilities left?)")
 
 
-def serve(in_fd: int = 0, out_fd: int = 1, watch: MountWatch | None = None) -> None:
+def serve(
+    in_fd: int = 0,
+    out_fd: int = 1,
+    watch: ViewWatch | None = None,
+    operations: Operations = OPERATIONS,
+    check: Check = _no_check,
+) -> None:
     """Answer requests until the daemon closes the pipe, on ``_WORKERS`` threads.
 
     Each thread reads one request itself and runs it (leader/followers): no
@@ -120,14 +143,17 @@ def serve(in_fd: int = 0, out_fd: int = 1, watch: MountWatch | None = None) -> N
     reader = _Reader(os.fdopen(in_fd, "rb", closefd=False))
     output = _Output(out_fd)
     watch = watch or MountWatch()
+    answer = functools.partial(run, operations=operations, check=check)
     threads = [
-        threading.Thread(target=_follow, args=(reader, output, watch), name=f"fs-helper_{n}")
+        threading.Thread(
+            target=_follow, args=(reader, output, watch, answer), name=f"fs-helper_{n}"
+        )
         for n in range(_WORKERS - 1)
     ]
     for thread in threads:
         thread.start()
     try:
-        _follow(reader, output, watch)
+        _follow(reader, output, watch, answer)
     finally:
         for thread in threads:
             thread.join()
@@ -169,24 +195,57 @@ class _Reader:
         return request_decoder.decode(body)
 
 
-def _follow(reader: _Reader, output: _Output, watch: MountWatch) -> None:
+def _follow(
+    reader: _Reader, output: _Output, watch: ViewWatch, answer: Callable[[Request], Response]
+) -> None:
     while (request := reader.next_request()) is not None:
         # Checked after the operation too: a read that raced a detach must not
         # leave with what it read.
-        response = run(request) if watch.intact() else None
+        response = answer(request) if watch.intact() else None
         if response is None or not watch.intact():
             response = Response(request.id, STALE, message=watch.broken or "")
         output.send(response)
 
 
-def main() -> int:
-    if len(sys.argv) != 2:
-        sys.stderr.write("usage: serve <private runtime dir>\n")
+class ViewWatch(Protocol):
+    """Whether the helper's view is still the one it started with (``MountWatch``)."""
+
+    broken: str | None
+
+    def intact(self) -> bool: ...
+
+
+class _Unwatched:
+    broken: str | None = None
+
+    def intact(self) -> bool:
+        return True
+
+
+_VIEW = msgspec.json.Decoder(dict[str, list[str]])
+
+
+def main(operations: Operations = OPERATIONS, argv: list[str] | None = None) -> int:
+    """``serve <private runtime dir>`` or ``confined <view as JSON>``. A test may run
+    its own operations through the same program (its module calls ``main``)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] not in ("serve", "confined"):
+        sys.stderr.write("usage: serve <private runtime dir> | confined <view as JSON>\n")
         return 2
-    # Before anything is served: no /proc, no helper (the view cannot be checked).
-    watch = MountWatch()
-    lock_runtime(sys.argv[1])
-    serve(watch=watch)
+    if args[0] == "serve":
+        # Before anything is served: no /proc, no helper (the view cannot be checked).
+        watch = MountWatch()
+        lock_runtime(args[1])
+        serve(watch=watch, operations=operations)
+        return 0
+    view = _VIEW.decode(args[1])
+    # Used for one call: no long-lived namespace whose masks the host could
+    # detach in between, so no mount watch (and no need for /proc).
+    serve(
+        watch=_Unwatched(),
+        operations=operations,
+        check=lambda request: confine(view, request.args),
+    )
     return 0
 
 

@@ -1,0 +1,164 @@
+"""Starting one of the daemon's own helper programs inside a policy's sandbox.
+
+Two plans, both from ``plan_for_policy`` (the same bwrap layout, seccomp
+program and mount-point bookkeeping as ``process/start``):
+
+* ``runtime_plan``: the interpreter reached through the private runtime binds
+  (``runtime.py``), so the helper sees exactly the policy's view; bwrap only.
+* ``confined_plan``: the interpreter, this package and ``:minimal`` readable
+  (any mechanism); the helper then confines itself to the policy's view before
+  each request (``confine.py``).
+
+``spawn_helper_process`` is the one place a helper process starts: the
+per-process resource limits (``contained_helper``'s cgroup) are applied there
+and held for the helper's whole life, and its pid is registered as the
+daemon's own (``helper_pids``) before anything else can run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import socket
+import sys
+from contextlib import AsyncExitStack
+from typing import Final
+
+import execserver
+from execserver.containment import contained_helper
+from execserver.sandbox.backend import SandboxBackend
+from execserver.sandbox.fs_helper.runtime import HelperRuntime
+from execserver.sandbox.helper_pids import helper_environment, register_helper
+from execserver.sandbox.plan import LaunchPlan, LaunchRequest, interpreter_paths, plan_for_policy
+from execserver.sandbox.policy import MINIMAL_READ_PATHS, ResolvedPolicy
+
+__all__ = [
+    "SpawnedHelper",
+    "confined_plan",
+    "policy_view",
+    "runtime_plan",
+    "spawn_helper_process",
+]
+
+_PACKAGE_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(execserver.__file__)))
+
+
+# What a sandboxed process sees besides its policy: bwrap's fresh /dev and /proc.
+_PROCESS_EXTRAS_READ: Final = ("/dev", "/proc")
+_PROCESS_EXTRAS_WRITE: Final = ("/dev",)
+
+
+def policy_view(policy: ResolvedPolicy) -> dict[str, list[str]]:
+    """The paths a *process* with ``policy`` can see: the helper confines
+    itself to exactly these after its interpreter has started (its own needs —
+    the interpreter, this package, ``:minimal`` — are visible to it until then).
+    Deny entries are not subtracted here: their masks are in the mount view."""
+    read: list[str] = []
+    write: list[str] = list(_PROCESS_EXTRAS_WRITE)
+    if policy.root_access == "write":
+        write.append("/")
+    elif policy.root_access == "read":
+        read.append("/")
+    if policy.minimal_read:
+        read += MINIMAL_READ_PATHS
+    read += [*policy.readable, *_PROCESS_EXTRAS_READ]
+    write += policy.writable
+    return {"read": read, "write": write}
+
+
+def runtime_plan(
+    policy: ResolvedPolicy, backend: SandboxBackend, runtime: HelperRuntime
+) -> LaunchPlan | None:
+    """The plan for ``runtime``'s program in exactly ``policy``'s view; None when
+    the plan is not a bwrap plan (the private runtime binds need bwrap)."""
+    plan = plan_for_policy(
+        policy,
+        LaunchRequest(argv=list(runtime.argv), cwd="/", env=dict(runtime.env)),
+        backend=backend,
+        runtime_binds=runtime.binds,
+    )
+    if plan.mechanism != "bwrap":
+        plan.close()
+        return None
+    return plan
+
+
+def confined_plan(
+    policy: ResolvedPolicy, backend: SandboxBackend, module: str, args: tuple[str, ...]
+) -> LaunchPlan:
+    """The plan for ``python -m module *args`` under ``policy`` widened by what the
+    interpreter needs to start; the helper must confine itself to
+    ``policy_view(policy)`` before it serves anything."""
+    if not policy.full_read and not policy.enforces_nothing:
+        # The helper's interpreter needs these to start; the view keeps the
+        # request itself out of them.
+        policy = dataclasses.replace(policy, minimal_read=True)
+    env = {
+        "PYTHONPATH": _PACKAGE_ROOT,
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    argv = [sys.executable, "-P", "-s", "-m", module, *args]
+    request = LaunchRequest(argv=argv, cwd="/", env=env)
+    return plan_for_policy(policy, request, backend=backend, extra_read=interpreter_paths())
+
+
+@dataclasses.dataclass
+class SpawnedHelper:
+    """A helper process and the daemon's ends of its channel (requests in,
+    responses out) and of its stderr; ``resources`` (its cgroup) is released
+    once it has exited."""
+
+    process: asyncio.subprocess.Process
+    channel: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    errors: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    resources: AsyncExitStack
+
+
+async def spawn_helper_process(plan: LaunchPlan) -> SpawnedHelper:
+    """Start ``plan`` with a socket for stdin/stdout and one for stderr. The plan
+    is closed here (its status pipe is watched until bwrap exits)."""
+    # Sockets, not pipes: a request naming /proc/self/fd/0 or /1 cannot reopen a
+    # socket (ENXIO), so it can neither read nor inject frames; a pipe it could.
+    channel, channel_child = socket.socketpair()
+    errors, errors_child = socket.socketpair()
+    resources = AsyncExitStack()
+    try:
+        try:
+            # The per-process resource limits hold for the helper too (None without them).
+            place = await resources.enter_async_context(contained_helper())
+            process = await asyncio.create_subprocess_exec(
+                *plan.argv,
+                env=helper_environment(plan.env),
+                pass_fds=plan.pass_fds,
+                cwd="/",
+                stdin=channel_child.fileno(),
+                stdout=channel_child.fileno(),
+                stderr=errors_child.fileno(),
+                start_new_session=True,
+                preexec_fn=place,
+            )
+            register_helper(process.pid)
+        finally:
+            # The daemon's copies of the child's fds go now; bwrap's status pipe is
+            # watched until bwrap exits, which also releases synthetic mount points.
+            plan.close()
+            channel_child.close()
+            errors_child.close()
+        try:
+            streams = await asyncio.open_unix_connection(sock=channel)
+            error_streams = await asyncio.open_unix_connection(sock=errors)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await asyncio.shield(process.wait())
+            raise
+    except BaseException:
+        channel.close()
+        errors.close()
+        await resources.aclose()
+        raise
+    return SpawnedHelper(process, streams, error_streams, resources)
