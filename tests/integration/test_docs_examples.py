@@ -1,4 +1,4 @@
-"""Every code block of README.md, docs/client.md and docs/core.md runs as written.
+"""Every code block of README.md, docs/cli.md, docs/client.md and docs/core.md runs as written.
 
 Blocks run against a fresh execserver: the documented URL
 ``ws://127.0.0.1:8765`` is replaced by the test server's, and ``execserver``
@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.servers import PROJECT_ROOT, RunningServer
 
-DOCUMENTS = ("README.md", "docs/client.md", "docs/core.md")
+DOCUMENTS = ("README.md", "docs/cli.md", "docs/client.md", "docs/core.md")
 DOCUMENTED_URL = "ws://127.0.0.1:8765"
 RUNNERS = {"python": [sys.executable, "-c"], "sh": ["bash", "-e", "-c"]}
 # Blocks that start a server or run the whole suite; keep this small.
