@@ -10,7 +10,15 @@ match a known command).
 Lines are written by one background thread, so a slow disk never blocks the
 event loop; ``aclose`` flushes everything before the daemon exits. Services
 report through the runtime's telemetry (execserver.server.telemetry), which
-writes the process and fs records here.
+writes the process and fs records here; the session records come from
+execserver.server.session_audit.
+
+The queue to the writer holds at most ``QUEUE_RECORDS`` lines. When the disk is
+so slow that it fills, ``emit`` drops the record instead of blocking the loop (or
+growing memory without bound): the drops are counted (``dropped``, the
+``execserver_audit_records_dropped`` metric), logged, and the writer puts an
+``audit.dropped`` record with their number into the log once it catches up, so a
+gap in the log is visible in the log itself.
 """
 
 from __future__ import annotations
@@ -23,27 +31,26 @@ import os
 import queue
 import threading
 from collections.abc import Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import msgspec
 
-if TYPE_CHECKING:
-    from execserver.server.runtime import ServerRuntime
-    from execserver.server.sessions import Session
-
 __all__ = [
+    "QUEUE_RECORDS",
     "AuditLog",
     "AuditLogError",
     "argv_digest",
     "process_start_fields",
     "sandbox_summary",
-    "session_attached",
-    "session_detached",
 ]
 
 log = logging.getLogger(__name__)
 
 _STOP = object()
+
+# Records waiting for the writer thread: about 3 MB at ~300 bytes a record, many
+# seconds of a busy daemon's records; past it a record is dropped (and counted).
+QUEUE_RECORDS = 10_000
 
 
 class AuditLogError(Exception):
@@ -53,9 +60,14 @@ class AuditLogError(Exception):
 class AuditLog:
     """``emit`` is a cheap no-op when no path is configured."""
 
-    def __init__(self, path: str | None = None) -> None:
+    def __init__(self, path: str | None = None, *, queue_records: int = QUEUE_RECORDS) -> None:
         self.path = path
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._queue: queue.Queue[object] = queue.Queue(queue_records)
+        # Records refused because the queue was full: ``dropped`` in all, and those
+        # the log itself has not been told about yet (the writer reports them).
+        self.dropped = 0
+        self._unreported = 0
+        self._unreported_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._file: IO[bytes] | None = None
         if path is not None:
@@ -76,7 +88,32 @@ class AuditLog:
         if self._file is None:
             return
         record = {"ts": _now(), "event": event, **fields}
-        self._queue.put(msgspec.json.encode(record) + b"\n")
+        try:
+            self._queue.put_nowait(msgspec.json.encode(record) + b"\n")
+        except queue.Full:
+            self._dropped(event)
+
+    def _dropped(self, event: str) -> None:
+        with self._unreported_lock:
+            self.dropped += 1
+            self._unreported += 1
+            first = self._unreported == 1
+        if first:  # once per episode: a full queue must not flood the daemon log too
+            log.warning(
+                "audit log %s: writer %d records behind; dropping records (first: %s)",
+                self.path,
+                self._queue.maxsize,
+                event,
+            )
+
+    def _take_unreported(self) -> bytes:
+        """The ``audit.dropped`` record for drops not yet in the log, or nothing."""
+        with self._unreported_lock:
+            count, self._unreported = self._unreported, 0
+        if not count:
+            return b""
+        record = {"ts": _now(), "event": "audit.dropped", "count": count}
+        return msgspec.json.encode(record) + b"\n"
 
     def _write_loop(self) -> None:
         assert self._file is not None
@@ -84,8 +121,13 @@ class AuditLog:
             item = self._queue.get()
             batch = [item]
             # Drain what is queued so a burst costs one flush.
-            while not self._queue.empty():
-                batch.append(self._queue.get())
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            # After the records that were queued before the drops began.
+            batch.append(self._take_unreported())
             stop = any(line is _STOP for line in batch)
             try:
                 self._file.write(b"".join(line for line in batch if isinstance(line, bytes)))
@@ -98,7 +140,7 @@ class AuditLog:
     def close_sync(self) -> None:
         if self._thread is None or self._file is None:
             return
-        self._queue.put(_STOP)
+        self._queue.put(_STOP)  # waits for room: the stop is never dropped
         self._thread.join()
         self._file.close()
         self._thread = None
@@ -143,37 +185,3 @@ def sandbox_summary(sandbox: object | None) -> dict[str, Any] | None:
         "entries": len(file_system.get("entries") or []),
         "network": permissions.get("network"),
     }
-
-
-# ---- session lifecycle (called by the connection) ------------------------------
-
-
-class _SessionWatch:
-    """Lives in the session's scoped state; its ``aclose`` runs when the session ends
-    (TTL expiry or shutdown), which is where the close is audited and counted."""
-
-    def __init__(self, runtime: ServerRuntime, session_id: str) -> None:
-        self._runtime = runtime
-        self._session_id = session_id
-
-    async def aclose(self) -> None:
-        reason = "shutdown" if self._runtime.shutting_down else "expired"
-        if reason == "expired":
-            self._runtime.metrics.sessions_expired.inc()
-        self._runtime.audit.emit("session.close", session=self._session_id, reason=reason)
-
-
-def session_attached(runtime: ServerRuntime, session: Session, peer: str) -> None:
-    resumed = session.state.peek(_SessionWatch) is not None
-    if resumed:
-        runtime.metrics.sessions_resumed.inc()
-        runtime.audit.emit("session.resume", session=session.id, peer=peer)
-        return
-    session.state.get(_SessionWatch, lambda: _SessionWatch(runtime, session.id))
-    runtime.metrics.sessions_opened.inc()
-    runtime.audit.emit("session.open", session=session.id, peer=peer)
-
-
-def session_detached(runtime: ServerRuntime, session: Session, peer: str) -> None:
-    if not runtime.shutting_down and not session.closed:
-        runtime.audit.emit("session.detach", session=session.id, peer=peer)

@@ -21,13 +21,14 @@ from typing import Any, NamedTuple
 import msgspec
 
 from execserver.aio.eager import start_eagerly
+from execserver.aio.tasks import TaskSet
 from execserver.kernel.context import RequestContext
 from execserver.kernel.limits import LimitExceeded
 from execserver.kernel.methods import MUST_WAIT, MethodSpec
 from execserver.kernel.scoped import ScopedState
-from execserver.server import audit
 from execserver.server.metrics import UNKNOWN_METHOD
 from execserver.server.runtime import ServerRuntime
+from execserver.server.session_audit import session_attached, session_detached
 from execserver.server.sessions import Session
 from execserver.wire import methods as m
 from execserver.wire.envelope import (
@@ -102,12 +103,15 @@ class Connection:
         self.state = ScopedState(f"connection {peer}")
         self._outbound: asyncio.Queue[bytes] = asyncio.Queue(runtime.config.outbound_queue_messages)
         self._slots = asyncio.Semaphore(runtime.config.concurrent_requests)
-        self._tasks: set[asyncio.Task[None]] = set()
+        # The requests in flight (and an answer's wait for the peer to read).
+        self._tasks = TaskSet(f"connection {peer}", logger=log)
         self._initialize_task: asyncio.Task[None] | None = None
         self._server_request_ids = itertools.count(1)
         self._pending_server_requests: dict[int, asyncio.Future[Any]] = {}
         self._loop = asyncio.get_running_loop()
-        self._writer = self._loop.create_task(self._write_loop())
+        # Apart from the requests: "no request in flight" must not count the writer.
+        self._writing = TaskSet(f"connection {peer} writer", logger=log)
+        self._writing.spawn(self._write_loop(), name="write loop")
         self.closed = False
         self.close_reason: str | None = None
         self._closed_event = asyncio.Event()
@@ -225,8 +229,7 @@ class Connection:
         return None
 
     def _start_request(self, request: IncomingRequest, params: Any = _UNDECODED) -> None:
-        task = self._loop.create_task(self._serve_request(request, params))
-        self._track(task)
+        task = self._tasks.spawn(self._serve_request(request, params), name=request.method)
         if request.method == m.INITIALIZE:
             self._initialize_task = task
 
@@ -234,13 +237,7 @@ class Connection:
         """Requests still running. A finished task leaves ``_tasks`` in a done callback,
         which can run after the next frame is handled when the transport calls in from
         its I/O callback (picows), so finished ones are not counted."""
-        for task in [task for task in self._tasks if task.done()]:
-            self._tasks.discard(task)
-        return len(self._tasks)
-
-    def _track(self, task: asyncio.Task[None]) -> None:
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        return sum(1 for task in self._tasks if not task.done())
 
     def _answer_at_once(
         self, request: IncomingRequest, spec: MethodSpec[Any]
@@ -249,15 +246,13 @@ class Connection:
         check refuses the request); else the decoded params, for the handler that has
         to serve it in a task.
 
-        The same steps as ``_serve_request`` and ``_dispatch``, in the same order, minus
-        the task and the coroutines: this is the whole request on a polling round trip.
-        No request slot is taken because nothing waits, and every slot is free (no
-        request is in flight when this runs)."""
+        ``_serve_request`` minus the task and the coroutines: this is the whole request
+        on a polling round trip, with the same checks (``_admit``). No request slot is
+        taken because nothing waits, and every slot is free (no request is in flight
+        when this runs)."""
         started = _clock()
         try:
-            params = spec.decoder.decode(request.params)
-            if self.lifecycle is not _READY:
-                self._check_lifecycle(spec.family)
+            params = self._admit(request, spec, _UNDECODED)
             assert spec.at_once is not None
             result = spec.at_once(self._at_once_context, params)
             if result is MUST_WAIT:
@@ -280,7 +275,7 @@ class Connection:
                 return
         writing = start_eagerly(self._loop, self._enqueue(frame))
         if writing is not None:
-            self._track(writing)
+            self._tasks.adopt(writing)
 
     async def _handle_notification(self, note: IncomingNotification) -> None:
         if note.method != m.INITIALIZED:
@@ -350,13 +345,23 @@ class Connection:
             raise RpcError(
                 METHOD_NOT_FOUND, f"exec-server stub does not implement `{request.method}` yet"
             )
-        if params is _UNDECODED:
-            params = spec.decoder.decode(request.params)
         async with self._slots:
-            if request.method != m.INITIALIZE:
-                self._check_lifecycle(spec.family)
+            # In the slot: the lifecycle is the one when the request runs (an
+            # initialized may arrive while it waits for a slot).
+            params = self._admit(request, spec, params)
             ctx = RequestContext(self, self.runtime, self._slots)
             return await spec.handler(ctx, params)
+
+    def _admit(self, request: IncomingRequest, spec: MethodSpec[Any], params: Any) -> Any:
+        """The checks of a known method's request, for the at-once path and the task
+        path alike, in the reference's order: params decode (unless the at-once
+        attempt decoded them already), then the lifecycle (``initialize`` is what
+        starts it). Returns the params; raises RpcError for the refusal."""
+        if params is _UNDECODED:
+            params = spec.decoder.decode(request.params)
+        if self.lifecycle is not _READY and request.method != m.INITIALIZE:
+            self._check_lifecycle(spec.family)
+        return params
 
     def _check_lifecycle(self, family: str) -> None:
         if self.lifecycle is Lifecycle.NEW:
@@ -373,7 +378,7 @@ class Connection:
     def bind_session(self, session: Session) -> None:
         self.session = session
         self.lifecycle = Lifecycle.INITIALIZING
-        audit.session_attached(self.runtime, session, self.peer)
+        session_attached(self.runtime, session, self.peer)
 
     # ---- teardown ---------------------------------------------------------------
 
@@ -392,8 +397,7 @@ class Connection:
             return
         self.closed = True
         self._closed_event.set()
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
         for future in self._pending_server_requests.values():
             if not future.done():
                 future.set_exception(ConnectionError("connection closed"))
@@ -401,23 +405,22 @@ class Connection:
         while not self._outbound.empty():
             self._outbound.get_nowait()
             self._outbound.task_done()
-        self._writer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._writer
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._writing.aclose()
+        # Cancelled above (once: a second cancel would cut their clean-up short); wait
+        # for them to unwind, then close the set (it cancels nothing more).
+        await self._tasks.wait()
+        await self._tasks.aclose()
         await self.state.aclose()
         self.runtime.metrics.connections.dec()
         if self.session is not None:
             self.runtime.sessions.detach(self.session, self)
-            audit.session_detached(self.runtime, self.session, self.peer)
+            session_detached(self.runtime, self.session, self.peer)
 
     async def finish(self, timeout: float) -> None:
         """Let in-flight requests answer and the queue drain (stdio EOF), up to ``timeout``."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
-                if self._tasks:
-                    await asyncio.gather(*list(self._tasks), return_exceptions=True)
+                await self._tasks.wait()
                 await self._outbound.join()
 
 

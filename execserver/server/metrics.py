@@ -100,6 +100,13 @@ class Metrics:
             registry=r,
         )
         self.sessions = Gauge("execserver_sessions", "Sessions (attached or detached).", registry=r)
+        # A gauge read from the audit log's own count (it only grows): records dropped
+        # because its writer fell QUEUE_RECORDS behind (server/audit.py).
+        self.audit_records_dropped = Gauge(
+            "execserver_audit_records_dropped",
+            "Audit records dropped since start because the audit log's writer was too far behind.",
+            registry=r,
+        )
         self.sessions_opened = Counter(
             "execserver_sessions_opened", "Sessions created by initialize.", registry=r
         )
@@ -157,6 +164,9 @@ class Metrics:
 
     def track_sessions(self, count: Callable[[], int]) -> None:
         self.sessions.set_function(lambda: float(count()))
+
+    def track_audit_drops(self, count: Callable[[], int]) -> None:
+        self.audit_records_dropped.set_function(lambda: float(count()))
 
     def observe_request(self, method: str, result: str, seconds: float) -> None:
         self.requests.observe(method, result, seconds)

@@ -12,8 +12,12 @@ import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any
 
 from execserver import REFERENCE_VERSION, __version__
+from execserver.aio.tasks import TaskSet
 from execserver.config import LimitsConfig, ServerConfig
 from execserver.containment import ProcessCgroups, open_process_cgroups
 from execserver.discovery import service as discovery
@@ -35,8 +39,6 @@ from execserver.server.runtime import ServerRuntime
 from execserver.server.sessions import SessionRegistry
 from execserver.server.transport_stdio import serve_stdio
 from execserver.server.transport_ws import WebsocketServer
-
-__all__ = ["Server", "build_runtime"]
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +76,12 @@ def build_runtime(config: ServerConfig) -> ServerRuntime:
         methods=build_method_table(),
         sessions=SessionRegistry(config.session_ttl_s),
         audit=AuditLog(config.audit_log),
-        # Raises ContainmentError when limits are set and cannot be applied.
-        containment=open_process_cgroups(config.process_limits),
     )
-    if runtime.containment is not None:
-        runtime.resources.provide(ProcessCgroups, runtime.containment)
+    # Raises ContainmentError when limits are set and cannot be applied; None
+    # without --process-*-max limits. Closed by ServerRuntime.aclose.
+    cgroups = open_process_cgroups(config.process_limits)
+    if cgroups is not None:
+        runtime.resources.provide(ProcessCgroups, cgroups)
     return runtime
 
 
@@ -174,7 +177,10 @@ class Server:
         # /metrics asks for the websocket's credentials (not its connection limit).
         self._metrics_checks = [auth.make_upgrade_check(verifier)] if verifier is not None else []
         self._stop = asyncio.Event()
-        self._drain: asyncio.Future[None] | None = None
+        # Everything Server.run starts beside serving (the drain, the stdin watch, the
+        # start-up probe): cancelled and awaited before run returns.
+        self._tasks = TaskSet("server", logger=log)
+        self._drain: asyncio.Task[None] | None = None
         self._exit_status = 0
         self.url: str | None = None
 
@@ -187,7 +193,7 @@ class Server:
         if self.config.drain_timeout_s <= 0 or self._drain is not None:
             self.stop()
             return
-        self._drain = asyncio.ensure_future(self.drain(self.config.drain_timeout_s))
+        self._drain = self._tasks.spawn(self.drain(self.config.drain_timeout_s), name="drain")
 
     async def drain(self, timeout_s: float) -> None:
         """Refuse new sessions (resumes still work; /readyz answers 503), wait up to
@@ -214,24 +220,20 @@ class Server:
         tune_malloc()
         # Children must not inherit (possess) the keys of whoever started us.
         isolate_session_keyring()
-        loop = asyncio.get_running_loop()
-        for sig, handler in ((signal.SIGTERM, self._on_sigterm), (signal.SIGINT, self.stop)):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, handler)
+        with _signals_handled({signal.SIGTERM: self._on_sigterm, signal.SIGINT: self.stop}):
+            return await self._run()
+
+    async def _run(self) -> int:
         log.info(
             "execserver %s (codex exec-server protocol %s) starting",
             __version__,
             REFERENCE_VERSION,
         )
         backend = await probe_sandbox_backend(self.config)
-        self.runtime.sandbox_backend = backend
         # Services find it by class, as they find the cgroups (kernel.resources).
         self.runtime.resources.provide(SandboxBackend, backend)
-        probe = (
-            asyncio.ensure_future(log_sandbox_report(backend))
-            if self.config.startup_probe
-            else None
-        )
+        if self.config.startup_probe:
+            self._tasks.spawn(log_sandbox_report(backend), name="sandbox report")
         # Everything start-up imported and built stays: keep it out of full collections.
         frozen = freeze_startup_objects()
         log.debug("%d start-up objects frozen out of garbage collection", frozen)
@@ -240,23 +242,23 @@ class Server:
                 return await self._run_stdio()
             return await self._run_websocket()
         finally:
-            if probe is not None:
-                probe.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await probe
+            # The probe, a drain still waiting, the stdin watch: stopped before the
+            # runtime they use closes.
+            await self._tasks.aclose()
             await self.runtime.aclose()
 
     async def _run_stdio(self) -> int:
-        serving = asyncio.ensure_future(serve_stdio(self.runtime))
-        stopping = asyncio.ensure_future(self._stop.wait())
-        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        if not serving.done():
-            serving.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await serving
+        running = TaskSet("stdio", logger=log)
+        try:
+            # Awaited here: its exit status (or failure) is run's.
+            serving = running.spawn(serve_stdio(self.runtime), name="serve", log_failures=False)
+            stopping = running.spawn(self._stop.wait(), name="stop")
+            await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if serving.done():
+                return serving.result()
             return self._exit_status
-        return serving.result()
+        finally:
+            await running.aclose()
 
     async def _run_websocket(self) -> int:
         server = WebsocketServer(self.runtime, self._upgrade_checks, self._metrics_checks)
@@ -274,12 +276,14 @@ class Server:
         log.info("listening on %s", self.url)
         stdin_watch = None
         if self.config.exit_on_stdin_close:
-            stdin_watch = asyncio.ensure_future(self._watch_stdin())
+            stdin_watch = self._tasks.spawn(self._watch_stdin(), name="stdin watch")
         try:
             await self._stop.wait()
         finally:
             if stdin_watch is not None:
                 stdin_watch.cancel()
+                # Its read pipe is closed before the listeners go.
+                await asyncio.wait({stdin_watch})
             log.info("shutting down")
             self.runtime.shutting_down = True
             await self._close_connections()
@@ -290,11 +294,8 @@ class Server:
         return self._exit_status
 
     async def _close_connections(self) -> None:
-        conns = list(self.runtime.connections)
-        for conn in conns:
-            abort = getattr(conn, "abort", None)
-            if abort is not None:
-                abort("server shutting down")
+        for conn in list(self.runtime.connections):
+            conn.abort("server shutting down")
 
     async def _watch_stdin(self) -> None:
         loop = asyncio.get_running_loop()
@@ -307,3 +308,34 @@ class Server:
             pass
         log.info("stdin closed; exiting (--exit-on-stdin-close)")
         self.stop(EXIT_STATUS_STDIN_CLOSED)
+
+
+# What signal.getsignal returns: a function, SIG_DFL/SIG_IGN, or None (set from C).
+_SignalHandler = Callable[[int, FrameType | None], Any] | int | None
+
+
+@contextlib.contextmanager
+def _signals_handled(handlers: dict[signal.Signals, Callable[[], None]]) -> Iterator[None]:
+    """The loop runs ``handlers`` while the block runs; on the way out each signal gets
+    back the handler it had before (as uvicorn's ``capture_signals``): a daemon run
+    inside a host program (``serve_local``, the tests) leaves its signals as it found
+    them."""
+    loop = asyncio.get_running_loop()
+    installed: list[tuple[signal.Signals, _SignalHandler]] = []
+    for sig, handler in handlers.items():
+        previous = signal.getsignal(sig)
+        try:
+            loop.add_signal_handler(sig, handler)
+        except (NotImplementedError, RuntimeError):  # no signals here (not the main thread)
+            continue
+        installed.append((sig, previous))
+    try:
+        yield
+    finally:
+        for sig, previous in reversed(installed):
+            loop.remove_signal_handler(sig)
+            # remove_signal_handler leaves SIG_DFL (SIGINT: default_int_handler); put
+            # back what was there, e.g. a host's own handler.
+            if previous is not None:
+                with contextlib.suppress(ValueError, TypeError):
+                    signal.signal(sig, previous)

@@ -5,7 +5,7 @@ facilities services use (``state``, ``telemetry``, ``limits``, ``resources``; se
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from execserver.config import ServerConfig
 from execserver.containment import ProcessCgroups
@@ -18,12 +18,15 @@ from execserver.server.metrics import Metrics
 from execserver.server.sessions import SessionRegistry
 from execserver.server.telemetry import ServerTelemetry
 
-__all__ = ["ServerRuntime"]
+__all__ = ["OpenConnection", "ServerRuntime"]
 
-__all__ = ["ServerRuntime"]
 
-if TYPE_CHECKING:
-    from execserver.sandbox.backend import SandboxBackend
+class OpenConnection(Protocol):
+    """What the runtime needs of an open connection (the server's ``Connection``,
+    which imports this module: a Protocol keeps the two acyclic): shutdown aborts
+    every one."""
+
+    def abort(self, reason: str) -> None: ...
 
 
 @dataclass
@@ -33,21 +36,17 @@ class ServerRuntime:
     sessions: SessionRegistry
     # Server-wide service state (e.g. the sandbox backend), closed at shutdown.
     state: ScopedState = field(default_factory=lambda: ScopedState("server"))
-    connections: set[object] = field(default_factory=set)
+    # Added and removed by the transports; the limit check counts them.
+    connections: set[OpenConnection] = field(default_factory=set)
     # `runtime.audit.emit(...)`: a no-op unless --audit-log is set.
     audit: AuditLog = field(default_factory=AuditLog)
     metrics: Metrics = field(default_factory=Metrics)
     limits: ServerLimits = field(init=False)
     # What services report to: writes `audit` and `metrics`.
     telemetry: ServerTelemetry = field(init=False)
-    # Start-up objects for the services, stored by the runner under their class.
+    # Everything built at start-up, stored by the runner under its class (the
+    # sandbox backend, the per-process cgroups); services look them up there.
     resources: Resources = field(default_factory=Resources)
-    # Per-process resource-limit cgroups (None without --process-*-max limits); the
-    # runner also provides them to the processes service through `resources`.
-    containment: ProcessCgroups | None = None
-    # Probed once at start-up (Server.run, in a worker thread) before serving;
-    # None only while not yet probed, when sandboxed requests are refused.
-    sandbox_backend: SandboxBackend | None = None
     # Set once shutdown begins: /readyz turns 503, session closes are audited as shutdown.
     shutting_down: bool = False
     # Set when a drain begins: no new sessions (resumes still work), /readyz 503.
@@ -57,6 +56,7 @@ class ServerRuntime:
         self.limits = ServerLimits(self.config.limits)
         self.telemetry = ServerTelemetry(self.audit, self.metrics, self.config.process_limits)
         self.metrics.track_sessions(lambda: len(self.sessions))
+        self.metrics.track_audit_drops(lambda: self.audit.dropped)
 
     async def aclose(self) -> None:
         self.shutting_down = True
@@ -67,6 +67,7 @@ class ServerRuntime:
         from execserver.sandbox.fs_helper.pool import close_loop_pool
 
         await close_loop_pool()
-        if self.containment is not None:
-            self.containment.close()
+        cgroups = self.resources.get(ProcessCgroups)
+        if cgroups is not None:
+            cgroups.close()
         await self.audit.aclose()

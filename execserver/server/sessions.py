@@ -12,24 +12,31 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from execserver.aio.tasks import TaskSet
 from execserver.kernel.scoped import ScopedState
 from execserver.wire.errors import SESSION_ALREADY_ATTACHED, RpcError
 
-if TYPE_CHECKING:
-    from execserver.server.connection import Connection
-
-__all__ = ["Session", "SessionRegistry"]
+__all__ = ["AttachedConnection", "Session", "SessionRegistry"]
 
 log = logging.getLogger(__name__)
+
+
+class AttachedConnection(Protocol):
+    """What a session needs of the connection it is attached to (the server's
+    ``Connection``, which imports this module: a Protocol keeps the two acyclic)."""
+
+    async def send_notification(self, method: str, params: Any) -> None: ...
+
+    async def request(self, method: str, params: Any, timeout: float | None) -> Any: ...
 
 
 class Session:
     def __init__(self, session_id: str) -> None:
         self.id = session_id
         self.state = ScopedState(f"session {session_id}")
-        self.connection: Connection | None = None
+        self.connection: AttachedConnection | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self.closed = False
         # Hooks run when a connection (re)attaches, e.g. to resume notification routing.
@@ -69,7 +76,8 @@ class SessionRegistry:
     def __init__(self, ttl_s: float) -> None:
         self._ttl_s = ttl_s
         self._sessions: dict[str, Session] = {}
-        self._closing: set[asyncio.Task[None]] = set()
+        # The closes of expired sessions (started from a timer callback).
+        self._closing = TaskSet("session expiry", logger=log)
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -77,14 +85,14 @@ class SessionRegistry:
     def sessions(self) -> list[Session]:
         return list(self._sessions.values())
 
-    def create(self, conn: Connection) -> Session:
+    def create(self, conn: AttachedConnection) -> Session:
         session = Session(str(uuid.uuid4()))
         self._sessions[session.id] = session
         session.connection = conn
         log.info("session %s opened", session.id)
         return session
 
-    def resume(self, session_id: str, conn: Connection) -> Session:
+    def resume(self, session_id: str, conn: AttachedConnection) -> Session:
         session = self._sessions.get(session_id)
         if session is None or session.closed:
             raise RpcError.invalid_request(f"unknown session id {session_id}")
@@ -100,7 +108,7 @@ class SessionRegistry:
         log.info("session %s resumed", session.id)
         return session
 
-    def detach(self, session: Session, conn: Connection) -> None:
+    def detach(self, session: Session, conn: AttachedConnection) -> None:
         if session.connection is not conn:
             return
         session.connection = None
@@ -115,13 +123,12 @@ class SessionRegistry:
             return
         log.info("session %s expired", session.id)
         self._sessions.pop(session.id, None)
-        task = asyncio.get_running_loop().create_task(session.aclose())
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        self._closing.spawn(session.aclose(), name=session.id)
 
     async def aclose(self) -> None:
         sessions = list(self._sessions.values())
         self._sessions.clear()
         await asyncio.gather(*(s.aclose() for s in sessions), return_exceptions=True)
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        # Expiries already closing finish their clean-up (wait), then none may start.
+        await self._closing.wait()
+        await self._closing.aclose()

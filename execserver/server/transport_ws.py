@@ -42,6 +42,7 @@ from picows import (
 from picows.picows import WSProtocol  # type: ignore[attr-defined]  # not in its stubs
 
 from execserver.aio.eager import resumed
+from execserver.aio.tasks import TaskSet
 from execserver.server.coalesce import Cork
 from execserver.server.connection import Connection, ProtocolViolation
 from execserver.server.http_plain import HEAD_TIMEOUT_S, PlainHttp
@@ -140,6 +141,8 @@ class WebsocketServer:
         self._live: set[_Socket] = set()
         self._none_live = asyncio.Event()
         self._none_live.set()
+        # Each disconnected websocket's close-down (its Connection.aclose).
+        self.closing = TaskSet("websocket close-down", logger=log)
 
     async def start(self, host: str, port: int) -> list[tuple[str, int]]:
         """Listen; returns every listening socket's (host, port)."""
@@ -157,6 +160,8 @@ class WebsocketServer:
             self._server.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._none_live.wait(), grace_s)
+        # Past the grace, what is still closing down is cancelled (and awaited).
+        await self.closing.aclose()
         await self.plain_http.close()
 
     def _new_protocol(self) -> asyncio.Protocol:
@@ -324,8 +329,9 @@ class _Socket(WSListener):
         # Frames that arrived while an earlier one is still being handled (in order).
         self._backlog: collections.deque[bytes] | None = None
         self._can_write: asyncio.Event | None = None  # set: the peer reads again
-        self._tasks: list[asyncio.Task[None]] = []
-        self._closing: asyncio.Task[None] | None = None  # Connection.aclose, once disconnected
+        # The ping loop, the abort watch and a backlog's handling (one at a time; a
+        # finished one leaves the set, so it does not grow with backpressure episodes).
+        self._tasks = TaskSet(f"websocket {peer}", logger=log)
 
     # ---- picows callbacks -------------------------------------------------------------
 
@@ -347,10 +353,8 @@ class _Socket(WSListener):
         )
         runtime.connections.add(self.conn)
         self._server.opened(self)
-        self._tasks = [
-            self._loop.create_task(self._ping_loop(runtime.config.ping_interval_s)),
-            self._loop.create_task(self._drop_when_aborted()),
-        ]
+        self._tasks.spawn(self._ping_loop(runtime.config.ping_interval_s), name="ping")
+        self._tasks.spawn(self._drop_when_aborted(), name="drop when aborted")
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         # More frames of this read follow: their answers leave together (server/coalesce.py).
@@ -395,14 +399,20 @@ class _Socket(WSListener):
     def on_ws_disconnected(self, transport: WSTransport) -> None:
         if self._linger is not None:
             self._linger.cancel()  # the peer answered (or left) before the linger ran out
-        for task in self._tasks:
-            task.cancel()
+        self._tasks.cancel()
         self.resume_writing()  # writers waiting for the peer find it gone
         self._server.runtime.connections.discard(self.conn)
-        self._closing = self._loop.create_task(self._close_down())
+        if self._server.closing.closed:  # shut down past its grace: the runtime closes the rest
+            self._server.closed(self)
+            return
+        self._server.closing.spawn(self._close_down(), name=self._peer)
 
     async def _close_down(self) -> None:
         try:
+            # Cancelled in on_ws_disconnected (once); they unwind before the
+            # connection closes, then the set closes (cancelling nothing more).
+            await self._tasks.wait()
+            await self._tasks.aclose()
             await self.conn.aclose()
         finally:
             self._server.closed(self)
@@ -461,7 +471,7 @@ class _Socket(WSListener):
         self._backlog = collections.deque()
         self._tcp.pause_reading()
         backlog = self._handle_backlog(resumed(rest, awaiting))
-        self._tasks.append(self._loop.create_task(backlog))
+        self._tasks.spawn(backlog, name="backlog")
 
     async def _handle_backlog(self, first: Coroutine[Any, Any, None]) -> None:
         try:
