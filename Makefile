@@ -107,8 +107,22 @@ typecheck: $(BENCH_STAMP)
 # Code lint only: the deployment linters run in `make lint` (and CI) from their own
 # venv. That venv is still made here: one test checks the agent-sandbox pod against
 # the Kubernetes schemas with its kubernetes-validate, and the suite skips nothing.
+#
+# The suite runs on TEST_WORKERS pytest-xdist workers (3 on 2 cores: a worker spends
+# much of its time waiting for daemons and their children), each with one shared
+# daemon (tests/support/shared_daemon.py). The reliability storms and soak, the
+# container image (built once per module) and the reference interop then run in a
+# second pytest, one test at a time: they measure time, memory and load, which
+# other workers' tests would skew. The last line is the wall time of both runs.
+TEST_WORKERS ?= 3
+SERIAL_TESTS := tests/reliability tests/container tests/interop
 test: $(STAMP) $(LINT_STAMP) system-deps lint-code typecheck
-	$(BIN)/pytest $(PYTEST_ARGS)
+	@start=$$(date +%s); status=0; \
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(SERIAL_TESTS:%=--ignore=%) $(PYTEST_ARGS) \
+	  || status=$$?; \
+	$(BIN)/pytest $(SERIAL_TESTS) $(PYTEST_ARGS) || { s=$$?; [ $$s = 5 ] || status=$$s; }; \
+	echo "make test: both pytest runs took $$(( $$(date +%s) - start )) s (exit status $$status)"; \
+	exit $$status
 
 schema: $(STAMP)
 	$(BIN)/python -m execserver.wire.schema protocol/schema
