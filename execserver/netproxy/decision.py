@@ -11,9 +11,12 @@ from __future__ import annotations
 import datetime
 import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from execserver.wire.network import NetworkPolicyDecisionNotification
+
+if TYPE_CHECKING:
+    from execserver.netproxy.resolver import Resolution
 
 __all__ = [
     "BASELINE_ALLOW",
@@ -26,6 +29,7 @@ __all__ = [
     "NOT_ALLOWED_LOCAL",
     "UNIX_SOCKET_DENIED",
     "Decision",
+    "Outcome",
     "Target",
     "blocked_response",
     "decider_answer",
@@ -138,6 +142,22 @@ class Target:
     port: int
     method: str | None = None
     client: str | None = None  # "ip:port" of the child's connection to the proxy
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A checked request: its decision and, when allowed, where to connect (shared by
+    the policy engine, which makes it, and the front ends and upstream, which use it)."""
+
+    decision: Decision
+    resolution: Resolution | None = None  # what to connect to, when allowed
+    # The local-address block looked at the addresses: connect to exactly those
+    # (``resolution``) or, when the name did not resolve then, to nothing.
+    addresses_decided: bool = False
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision.allowed
 
 
 def timestamp(now: datetime.datetime | None = None) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from execserver.netproxy import decision as d
@@ -32,26 +31,13 @@ if TYPE_CHECKING:
     from execserver.netproxy.credentials import CredentialVault
     from execserver.netproxy.upstream import UpstreamProxies
 
-__all__ = ["Asker", "Notifier", "Outcome", "PolicyEngine"]
+__all__ = ["Asker", "Notifier", "PolicyEngine"]
 
 log = logging.getLogger(__name__)
 
 # Asks the client about (request protocol, host, port); returns the JSON result.
 Asker = Callable[[str, str, int, float], Awaitable[object]]
 Notifier = Callable[[NetworkPolicyDecisionNotification], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    decision: d.Decision
-    resolution: Resolution | None = None  # what to connect to, when allowed
-    # The local-address block looked at the addresses: connect to exactly those
-    # (``resolution``) or, when the name did not resolve then, to nothing.
-    addresses_decided: bool = False
-
-    @property
-    def allowed(self) -> bool:
-        return self.decision.allowed
 
 
 class PolicyEngine:
@@ -78,7 +64,7 @@ class PolicyEngine:
         # credentialMasking: the secrets swapped into allowed requests.
         self.credentials: CredentialVault | None = None
 
-    async def check(self, target: d.Target) -> Outcome:
+    async def check(self, target: d.Target) -> d.Outcome:
         target = d.Target(
             target.protocol, normalize_host(target.host), target.port, target.method, target.client
         )
@@ -89,7 +75,7 @@ class PolicyEngine:
         guard = self._mode_guard(target)
         if guard is not None:
             await self._report(target, guard)
-            return Outcome(guard)
+            return d.Outcome(guard)
         return outcome
 
     async def report_unix_socket(self, target: d.Target, allowed: bool) -> None:
@@ -102,25 +88,25 @@ class PolicyEngine:
     async def report_guard(self, target: d.Target, decision: d.Decision) -> None:
         await self._report(target, decision)
 
-    async def _domain_decision(self, target: d.Target) -> Outcome:
+    async def _domain_decision(self, target: d.Target) -> d.Outcome:
         policy, host = self.policy, target.host
         if target.protocol in ("socks5_tcp", "socks5_udp") and policy.mode == "limited":
-            return Outcome(d.METHOD_NOT_ALLOWED)
+            return d.Outcome(d.METHOD_NOT_ALLOWED)
         if policy.denied(host):
-            return Outcome(d.DENYLIST)
+            return d.Outcome(d.DENYLIST)
         resolution: Resolution | None = None
         decided = False
         if not policy.allow_local_binding and not policy.explicitly_allowed(host):
             resolution = await self._resolve(target)
             decided = True
             if _is_local(host, resolution):
-                return Outcome(d.NOT_ALLOWED_LOCAL)
+                return d.Outcome(d.NOT_ALLOWED_LOCAL)
         if policy.allowed(host) and not policy.needs_review(host):
-            return Outcome(d.BASELINE_ALLOW, resolution, decided)
+            return d.Outcome(d.BASELINE_ALLOW, resolution, decided)
         if self._ask is None:
-            return Outcome(d.NOT_ALLOWED)
+            return d.Outcome(d.NOT_ALLOWED)
         answer = await self._ask_client(target)
-        return Outcome(answer, resolution, decided)
+        return d.Outcome(answer, resolution, decided)
 
     async def _ask_client(self, target: d.Target) -> d.Decision:
         assert self._ask is not None
@@ -150,7 +136,7 @@ class PolicyEngine:
         except ResolveError:
             return None  # decided by name; connecting will fail later (502)
 
-    async def resolve_for_connect(self, outcome: Outcome, target: d.Target) -> Resolution:
+    async def resolve_for_connect(self, outcome: d.Outcome, target: d.Target) -> Resolution:
         """Where to connect: the addresses the decision was made on. A name that
         failed to resolve at decision time is not looked up again (a second
         answer could be a local address the block never saw)."""

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from execserver.aio.tasks import TaskSet
 from execserver.netproxy.guard import is_daemon_endpoint
 from execserver.netproxy.loopback import LoopbackBridge, loopback_proxy_ports
 from execserver.netproxy.proxy import ProcessNetworkProxy
@@ -61,7 +62,8 @@ class SessionProxies:
 
     def __init__(self) -> None:
         self._live: set[Resource] = set()
-        self._watchers: set[asyncio.Task[None]] = set()
+        # One per process started with a proxy: closes it once the process is closed.
+        self._watchers = TaskSet("session proxies", logger=log)
 
     def add(self, resource: Resource) -> None:
         self._live.add(resource)
@@ -78,13 +80,12 @@ class SessionProxies:
                 await proc.wait_closed(CLOSE_POLL_S)
             await self.discard(resource)
 
-        task = asyncio.get_running_loop().create_task(watch())
-        self._watchers.add(task)
-        task.add_done_callback(self._watchers.discard)
+        self._watchers.spawn(watch(), name="close with process")
 
     async def aclose(self) -> None:
-        for task in list(self._watchers):
-            task.cancel()
+        # Stopped (and awaited) first: none is left half-way through closing its
+        # resource while the session closes the rest.
+        await self._watchers.aclose()
         live = list(self._live)
         self._live.clear()
         await asyncio.gather(*(r.aclose() for r in live), return_exceptions=True)

@@ -11,12 +11,14 @@ in-sandbox half is the same bridge as for our own proxy (``bridge.py``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
+from execserver.aio.tasks import TaskSet
 from execserver.netproxy.guard import (
     DaemonEndpointRefused,
     accept_connection,
@@ -27,6 +29,8 @@ from execserver.sandbox.hidden import private_dir
 from execserver.sandbox.proxy_routed import ProxyRoutes
 
 __all__ = ["LoopbackBridge", "loopback_proxy_ports"]
+
+log = logging.getLogger(__name__)
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -59,7 +63,8 @@ class LoopbackBridge:
         self.ports = sorted(set(ports))
         self.socket_dir: str | None = None
         self._servers: list[asyncio.Server] = []
-        self._tasks: set[asyncio.Task[None]] = set()
+        # The forwarding connections (asyncio's stream server starts their tasks).
+        self._tasks = TaskSet("loopback bridge", logger=log)
         self._closed = False
 
     async def start(self, *, allow_local_binding: bool = False) -> ProxyRoutes:
@@ -87,12 +92,12 @@ class LoopbackBridge:
                 return
             task = asyncio.current_task()
             assert task is not None
-            self._tasks.add(task)
+            # asyncio's stream server reports its failures already.
+            self._tasks.adopt(task, log_failures=False)
             try:
                 up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
             except OSError:
                 await close(writer)
-                self._tasks.discard(task)
                 return
             try:
                 await relay(reader, writer, up_reader, up_writer)
@@ -101,7 +106,6 @@ class LoopbackBridge:
             finally:
                 await close(up_writer)
                 await close(writer)
-                self._tasks.discard(task)
 
         return forward
 
@@ -111,9 +115,6 @@ class LoopbackBridge:
         self._closed = True
         for server in self._servers:
             server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.aclose()
         if self.socket_dir is not None:
             shutil.rmtree(self.socket_dir, ignore_errors=True)

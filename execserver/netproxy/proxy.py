@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 
+from execserver.aio.tasks import TaskSet
 from execserver.netproxy import http_proxy, socks
 from execserver.netproxy.credentials import credential_vault
 from execserver.netproxy.engine import Asker, Notifier, PolicyEngine
@@ -29,6 +31,8 @@ from execserver.sandbox.proxy_routed import ProxyRoutes
 from execserver.wire.process import RemoteNetworkProxyLaunchConfig
 
 __all__ = ["ProcessNetworkProxy"]
+
+log = logging.getLogger(__name__)
 
 Handler = Callable[[PolicyEngine, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 HTTP_SOCKET = "http.sock"
@@ -71,7 +75,8 @@ class ProcessNetworkProxy:
         self.socket_dir: str | None = None
         self._servers: list[asyncio.Server] = []
         self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        # The front ends' connections (asyncio's stream servers start their tasks).
+        self._tasks = TaskSet("network proxy", logger=log)
         self._closed = False
 
     @property
@@ -131,7 +136,8 @@ class ProcessNetworkProxy:
             task = asyncio.current_task()
             assert task is not None
             self._writers.add(writer)
-            self._tasks.add(task)
+            # asyncio's stream server reports its failures already.
+            self._tasks.adopt(task, log_failures=False)
             try:
                 await handler(self.engine, reader, writer)
             except asyncio.CancelledError:
@@ -140,7 +146,6 @@ class ProcessNetworkProxy:
                 writer.close()
             finally:
                 self._writers.discard(writer)
-                self._tasks.discard(task)
 
         return serve
 
@@ -152,10 +157,7 @@ class ProcessNetworkProxy:
             server.close()
         for writer in list(self._writers):
             writer.close()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.aclose()
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()

@@ -27,11 +27,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 import socket
 import struct
 from dataclasses import dataclass, field
 from typing import cast
 
+from execserver.aio.tasks import TaskSet
 from execserver.netproxy import decision as d
 from execserver.netproxy.engine import PolicyEngine
 from execserver.netproxy.relay import peer_text
@@ -45,6 +47,8 @@ from execserver.netproxy.socks_wire import (
 )
 
 __all__ = ["associate", "parse_datagram", "wrap_datagram"]
+
+log = logging.getLogger(__name__)
 
 MAX_DATAGRAM = 65535
 
@@ -197,17 +201,14 @@ async def associate(
     )
     bound = inside.get_extra_info("sockname")
     writer.write(reply(REPLY_OK, str(bound[0]), int(bound[1])))
-    tasks = [
-        asyncio.create_task(association.from_child(inbound)),
-        asyncio.create_task(association.to_child(outbound)),
-    ]
+    relaying = TaskSet(f"socks udp {association.client_text}", logger=log)
+    relaying.spawn(association.from_child(inbound), name="from child")
+    relaying.spawn(association.to_child(outbound), name="to child")
     try:
         # The control connection carries nothing more; its end ends the association.
         while await reader.read(4096):
             pass
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await relaying.aclose()
         inside.close()
         outside.close()

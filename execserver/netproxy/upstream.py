@@ -29,7 +29,7 @@ import base64
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlsplit
 
 from execserver.netproxy.guard import DaemonEndpointRefused, names_daemon_listener
@@ -37,10 +37,17 @@ from execserver.netproxy.policy import normalize_host
 from execserver.netproxy.relay import BUFFER, CONNECT_TIMEOUT_S, open_upstream
 
 if TYPE_CHECKING:
-    from execserver.netproxy.decision import Target
-    from execserver.netproxy.engine import Outcome, PolicyEngine
+    from execserver.netproxy.decision import Outcome, Target
+    from execserver.netproxy.resolver import Resolution
 
-__all__ = ["UpstreamError", "UpstreamProxies", "UpstreamProxy", "open_http", "open_stream"]
+__all__ = [
+    "AllowedConnections",
+    "UpstreamError",
+    "UpstreamProxies",
+    "UpstreamProxy",
+    "open_http",
+    "open_stream",
+]
 
 MAX_RESPONSE_HEAD = 16 * 1024
 
@@ -200,8 +207,17 @@ class UpstreamProxies:
         return self.for_http
 
 
+class AllowedConnections(Protocol):
+    """What opening an allowed connection needs of the policy engine (which holds the
+    upstream proxies, so it is not imported here: a Protocol keeps the two acyclic)."""
+
+    upstream: UpstreamProxies | None
+
+    async def resolve_for_connect(self, outcome: Outcome, target: Target) -> Resolution: ...
+
+
 async def open_stream(
-    engine: PolicyEngine, outcome: Outcome, target: Target
+    engine: AllowedConnections, outcome: Outcome, target: Target
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """An allowed CONNECT / SOCKS stream: through the upstream proxy when one
     applies, else straight to the checked addresses."""
@@ -215,7 +231,7 @@ async def open_stream(
 
 
 async def open_http(
-    engine: PolicyEngine, outcome: Outcome, target: Target
+    engine: AllowedConnections, outcome: Outcome, target: Target
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, UpstreamProxy | None]:
     """An allowed plain HTTP request's connection, and the upstream proxy it
     goes to (the request is then written in absolute form), if any."""
