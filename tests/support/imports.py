@@ -5,11 +5,17 @@ TYPE_CHECKING:``, in a ``try`` block (a lazy import is still a dependency).
 Relative imports are resolved to absolute module names, and
 ``from package import name`` points at ``package.name`` when that is a module of
 the walked tree, at ``package`` (with ``name``) otherwise.
+
+A string can import too: ``importlib.import_module("execserver.x")``, ``-m
+execserver.x``, a route table of ``"execserver.x:function"``, a lazy ``__getattr__``
+table. ``string_imports`` finds every string literal (docstrings aside) that names a
+module of the walked tree below the root package, alone or as ``module:attribute``.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -26,6 +32,8 @@ class ImportEdge:
     target: str  # dotted module name imported (from)
     name: str | None  # the name taken with ``from target import name``, else None
     line: int
+    # Named by a string literal (``string_imports``), not by an import statement.
+    by_string: bool = False
 
     def where(self) -> str:
         return f"{self.importer}:{self.line}"
@@ -93,6 +101,46 @@ def import_edges(root: Path = PACKAGE_ROOT) -> tuple[ImportEdge, ...]:
     )
 
 
+# ``execserver.a.b`` or ``execserver.a.b:attr.attr``; the bare root package is left
+# out (it is also the program's and the loggers' name).
+_NAMED_MODULE = re.compile(r"(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?::(?P<attr>[\w.]+))?")
+
+
+def strings_in(tree: ast.Module) -> Iterator[ast.Constant]:
+    """Every string literal of tree but the docstrings (a string statement)."""
+    docstrings = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) not in docstrings:
+                yield node
+
+
+def string_imports_in(
+    tree: ast.Module, importer: str, known: dict[str, Path]
+) -> Iterator[ImportEdge]:
+    """The modules of ``known`` that string literals of tree name (``by_string``)."""
+    for node in strings_in(tree):
+        assert isinstance(node.value, str)
+        match = _NAMED_MODULE.fullmatch(node.value.strip())
+        if match is not None and match["module"] in known:
+            yield ImportEdge(importer, match["module"], match["attr"], node.lineno, by_string=True)
+
+
+@cache
+def string_imports(root: Path = PACKAGE_ROOT) -> tuple[ImportEdge, ...]:
+    """Every module of the walked tree named by a string literal below root."""
+    known = modules(root)
+    return tuple(
+        edge
+        for name, path in known.items()
+        for edge in string_imports_in(syntax_tree(path), name, known)
+    )
+
+
 def package_edges() -> list[ImportEdge]:
     """The edges between modules of execserver/ (imports of anything else left out)."""
     return [edge for edge in import_edges(PACKAGE_ROOT) if within(edge.target, PACKAGE)]
@@ -125,6 +173,9 @@ __all__ = [
     "modules",
     "package_edges",
     "resolve_relative",
+    "string_imports",
+    "string_imports_in",
+    "strings_in",
     "syntax_tree",
     "unit",
     "within",
