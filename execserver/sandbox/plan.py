@@ -30,7 +30,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
+import selectors
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -61,6 +63,8 @@ __all__ = [
     "refused_plan",
     "resolve_sandboxed_program",
 ]
+
+_log = logging.getLogger(__name__)
 
 SANDBOX_TYPE: Final = "linuxSeccomp"
 LAUNCHER: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
@@ -99,6 +103,7 @@ class PlanResources:
         self.mounts: SyntheticMounts | None = None
         self.setup_ok: bool | None = None
         self.done = threading.Event()
+        self._status = b""  # what bwrap wrote to the status pipe so far
         self._closed = False
         self._lock = threading.Lock()
 
@@ -113,32 +118,84 @@ class PlanResources:
         if self.status_read is None:
             self._finish()
             return
-        # A thread, not loop.add_reader: the plan API is synchronous and may be used
-        # outside an event loop; one blocked read per live sandbox is cheap.
-        threading.Thread(target=self._watch_status, name="sandbox-status", daemon=True).start()
+        _STATUS_PIPES.watch(self)
 
-    def _watch_status(self) -> None:
+    def _status_read(self, chunk: bytes) -> None:
+        """Called by the status watcher with what bwrap wrote (b"": it exited)."""
+        if chunk:
+            self._status += chunk
+            if self.setup_ok is None and b'"child-pid"' in self._status:
+                self.setup_ok = True
+            return
         assert self.status_read is not None
-        data = b""
-        try:
-            while True:
-                chunk = os.read(self.status_read, 4096)
-                if not chunk:
-                    break
-                data += chunk
-                if self.setup_ok is None and b'"child-pid"' in data:
-                    self.setup_ok = True
-        finally:
-            os.close(self.status_read)
-            self.status_read = None
-            # bwrap writes {"child-pid": ...} only once the sandbox is set up.
-            self.setup_ok = b'"child-pid"' in data
-            self._finish()
+        os.close(self.status_read)
+        self.status_read = None
+        # bwrap writes {"child-pid": ...} only once the sandbox is set up.
+        self.setup_ok = b'"child-pid"' in self._status
+        self._finish()
 
     def _finish(self) -> None:
         if self.layout is not None and self.mounts is not None:
             release_layout(self.layout, self.mounts)
         self.done.set()
+
+
+class _StatusPipes:
+    """One thread that reads the status pipe of every live sandbox (one thread per
+    daemon instead of one per sandboxed launch, and the same in or outside an event
+    loop: the plan API is synchronous and the doctor uses it from worker threads).
+
+    Started with the first sandboxed launch, it lives as long as the process: a
+    daemon thread blocked in ``select`` on the pipes and its own wake-up pipe, owning
+    each pipe until bwrap closes it. Plans reach it through ``watch`` only; the
+    selector is touched by this thread alone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._arriving: list[PlanResources] = []
+        self._thread: threading.Thread | None = None
+        self._wake_read = self._wake_write = -1
+
+    def watch(self, resources: PlanResources) -> None:
+        with self._lock:
+            self._arriving.append(resources)
+            if self._thread is None:
+                self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+                self._thread = threading.Thread(
+                    target=self._run, name="sandbox-status", daemon=True
+                )
+                self._thread.start()
+        with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
+            os.write(self._wake_write, b"w")
+
+    def _run(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self._wake_read, selectors.EVENT_READ, None)
+        while True:
+            for key, _ in selector.select():
+                resources: PlanResources | None = key.data
+                if resources is None:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_read, 4096)
+                    with self._lock:
+                        arriving, self._arriving = self._arriving, []
+                    for plan in arriving:
+                        assert plan.status_read is not None
+                        selector.register(plan.status_read, selectors.EVENT_READ, plan)
+                    continue
+                try:
+                    chunk = os.read(key.fd, 4096)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    selector.unregister(key.fd)
+                try:
+                    resources._status_read(chunk)
+                except Exception:  # one plan's failure must not end every plan's watch
+                    _log.exception("sandbox status pipe: handling bwrap's status failed")
+
+
+_STATUS_PIPES = _StatusPipes()
 
 
 @dataclass(frozen=True)
