@@ -61,12 +61,8 @@ class ServerRuntime:
     async def aclose(self) -> None:
         self.shutting_down = True
         await self.sessions.aclose()
+        # Server-wide service state: the fs helper pool among it.
         await self.state.aclose()
-        # Imported here: the pool pulls in the sandbox planner, which clients
-        # importing this module (apply_patch's runtime) never need.
-        from execserver.sandbox.fs_helper.pool import close_loop_pool
-
-        await close_loop_pool()
         cgroups = self.resources.get(ProcessCgroups)
         if cgroups is not None:
             cgroups.close()
