@@ -13,7 +13,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 LISTEN ?= ws://127.0.0.1:8765
 PYTEST_ARGS ?=
 
-.PHONY: run test lint format typecheck schema vectors interop bench bench-smoke reliability system-deps venv clean image container-test lint-code lint-deploy
+.PHONY: run test lint format typecheck schema vectors interop bench bench-smoke bench-scale reliability system-deps venv clean image container-test lint-code lint-deploy
 
 # editable_mode=compat: the source tree goes on sys.path through a plain .pth
 # line. setuptools' default editable finder imports pathlib, re and
@@ -140,6 +140,12 @@ bench: $(BENCH_STAMP) system-deps
 
 bench-smoke: $(BENCH_STAMP) system-deps
 	$(BIN)/python -m benchmarks.run --smoke
+
+# N = 1, 10, 100, 1,000 agents against both servers (docs/scale.md);
+# BENCH_SCALE_ARGS=--smoke for N = 1 and 10, a few seconds each.
+BENCH_SCALE_ARGS ?=
+bench-scale: $(BENCH_STAMP) system-deps
+	$(BIN)/python -m benchmarks.scale $(BENCH_SCALE_ARGS)
 
 # The full reliability suite (100k fuzz messages, 1,000-cycle storms, 1 GB
 # outputs, 10,000 processes, 10-minute soak); `make test` runs a bounded subset.

@@ -1,0 +1,483 @@
+"""Cost curves with the number of agents: N simulated agents (N = 1, 10, 100,
+1,000) against execserver and the reference codex exec-server, side by side in
+the same run, interleaved (a fresh server per level, the order alternating from
+level to level).
+
+Each agent is its own websocket session doing an agent's mix in a loop
+(benchmarks/scale_agent.py) for a bounded time. Per level and server: p50/p99
+of each operation, throughput, server CPU per 1,000 operations, server RSS and
+RSS per session, fds, and the event-loop lag seen from outside (an
+``initialize`` round trip every 100 ms on a connection of its own: both
+servers answer it at once with the same error, so it measures how long a new
+request waits for the server's loop). Then, in the same run: 32 concurrent
+clients' spawns and idle RSS (benchmarks/figures.py), and a profile of
+execserver at the knee (benchmarks/scale_profile.py).
+
+    python -m benchmarks.scale [--smoke] [--agents 1 10 100 1000] [--duration S]
+
+Writes benchmarks/results/scale.json (scale_smoke.json with --smoke) and the
+PNG curves next to it (benchmarks/scale_plot.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from benchmarks import figures, scale_plot, scale_profile
+from benchmarks.client import BenchClient
+from benchmarks.figures import WORK, pct
+from benchmarks.scale_agent import OPERATIONS, Agent, prepare_workspace
+from benchmarks.server_cpu import tree_cpu_split
+from scripts.servers import PROJECT_ROOT, RunningServer, start_server
+
+__all__ = ["main", "run", "run_level"]
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SERVERS = ("execserver", "reference")
+# The agents' own commands (benchmarks/scale_agent.py): a server's tree minus
+# these is the server (its process and its helpers).
+AGENT_COMMANDS = frozenset({"sh", "sleep", "cat", "true", "seq"})
+# execserver's limits, lifted so that both servers run unlimited (the reference
+# has no such limits).
+OUR_FLAGS = [
+    "--log-level",
+    "warning",
+    "--max-connections",
+    "0",
+    "--max-inflight-requests",
+    "0",
+    "--max-processes-per-session",
+    "0",
+]
+PROBE_INTERVAL_S = 0.1
+SAMPLE_INTERVAL_S = 0.5
+CONNECT_CONCURRENCY = 50
+
+
+def raise_fd_limit() -> int:
+    """The soft fd limit up to the hard one; the servers inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+@contextlib.contextmanager
+def committed_daemon() -> Any:
+    """The daemon's code as committed (``git archive HEAD``), in a temporary
+    directory: the working tree may hold others' unfinished edits, and a
+    figure is of a commit. Yields (directory, commit)."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="execserver-scale-src-") as tree:
+        archive = subprocess.run(
+            ["git", "archive", commit, "execserver"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            check=True,
+        )
+        subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+        yield tree, commit
+
+
+@contextlib.asynccontextmanager
+async def server(kind: str, tree: str | None) -> AsyncIterator[RunningServer]:
+    if kind == "execserver" and tree is not None:
+        env = {**os.environ, "PYTHONPATH": tree}
+        async with start_server(kind, extra=OUR_FLAGS, env=env, cwd=tree) as running:
+            yield running
+    else:
+        async with start_server(kind, extra=OUR_FLAGS if kind == "execserver" else []) as running:
+            yield running
+
+
+def server_processes(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+    mine: list[psutil.Process] = []
+    for process in tree:
+        with contextlib.suppress(psutil.Error):
+            if process is root or process.name() not in AGENT_COMMANDS:
+                mine.append(process)
+    return mine
+
+
+def sample_server(pid: int) -> dict[str, float]:
+    """RSS and fds of the server's own processes (without the agents' commands),
+    and of its root process alone."""
+    rss = fds = 0
+    root_rss = root_fds = 0
+    processes = server_processes(pid)
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            r, f = process.memory_info().rss, process.num_fds()
+            rss, fds = rss + r, fds + f
+            if process.pid == pid:
+                root_rss, root_fds = r, f
+    return {
+        "rss_MB": rss / 1e6,
+        "root_rss_MB": root_rss / 1e6,
+        "fds": float(fds),
+        "root_fds": float(root_fds),
+        "processes": float(len(processes)),
+    }
+
+
+async def probe_loop(url: str, lags: list[float], stop: asyncio.Event) -> None:
+    """An ``initialize`` on an initialized connection every 100 ms: both servers
+    answer it with an error without doing anything else."""
+    client = await BenchClient.connect(url)
+    try:
+        while not stop.is_set():
+            start = time.perf_counter()
+            with contextlib.suppress(Exception):
+                await client.call("initialize", {"clientName": "probe"})
+            lags.append(time.perf_counter() - start)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), PROBE_INTERVAL_S)
+    finally:
+        await client.close()
+
+
+async def sample_loop(pid: int, samples: list[dict[str, float]], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        samples.append(await asyncio.to_thread(sample_server, pid))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), SAMPLE_INTERVAL_S)
+
+
+async def _bounded(limit: asyncio.Semaphore, coro: Any) -> Any:
+    async with limit:
+        return await coro
+
+
+async def run_level(
+    kind: str,
+    agents: int,
+    duration: float,
+    think: float,
+    tree: str | None,
+    on_window: Any = None,
+) -> dict[str, Any]:
+    """One level: ``agents`` agents for ``duration`` seconds against a fresh server.
+    ``on_window(pid)``: an async context manager entered for the measured window
+    (the profiler)."""
+    base = WORK / "execserver-scale" / kind
+    secret = WORK / "execserver-scale" / "secret"
+    secret.mkdir(parents=True, exist_ok=True)
+    (secret / "key").write_text("not for the sandbox\n")
+    workspaces = [base / f"a{i}" for i in range(agents)]
+    for workspace in workspaces:
+        prepare_workspace(workspace)
+    async with server(kind, tree) as running:
+        pid = running.process.pid
+        await asyncio.sleep(0.2)
+        idle = sample_server(pid)
+        crowd = [Agent(running.url, i, w, secret) for i, w in enumerate(workspaces)]
+        limit = asyncio.Semaphore(CONNECT_CONCURRENCY)
+        setup_start = time.perf_counter()
+        try:
+            await asyncio.gather(*(_bounded(limit, a.connect()) for a in crowd))
+            # One unrecorded iteration each: helpers started, buffers grown.
+            await asyncio.gather(*(_bounded(limit, a.iteration(record=False)) for a in crowd))
+            setup_s = time.perf_counter() - setup_start
+            lags: list[float] = []
+            samples: list[dict[str, float]] = []
+            stop = asyncio.Event()
+            probe = asyncio.ensure_future(probe_loop(running.url, lags, stop))
+            sampler = asyncio.ensure_future(sample_loop(pid, samples, stop))
+            window = on_window(pid) if on_window else contextlib.nullcontext()
+            async with contextlib.AsyncExitStack() as stack:
+                if on_window:
+                    await stack.enter_async_context(window)
+                user0, system0 = tree_cpu_split(pid)
+                start = time.perf_counter()
+                deadline = time.monotonic() + duration
+                await asyncio.gather(*(a.run_until(deadline, think) for a in crowd))
+                elapsed = time.perf_counter() - start
+                user1, system1 = tree_cpu_split(pid)
+            stop.set()
+            await asyncio.gather(probe, sampler)
+        finally:
+            await asyncio.gather(*(a.close() for a in crowd), return_exceptions=True)
+    return summarise(
+        crowd, idle, samples, lags, elapsed, setup_s, (user1 - user0) + (system1 - system0)
+    )
+
+
+def summarise(
+    crowd: list[Agent],
+    idle: dict[str, float],
+    samples: list[dict[str, float]],
+    lags: list[float],
+    elapsed: float,
+    setup_s: float,
+    cpu_s: float,
+) -> dict[str, Any]:
+    ops: dict[str, Any] = {}
+    total = 0
+    errors = 0
+    for name in OPERATIONS:
+        times = [t for a in crowd for t in a.stats.latencies[name]]
+        failed = sum(a.stats.errors[name] for a in crowd)
+        total += len(times)
+        errors += failed
+        ops[name] = {
+            "count": len(times),
+            "errors": failed,
+            "p50_ms": statistics.median(times) * 1e3 if times else None,
+            "p99_ms": pct(times, 0.99) * 1e3 if times else None,
+        }
+    peak = {k: max(s[k] for s in samples) for k in samples[0]} if samples else idle
+    first_errors = [e for a in crowd for e in a.stats.first_errors][:5]
+    return {
+        "agents": len(crowd),
+        "window_s": elapsed,
+        "setup_s": setup_s,
+        "operations": ops,
+        "ops_total": total,
+        "errors_total": errors,
+        "first_errors": first_errors,
+        "throughput_ops_per_s": total / elapsed,
+        "server_cpu_s": cpu_s,
+        "server_cpu_share": cpu_s / elapsed,
+        "server_cpu_s_per_1k_ops": cpu_s / total * 1000 if total else None,
+        "idle": idle,
+        "peak": peak,
+        "rss_per_session_MB": (peak["rss_MB"] - idle["rss_MB"]) / len(crowd),
+        "loop_lag_p50_ms": statistics.median(lags) * 1e3 if lags else None,
+        "loop_lag_p99_ms": pct(lags, 0.99) * 1e3 if lags else None,
+        "loop_lag_max_ms": max(lags) * 1e3 if lags else None,
+        "probes": len(lags),
+    }
+
+
+def ratios(ours: dict[str, Any], ref: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name in OPERATIONS:
+        for key in ("p50_ms", "p99_ms"):
+            a, b = ours["operations"][name][key], ref["operations"][name][key]
+            if a is not None and b:
+                out[f"{name}_{key}"] = a / b
+    for key in (
+        "throughput_ops_per_s",
+        "server_cpu_s_per_1k_ops",
+        "rss_per_session_MB",
+        "loop_lag_p99_ms",
+    ):
+        a, b = ours.get(key), ref.get(key)
+        if a is not None and b:
+            out[key] = a / b
+    a, b = ours["peak"]["rss_MB"], ref["peak"]["rss_MB"]
+    if b:
+        out["rss_MB"] = a / b
+    return out
+
+
+def knee(levels: dict[str, dict[str, Any]], kind: str) -> int | None:
+    """The first level where the server saturates: its throughput per agent fell
+    below half of one agent's, or its loop lag p99 passed 50 ms."""
+    ordered = sorted(levels.items(), key=lambda item: int(item[0]))
+    if not ordered:
+        return None
+    single = ordered[0][1][kind]
+    per_agent = single["throughput_ops_per_s"] / single["agents"]
+    for n, entry in ordered:
+        level = entry[kind]
+        if (
+            level["throughput_ops_per_s"] / level["agents"] < 0.5 * per_agent
+            or (level["loop_lag_p99_ms"] or 0) > 50
+        ):
+            return int(n)
+    return None
+
+
+def targets(report: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets at the largest level."""
+    top = str(max(int(n) for n in report["levels"]))
+    entry = report["levels"][top]
+    ours, ratio = entry["execserver"], entry.get("ratio", {})
+    p99 = {name: ratio.get(f"{name}_p99_ms") for name in OPERATIONS}
+    extra = report.get("figures", {})
+    spawns = extra.get("concurrent_spawns_32", {}).get("ratio", {}).get("spawns_per_s")
+    idle = extra.get("idle_rss", {}).get("ratio", {}).get("idle_rss_MB")
+    return {
+        "at_agents": int(top),
+        "p99_ratio_per_operation": p99,
+        "p99_le_half_reference": all(v is not None and v <= 0.5 for v in p99.values()),
+        "rss_per_session_ratio": ratio.get("rss_per_session_MB"),
+        "rss_per_session_le_reference": (ratio.get("rss_per_session_MB") or 99) <= 1.0,
+        "errors": ours["errors_total"],
+        "loop_lag_p99_ms": ours["loop_lag_p99_ms"],
+        "loop_lag_p99_lt_50ms": (ours["loop_lag_p99_ms"] or 99) < 50,
+        "concurrent_spawns_32_ratio": spawns,
+        "concurrent_spawns_32_ge_3x": spawns is not None and spawns >= 3,
+        "idle_rss_ratio": idle,
+        "idle_rss_le_reference": idle is not None and idle <= 1.0,
+    }
+
+
+async def side_figures(tree: str | None, rounds: int, smoke: bool) -> dict[str, Any]:
+    """32 concurrent clients' spawns and idle RSS, interleaved, medians over ``rounds``."""
+    out: dict[str, Any] = {}
+    named: dict[str, Callable[[RunningServer], Awaitable[dict[str, float]]]] = {
+        "concurrent_spawns_32": lambda srv: figures.concurrent_spawns(
+            srv.url, 32, 2 if smoke else 10
+        ),
+        "idle_rss": lambda srv: figures.idle_rss(srv.url, srv.process.pid),
+    }
+    for name, run_figure in named.items():
+        samples: dict[str, list[dict[str, float]]] = {k: [] for k in SERVERS}
+        for r in range(rounds):
+            for kind in SERVERS if r % 2 == 0 else tuple(reversed(SERVERS)):
+                async with server(kind, tree) as running:
+                    result = await run_figure(running)
+                result.pop("ops", None)
+                samples[kind].append(result)
+        entry: dict[str, Any] = {
+            kind: {k: statistics.median(s[k] for s in samples[kind]) for k in samples[kind][0]}
+            for kind in SERVERS
+        }
+        entry["ratio"] = {
+            k: entry["execserver"][k] / entry["reference"][k]
+            for k in entry["execserver"]
+            if entry["reference"].get(k)
+        }
+        out[name] = entry
+        print(f"{name}: {json.dumps(entry)}", flush=True)
+    return out
+
+
+def _load() -> dict[str, Any]:
+    one, five, fifteen = os.getloadavg()
+    return {"loadavg_1_5_15": [one, five, fifteen], "cpu_percent": psutil.cpu_percent(0.5)}
+
+
+async def run(args: argparse.Namespace, tree: str | None, commit: str) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "machine": {
+            "cpus": psutil.cpu_count(),
+            "memory_GB": round(psutil.virtual_memory().total / 1e9, 1),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "fd_limit": raise_fd_limit(),
+        },
+        "mode": "smoke" if args.smoke else "full",
+        "daemon_commit": commit,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "settings": {
+            "agents": args.agents,
+            "duration_s": args.duration,
+            "think_s": args.think,
+            "probe_interval_s": PROBE_INTERVAL_S,
+            "operations": list(OPERATIONS),
+        },
+        "load_before": _load(),
+        "levels": {},
+    }
+    for index, n in enumerate(args.agents):
+        order = SERVERS if index % 2 == 0 else tuple(reversed(SERVERS))
+        entry: dict[str, Any] = {"order": list(order)}
+        for kind in order:
+            entry[kind] = await run_level(kind, n, args.duration, args.think, tree)
+            entry[kind]["load_after"] = _load()
+            print_level(kind, entry[kind])
+        entry["ratio"] = ratios(entry["execserver"], entry["reference"])
+        report["levels"][str(n)] = entry
+    report["figures"] = await side_figures(tree, 1 if args.smoke else 3, args.smoke)
+    report["knee"] = {kind: knee(report["levels"], kind) for kind in SERVERS}
+    report["targets"] = targets(report)
+    if args.profile:
+        at = report["knee"]["execserver"] or max(args.agents)
+        report["profile"] = await scale_profile.profile_at(
+            at,
+            args.duration,
+            args.think,
+            lambda pid_window: run_level(
+                "execserver", at, args.duration, args.think, tree, pid_window
+            ),
+            RESULTS / ("scale_smoke_profile.txt" if args.smoke else "scale_profile.txt"),
+        )
+    report["load_after"] = _load()
+    report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    return report
+
+
+def print_level(kind: str, level: dict[str, Any]) -> None:
+    ops = " ".join(
+        f"{name}={o['p50_ms'] or 0:.1f}/{o['p99_ms'] or 0:.1f}ms"
+        for name, o in level["operations"].items()
+    )
+    print(
+        f"N={level['agents']:5} {kind:10} {level['throughput_ops_per_s']:8.1f} ops/s "
+        f"errors={level['errors_total']} lag99={level['loop_lag_p99_ms'] or 0:.1f}ms "
+        f"rss={level['peak']['rss_MB']:.0f}MB/session={level['rss_per_session_MB']:.2f}MB "
+        f"fds={level['peak']['fds']:.0f} "
+        f"cpu/1k={level['server_cpu_s_per_1k_ops'] or 0:.2f}s | {ops}",
+        flush=True,
+    )
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="N = 1 and 10, 3 s each")
+    parser.add_argument("--agents", type=int, nargs="*", default=None)
+    parser.add_argument("--duration", type=float, default=None, help="seconds per level")
+    parser.add_argument("--think", type=float, default=0.5, help="mean pause between iterations")
+    parser.add_argument("--out", type=Path, default=None, help="the JSON (PNGs next to it)")
+    parser.add_argument("--no-profile", dest="profile", action="store_false")
+    parser.add_argument(
+        "--working-tree",
+        action="store_true",
+        help="serve the working tree's execserver, not the committed one",
+    )
+    args = parser.parse_args(argv)
+    if args.agents is None:
+        args.agents = [1, 10] if args.smoke else [1, 10, 100, 1000]
+    if args.duration is None:
+        args.duration = 3.0 if args.smoke else 20.0
+    if args.out is None:
+        args.out = RESULTS / ("scale_smoke.json" if args.smoke else "scale.json")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    raise_fd_limit()
+    with contextlib.ExitStack() as stack:
+        if args.working_tree:
+            tree, commit = None, "working tree"
+        else:
+            tree, commit = stack.enter_context(committed_daemon())
+        report = asyncio.run(run(args, tree, commit))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    for image in scale_plot.plot(report, args.out.with_suffix("")):
+        print(f"wrote {image}", flush=True)
+    print(f"wrote {args.out}", flush=True)
+    print(json.dumps(report["targets"], indent=2), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

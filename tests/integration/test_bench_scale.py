@@ -1,0 +1,50 @@
+"""`make bench-scale --smoke` run for real: N = 1 and 10 agents against execserver
+and the reference, the JSON's shape, and every operation of every agent succeeded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.scale_agent import OPERATIONS
+
+pytestmark = [pytest.mark.needs_reference, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_scale_smoke_measures_every_operation_without_errors(tmp_path: Path) -> None:
+    out = tmp_path / "scale_smoke.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scale", "--smoke", "--duration", "2", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["mode"] == "smoke"
+    assert sorted(report["levels"], key=int) == ["1", "10"]
+    for n, entry in report["levels"].items():
+        assert entry["ratio"], n
+        for kind in ("execserver", "reference"):
+            level = entry[kind]
+            assert level["agents"] == int(n)
+            assert level["errors_total"] == 0, (n, kind, level["first_errors"])
+            for name in OPERATIONS:
+                op = level["operations"][name]
+                assert op["count"] >= int(n), (n, kind, name, op)
+                assert 0 < op["p50_ms"] <= op["p99_ms"], (n, kind, name, op)
+            assert level["throughput_ops_per_s"] > 0
+            assert level["probes"] > 0 and level["loop_lag_p99_ms"] > 0
+            assert level["peak"]["rss_MB"] > 0 and level["peak"]["fds"] > 0
+    for figure in ("concurrent_spawns_32", "idle_rss"):
+        assert report["figures"][figure]["ratio"], figure
+    assert set(report["targets"]) >= {"p99_le_half_reference", "loop_lag_p99_lt_50ms"}
+    for image in ("scale_smoke_latency.png", "scale_smoke_resources.png"):
+        assert (tmp_path / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
