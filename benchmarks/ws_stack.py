@@ -98,7 +98,6 @@ async def _serve_aiohttp() -> None:
 
     runtime = build_runtime(ServerConfig())
     backend = await probe_sandbox_backend(runtime.config)
-    runtime.sandbox_backend = backend
     runtime.resources.provide(SandboxBackend, backend)
 
     async def endpoint(request: web.Request) -> web.StreamResponse:

@@ -3,7 +3,7 @@ kernel-enforced isolation (bwrap + seccomp, Landlock fallback), and the
 ``sandboxDenied`` classification. See THREAT_MODEL.md for what it guarantees.
 
 The public names are loaded lazily (PEP 562): the sandboxed fs helper runs as
-``python -m execserver.sandbox.fs_runner``, which imports this package first,
+``python -m execserver.fs.sandboxed.program``, which imports this package first,
 and must not pay for asyncio/msgspec/policy imports it never uses (that was
 ~75 ms of every sandboxed fs call).
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from execserver.sandbox.backend import SandboxBackend, probe_backend
     from execserver.sandbox.denial import is_sandbox_denied
-    from execserver.sandbox.fs import SandboxHost, needs_sandboxed_fs, run_sandboxed_fs_call
+    from execserver.sandbox.fs import needs_sandboxed_fs
     from execserver.sandbox.plan import SANDBOX_TYPE, LaunchPlan, LaunchRequest
     from execserver.sandbox.planner import plan_process_launch, plan_sandboxed
     from execserver.sandbox.policy import ResolvedPolicy, resolve_policy
@@ -27,9 +27,7 @@ _EXPORTS = {
     "SandboxBackend": "execserver.sandbox.backend",
     "probe_backend": "execserver.sandbox.backend",
     "is_sandbox_denied": "execserver.sandbox.denial",
-    "SandboxHost": "execserver.sandbox.fs",
     "needs_sandboxed_fs": "execserver.sandbox.fs",
-    "run_sandboxed_fs_call": "execserver.sandbox.fs",
     "SANDBOX_TYPE": "execserver.sandbox.plan",
     "LaunchPlan": "execserver.sandbox.plan",
     "LaunchRequest": "execserver.sandbox.plan",
@@ -50,7 +48,6 @@ __all__ = [
     "ProxyRoutes",
     "ResolvedPolicy",
     "SandboxBackend",
-    "SandboxHost",
     "decode_sandbox_context",
     "is_sandbox_denied",
     "needs_sandboxed_fs",
@@ -58,7 +55,6 @@ __all__ = [
     "plan_sandboxed",
     "probe_backend",
     "resolve_policy",
-    "run_sandboxed_fs_call",
 ]
 
 

@@ -27,5 +27,4 @@ def test_a_provided_object_is_found_by_its_class_and_only_once() -> None:
 
 def test_a_server_without_process_limits_provides_no_cgroups() -> None:
     runtime = build_runtime(ServerConfig(process_limits=ProcessLimitsConfig()))
-    assert runtime.containment is None
     assert runtime.resources.get(ProcessCgroups) is None
