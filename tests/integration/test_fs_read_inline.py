@@ -13,14 +13,44 @@ import pytest
 from execserver.fs.local_mounts import all_local, mount_types
 from execserver.fs.service import INLINE_READ_MAX
 from tests.support.rpc import connect, unb64, uri
-from tests.support.servers import RunningServer
+from tests.support.servers import RunningServer, start_server
 
 # The tests count the daemon's threads and read its /proc status: a daemon of their own.
 pytestmark = pytest.mark.fresh_daemon
 
 
-def _threads(server: RunningServer) -> int:
-    return len(os.listdir(f"/proc/{server.process.pid}/task"))
+def _threads(server: RunningServer) -> list[str]:
+    """The daemon's threads by name (sorted), so that a failure names the newcomer."""
+    names = []
+    for tid in os.listdir(f"/proc/{server.process.pid}/task"):
+        with open(f"/proc/{server.process.pid}/task/{tid}/comm") as comm:
+            names.append(comm.read().strip())
+    return sorted(names)
+
+
+# RWF_NOWAIT may refuse a cached page now and then (EAGAIN while the kernel's flusher
+# holds it for writeback); the read then goes to a worker, which is the design. So the
+# claim "small cached files are read on the loop" is tried on a few fresh daemons:
+# it fails only when no daemon reads them all inline (the regression it guards).
+_ATTEMPTS = 4
+
+
+async def _small_reads_inline_then_large_in_a_worker(server: RunningServer, files: Path) -> bool:
+    """False when a small read started a worker; else checks that the large one does."""
+    small = (files / "small").read_bytes()
+    async with connect(server.url) as c:
+        threads = _threads(server)
+        for _ in range(20):
+            data = (await c.ok("fs/readFile", {"path": uri(files / "small")}))["dataBase64"]
+            assert unb64(data) == small
+            assert (await c.ok("fs/readFile", {"path": uri(files / "empty")}))["dataBase64"] == ""
+        if _threads(server) != threads:  # a worker started
+            return False
+        # One byte over the limit: read by a worker, whole.
+        data = (await c.ok("fs/readFile", {"path": uri(files / "large")}))["dataBase64"]
+        assert unb64(data) == (files / "large").read_bytes()
+        assert len(_threads(server)) > len(threads)
+    return True
 
 
 async def test_small_cached_files_are_read_without_a_worker_and_others_with_one(
@@ -28,28 +58,16 @@ async def test_small_cached_files_are_read_without_a_worker_and_others_with_one(
 ) -> None:
     if not all_local(mount_types()):
         pytest.skip("a network or user-space mount sends every read to a worker")
-    small = os.urandom(INLINE_READ_MAX)
-    (tmp_path / "small").write_bytes(small)
+    (tmp_path / "small").write_bytes(os.urandom(INLINE_READ_MAX))
     (tmp_path / "empty").write_bytes(b"")
-    large = os.urandom(INLINE_READ_MAX + 1)
-    (tmp_path / "large").write_bytes(large)
-    async with connect(execserver.url) as c:
-        threads = _threads(execserver)
-        for _ in range(20):
-            assert (
-                unb64((await c.ok("fs/readFile", {"path": uri(tmp_path / "small")}))["dataBase64"])
-                == small
-            )
-            assert (await c.ok("fs/readFile", {"path": uri(tmp_path / "empty")}))[
-                "dataBase64"
-            ] == ""
-        assert _threads(execserver) == threads  # no worker started
-        # One byte over the limit: read by a worker, whole.
-        assert (
-            unb64((await c.ok("fs/readFile", {"path": uri(tmp_path / "large")}))["dataBase64"])
-            == large
-        )
-        assert _threads(execserver) > threads
+    (tmp_path / "large").write_bytes(os.urandom(INLINE_READ_MAX + 1))
+    if await _small_reads_inline_then_large_in_a_worker(execserver, tmp_path):
+        return
+    for _ in range(_ATTEMPTS - 1):
+        async with start_server("execserver") as server:
+            if await _small_reads_inline_then_large_in_a_worker(server, tmp_path):
+                return
+    pytest.fail(f"each of {_ATTEMPTS} daemons started a worker for small cached reads")
 
 
 async def test_files_the_loop_must_not_read_come_back_whole(
