@@ -429,7 +429,7 @@ def _register_patch(subparsers: _Subparsers) -> None:
 # Subcommand -> what registers it. A command line names one subcommand, and only
 # its module is imported: `execserver patch` is a short-lived client whose start
 # is most of its wall time, so it must not load the daemon (aiohttp.web, jwt,
-# prometheus_client) or the other tools (measured: README, Performance).
+# prometheus_client) or the other tools (measured: docs/performance.md).
 _SUBCOMMANDS: dict[str, Callable[[_Subparsers], None]] = {
     "serve": add_serve_parser,
     "doctor": _register_doctor,

@@ -7,8 +7,8 @@ which connects to the exec-server
 once and listens on a Unix socket in a directory only its user can enter. Later
 commands with the same URL and token hand their work to it over that socket
 instead of loading asyncio, the client and a websocket of their own: what is
-left of them is the interpreter and this module (measured: README,
-Performance). The master exits SECONDS after its last request, or at once when
+left of them is the interpreter and this module (measured:
+docs/performance.md). The master exits SECONDS after its last request, or at once when
 its connection to the exec-server is lost; the next command then starts a new one.
 
 This side is imported by every command that uses a master, so it loads nothing

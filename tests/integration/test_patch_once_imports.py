@@ -1,7 +1,7 @@
 """The one-shot ``execserver patch`` stays light: most of its wall time is
 interpreter start-up, so it runs on the blocking websocket session and must not
 pull in what the async client, OpenSSL or argparse's terminal-size lookup would
-load (README, "Performance": each was measured in milliseconds of the command's
+load (docs/performance.md: each was measured in milliseconds of the command's
 start). Checked on a real command against a real server: the modules loaded when
 it exits."""
 

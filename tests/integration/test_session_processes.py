@@ -164,7 +164,7 @@ async def test_server_shutdown_leaves_no_descendant() -> None:
 
 async def test_terminate_and_a_setsid_grandchild(any_server: RunningServer) -> None:
     """The reference spares a grandchild that left the group; execserver kills the
-    whole tree (a documented difference: README, compatibility notes)."""
+    whole tree (a documented difference: docs/differences.md)."""
     async with connect(any_server.url) as c:
         await c.start("k", ["bash", "-c", "setsid sleep 1000 & echo $!; wait"])
         await c.wait_output("k", b"\n")
