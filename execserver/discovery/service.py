@@ -7,8 +7,8 @@ from typing import Annotated, Any
 import msgspec
 
 from execserver.discovery.config import check_paths, read_config
-from execserver.discovery.skills import scan_root
-from execserver.fs.dispatch import in_thread, run_fs_op, sandbox_host
+from execserver.discovery.fs_program import SCAN_ROOT
+from execserver.fs.dispatch import in_thread, run_fs_op, sandboxed_fs
 from execserver.fs.paths import native_path, validate_path_uri
 from execserver.kernel.context import RequestContext
 from execserver.kernel.methods import MethodTable
@@ -91,7 +91,7 @@ async def discover_roots_v1(
         path = native_path(root.path)
         sandbox = decode_sandbox_param(root.sandbox)
         found = await run_fs_op(
-            sandbox, scan_root, {"path": path}, write=False, host=sandbox_host(ctx)
+            sandbox, SCAN_ROOT, {"path": path}, write=False, fs=lambda: sandboxed_fs(ctx)
         )
         roots.append(
             {

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from execserver.fs.errors import fs_error
 from execserver.fs.local_mounts import LOCAL_MOUNTS
 from execserver.fs.operations import FsOperation
-from execserver.fs.sandboxed import by_name
 from execserver.fs.sandboxed.client import SandboxedFs
 from execserver.fs.worker_pool import WorkerPool
 from execserver.kernel.methods import MUST_WAIT
@@ -34,7 +33,6 @@ __all__ = [
     "run_cheap_fs_op_at_once",
     "run_fs_op",
     "run_sandboxed",
-    "sandbox_host",
     "sandboxed_fs",
 ]
 
@@ -117,31 +115,19 @@ async def run_sandboxed(
     return op.finish(await fs.call(sandbox, op.name, args, module=op.program))
 
 
-def sandbox_host(ctx: RequestContext) -> Callable[[], SandboxedFs]:
-    """TEMPORARY, for execserver/discovery/service.py only (see sandboxed/by_name.py)."""
-    return lambda: sandboxed_fs(ctx)
-
-
 async def run_fs_op(
     sandbox: FileSystemSandboxContext | None,
-    op: FsOperation | Callable[..., Any],
+    op: FsOperation,
     args: dict[str, Any],
     *,
     write: bool,
-    fs: Callable[[], SandboxedFs] | None = None,
+    fs: Callable[[], SandboxedFs],
     cheap: bool = False,
-    host: Callable[[], SandboxedFs] | None = None,
 ) -> Any:
     """Run ``op`` under ``sandbox`` if it restricts this kind of access (in a
     helper from ``fs()``), else in the thread pool — or inline for a ``cheap``
-    metadata call when no mounted file system can block (local_mounts).
-
-    A plain function and ``host`` are the TEMPORARY form discovery still uses
-    (sandboxed/by_name.py); everything else passes an ``FsOperation`` and ``fs``."""
-    if not isinstance(op, FsOperation):
-        op = by_name.operation(op)
-    fs = fs or host
-    assert fs is not None
+    metadata call when no mounted file system can block (local_mounts). ``fs``
+    is called only when a helper is needed (the server makes its client lazily)."""
     if needs_sandbox(sandbox, write=write):
         assert sandbox is not None
         return await run_sandboxed(sandbox, op, args, fs())
