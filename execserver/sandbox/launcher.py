@@ -147,6 +147,23 @@ _SHIELDED = (
     signal.SIGTTOU,
 )
 
+
+def _options(argv: list[str]) -> list[str]:
+    return argv[: argv.index("--")] if "--" in argv else argv
+
+
+# The daemon signals the whole process group, and the command may be running
+# (and signalled) before this process has shielded itself: a SIGINT then raised
+# KeyboardInterrupt here and the launcher exited 130 in place of the command's
+# own status. So in namespaces mode the shielded signals are blocked as soon as
+# this module runs; from then on each is either ignored here (dropped) or, in
+# the command's process, delivered once its own dispositions are back (main).
+_MASK_AT_START = (
+    signal.pthread_sigmask(signal.SIG_BLOCK, _SHIELDED)
+    if __name__ == "__main__" and "--namespaces" in _options(sys.argv[1:])
+    else None
+)
+
 EXIT_SETUP_FAILED = 125
 EXIT_EXEC_FAILED = 101
 
@@ -596,9 +613,11 @@ def _exit_like(status: int) -> int:
     return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else EXIT_SETUP_FAILED
 
 
-def _run_in_namespaces(run: Callable[[], int]) -> int:
+def _run_in_namespaces(run: Callable[[], int], mask: set[int | signal.Signals]) -> int:
     """Build the namespaces, run the command inside (``run`` applies its
-    restrictions and execs), and exit as it does."""
+    restrictions and execs), and exit as it does. The shielded signals arrive
+    blocked (``main``); ``mask`` is the signal mask to go back to once they are
+    ignored here."""
     libc = _libc()
     proc_points = [p for _, p, t, _ in _mounts() if t == "proc" and p != "/proc"]
     uid, gid = os.geteuid(), os.getegid()
@@ -631,7 +650,8 @@ def _run_in_namespaces(run: Callable[[], int]) -> int:
             os.dup2(null, fd)
         os.close(null)
         for sig in _SHIELDED:
-            signal.signal(sig, signal.SIG_IGN)
+            signal.signal(sig, signal.SIG_IGN)  # also drops any that came while blocked
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     except OSError as exc:
         _setup_error(str(exc))
         os.kill(init, signal.SIGKILL)
@@ -706,12 +726,18 @@ def main(args: list[str]) -> int:
         if seccomp_fd is None:
             return _fail("execserver-sandbox: no seccomp program given")
         seccomp_program = _read_all(seccomp_fd)
+        # Blocked since the module ran (_MASK_AT_START), or from here when main
+        # is called by other means; ``mask`` is the mask from before.
+        mask = _MASK_AT_START
+        if mask is None:
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SHIELDED)
         initial = {sig: signal.getsignal(sig) for sig in _SHIELDED}
 
         def run() -> int:  # pragma: no cover - the command's process, before exec
             for sig, handler in initial.items():
                 keep = handler is signal.SIG_IGN
                 signal.signal(sig, signal.SIG_IGN if keep else signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             try:
                 libc = _libc()
                 if scope_signals:
@@ -723,7 +749,7 @@ def main(args: list[str]) -> int:
                 return EXIT_SETUP_FAILED
             return _exec(program, command)
 
-        code = _run_in_namespaces(run)
+        code = _run_in_namespaces(run, mask)
         # Nothing to flush (stdio is /dev/null by now) and the daemon sees the
         # command's exit only when we are gone: skip the interpreter's shutdown.
         os._exit(code)
