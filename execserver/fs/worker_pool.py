@@ -13,8 +13,10 @@ against 59, 61 and 131 µs here. The 4 KiB ``fs/writeFile`` benchmark figure
 that cannot be answered inline pays this hop once.
 
 The pool grows one thread at a time, only when no worker is idle, up to its
-cap, as ``ThreadPoolExecutor`` does. Its threads are daemon threads: a call
-stuck on a hung network mount must not hold the daemon's exit.
+cap, as ``ThreadPoolExecutor`` does. ``close`` stops the workers and joins
+them; they are daemon threads all the same, and ``close`` waits only as long as
+it is told to: a call stuck on a hung network mount must not hold the daemon's
+exit.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import contextlib
 import itertools
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -31,7 +34,7 @@ __all__ = ["WorkerPool"]
 
 T = TypeVar("T")
 
-# (loop, future, func, args)
+# (loop, future, func, args); None tells the worker that takes it to stop (close).
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
 
 
@@ -41,12 +44,13 @@ class WorkerPool:
     def __init__(self, max_workers: int, name: str) -> None:
         self._max_workers = max_workers
         self._name = name
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         # One release per worker waiting for a job: a submit takes one, or starts a thread.
         self._idle = threading.Semaphore(0)
         self._threads: list[threading.Thread] = []
         self._numbers = itertools.count()
         self._start_lock = threading.Lock()
+        self._closed = False
 
     def submit(
         self, loop: asyncio.AbstractEventLoop, func: Callable[..., T], args: tuple[Any, ...]
@@ -54,6 +58,8 @@ class WorkerPool:
         """Run ``func(*args)`` in a worker; the future (of ``loop``) gets its result
         or exception. Cancelling the future before a worker takes the job skips
         the call; once running, the call completes and its result is dropped."""
+        if self._closed:
+            raise RuntimeError(f"worker pool {self._name!r} is closed")
         future: asyncio.Future[T] = loop.create_future()
         self._jobs.put((loop, future, func, args))
         if not self._idle.acquire(blocking=False):
@@ -64,9 +70,23 @@ class WorkerPool:
     def thread_count(self) -> int:
         return len(self._threads)
 
+    def close(self, timeout: float | None = None) -> bool:
+        """Refuse new calls, let each worker finish the jobs queued before this and
+        stop, and join them for up to ``timeout`` seconds in all; True when every
+        worker has stopped (False: one is still inside a call, e.g. on a hung mount)."""
+        with self._start_lock:
+            self._closed = True
+            threads = list(self._threads)
+        for _ in threads:
+            self._jobs.put(None)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in threads)
+
     def _add_worker(self) -> None:
         with self._start_lock:
-            if len(self._threads) >= self._max_workers:
+            if self._closed or len(self._threads) >= self._max_workers:
                 return
             thread = threading.Thread(
                 target=self._work, name=f"{self._name}_{next(self._numbers)}", daemon=True
@@ -78,6 +98,8 @@ class WorkerPool:
         jobs = self._jobs
         while True:
             job = jobs.get()
+            if job is None:  # close(): every job queued before it has been taken
+                return
             loop, future, func, args = job
             # A read of the future's state from this thread: a cancel that lands just
             # after it only means the result is dropped in _settle.

@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final, Generic, TypeVar
 
 from execserver.sandbox import seccomp
 from execserver.sandbox.mounts import SyntheticMounts
@@ -232,18 +232,30 @@ def _probe_launcher_namespaces() -> str | None:
     return _run_seccomp_probe([*argv, "--", true], fd, what="the launcher", new_session=True)
 
 
-def _in_thread(name: str, function: Callable[[], _T]) -> Future[_T]:
-    """``function()`` in a daemon thread of its own, its outcome in the future."""
-    future: Future[_T] = Future()
+class _ProbeThread(Generic[_T]):
+    """``function()`` in a daemon thread of its own; ``result`` joins the thread
+    and returns its outcome (or raises its exception). Every probe thread is
+    joined by whoever started it, taken or not."""
 
-    def run() -> None:
+    def __init__(self, name: str, function: Callable[[], _T]) -> None:
+        self._function = function
+        self._outcome: Future[_T] = Future()
+        self._thread = threading.Thread(target=self._run_to_outcome, name=name, daemon=True)
+        self._thread.start()
+
+    def _run_to_outcome(self) -> None:
         try:
-            future.set_result(function())
+            self._outcome.set_result(self._function())
         except BaseException as exc:  # handed to whoever waits for the result
-            future.set_exception(exc)
+            self._outcome.set_exception(exc)
 
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return future
+    def join(self) -> None:
+        # Bounded: each probe's child runs under _PROBE_TIMEOUT_S.
+        self._thread.join()
+
+    def result(self) -> _T:
+        self.join()
+        return self._outcome.result()
 
 
 def _probe_bwrap(path: str | None, seccomp_ok: bool) -> tuple[str | None, str | None, str | None]:
@@ -268,10 +280,14 @@ def _probe_now(*, bwrap: str | None, allow_landlock: bool) -> SandboxBackend:
     path = bwrap if bwrap is not None else find_bwrap()
     # The launcher's probe (a Python start, ~40 ms) runs while bwrap's do.
     namespaces = (
-        _in_thread("sandbox-probe-launcher", _probe_launcher_namespaces) if seccomp_ok else None
+        _ProbeThread("sandbox-probe-launcher", _probe_launcher_namespaces) if seccomp_ok else None
     )
-    usable, error, remedy = _probe_bwrap(path, seccomp_ok)
-    abi = landlock_abi() if allow_landlock else 0
+    try:
+        usable, error, remedy = _probe_bwrap(path, seccomp_ok)
+        abi = landlock_abi() if allow_landlock else 0
+    finally:
+        if namespaces is not None:
+            namespaces.join()
     namespaces_error = "seccomp unavailable" if namespaces is None else namespaces.result()
     if namespaces_error is not None:
         _LOG.info(
@@ -291,7 +307,7 @@ def _probe_now(*, bwrap: str | None, allow_landlock: bool) -> SandboxBackend:
 
 
 # Probes started ahead by ``probing_ahead``, by their arguments, until taken.
-_ahead: dict[tuple[str | None, bool], Future[SandboxBackend]] = {}
+_ahead: dict[tuple[str | None, bool], _ProbeThread[SandboxBackend]] = {}
 _ahead_lock = threading.Lock()
 
 
@@ -312,19 +328,21 @@ def probing_ahead(*, bwrap: str | None = None, allow_landlock: bool = True) -> I
     """Probe the host in a background thread from now on; the first
     ``probe_backend`` call with the same arguments inside the block takes that
     result. Leaving the block forgets a probe nobody took (the next call probes
-    afresh: the block is the one process start-up the probe was made for)."""
+    afresh: the block is the one process start-up the probe was made for) and
+    joins its thread, long finished by then in a daemon's run."""
     key = (bwrap, allow_landlock)
-    future = _in_thread(
+    probe = _ProbeThread(
         "sandbox-probe", lambda: _probe_now(bwrap=bwrap, allow_landlock=allow_landlock)
     )
     with _ahead_lock:
-        _ahead[key] = future
+        _ahead[key] = probe
     try:
         yield
     finally:
         with _ahead_lock:
-            if _ahead.get(key) is future:
+            if _ahead.get(key) is probe:
                 del _ahead[key]
+        probe.join()
 
 
 def log_backend(backend: SandboxBackend) -> None:

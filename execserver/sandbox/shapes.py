@@ -16,6 +16,7 @@ the daemon.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -240,40 +242,54 @@ def _probe_managed(ctx: FileSystemSandboxContext, d: _Dirs, backend: SandboxBack
     ):
         listener.bind(sock_path)
         listener.listen(1)
-        listener.settimeout(_RUN_TIMEOUT_S)
+        # Short accept timeouts, so the thread sees ``stop`` soon after the probe
+        # ends (closing or shutting down a unix listener does not wake an accept).
+        listener.settimeout(0.1)
+        stop = threading.Event()
 
         def accept() -> None:
-            try:
-                conn, _ = listener.accept()
+            deadline = time.monotonic() + _RUN_TIMEOUT_S
+            while not stop.is_set() and time.monotonic() < deadline:
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
                 with conn:
                     conn.settimeout(5)
-                    received.append(conn.recv(64))
-                    # Answer, so the child exits only after the relay delivered.
-                    conn.sendall(b"ok")
-            except OSError:
-                pass
+                    with contextlib.suppress(OSError):
+                        received.append(conn.recv(64))
+                        # Answer, so the child exits only after the relay delivered.
+                        conn.sendall(b"ok")
+                return
 
         acceptor = threading.Thread(target=accept, name="doctor-managed-probe", daemon=True)
         acceptor.start()
-        # The port is only a name inside the sandbox's own network namespace.
-        port = 3128
-        env = {
-            **_env(d),
-            "HTTP_PROXY": f"http://127.0.0.1:{port}",
-            "DIRECT_PORT": str(direct.getsockname()[1]),
-        }
-        plan = plan_process_launch(
-            ctx,
-            argv=[sys.executable, "-I", "-S", "-c", _MANAGED_CHECK],
-            cwd=str(d.ws),
-            env=env,
-            tty=False,
-            enforce_managed_network=True,
-            backend=backend,
-            proxy_routes=ProxyRoutes(routes=((port, sock_path),)),
-        )
-        code, output = _run(plan, d.ws)
-        acceptor.join(5)
+        try:
+            # The port is only a name inside the sandbox's own network namespace.
+            port = 3128
+            env = {
+                **_env(d),
+                "HTTP_PROXY": f"http://127.0.0.1:{port}",
+                "DIRECT_PORT": str(direct.getsockname()[1]),
+            }
+            plan = plan_process_launch(
+                ctx,
+                argv=[sys.executable, "-I", "-S", "-c", _MANAGED_CHECK],
+                cwd=str(d.ws),
+                env=env,
+                tty=False,
+                enforce_managed_network=True,
+                backend=backend,
+                proxy_routes=ProxyRoutes(routes=((port, sock_path),)),
+            )
+            code, output = _run(plan, d.ws)
+        finally:
+            # Joined before the probe returns: a connection it took ends within
+            # its own 5 s timeout, a wait for one within the accept timeout.
+            stop.set()
+            acceptor.join()
     result = _outcome(
         "managed-network",
         plan,
