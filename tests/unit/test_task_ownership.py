@@ -40,6 +40,21 @@ OWNED_THREADS = {
     ("execserver.sandbox.bridge", "_accept_loop"): (
         "runs inside the sandbox, in the bridge program (its own short-lived process)"
     ),
+    ("execserver.fs.sandboxed.program", "_follow"): (
+        "the fs helper program's request threads (in the helper's own process);"
+        " serve() joins each before it returns"
+    ),
+    ("execserver.fs.worker_pool", "_work"): (
+        "a WorkerPool's workers (at most max_workers); WorkerPool.close stops and joins"
+        " them, and the daemon's fs pool lives as long as its process"
+    ),
+    ("execserver.sandbox.backend", "_run_to_outcome"): (
+        "a _ProbeThread: _probe_now joins the launcher probe, probing_ahead joins its"
+        " probe when its block ends"
+    ),
+    ("execserver.sandbox.shapes", "doctor-managed-probe"): (
+        "the managed-network probe's acceptor; _probe_managed stops and joins it before it returns"
+    ),
 }
 
 
@@ -112,11 +127,7 @@ NOT_YET_CONVERTED = {
     "execserver.core.shell_runtime": 1,
     "execserver.core.unified_exec.collect": 2,
     "execserver.core.unified_exec.process": 1,
-    "execserver.fs.sandboxed.program": 1,
-    "execserver.fs.worker_pool": 1,
     "execserver.processes.managed": 1,
-    "execserver.sandbox.backend": 1,
-    "execserver.sandbox.shapes": 1,
 }
 
 
