@@ -1,14 +1,12 @@
-"""One managed child: output pumps, exit reaping, event delivery, stdin, signals.
+"""One managed child: exit reaping, event delivery, stdin, signals.
 
-Hot path: the loop calls ``_on_readable`` when an output fd is readable; it
-reads up to eight chunks per syscall, cuts them at the reference's chunk size,
-appends them to the log (which assigns the seqs) and wakes the sender. A
-single sender task per process turns log entries into notifications in seq
-order; when the connection's outbound queue is full the sender waits, the
-backlog grows and the pumps pause, so the pipe fills and the child blocks
-instead of the daemon growing. Exit is reaped from a pidfd callback that never
-waits for the sender, so ``process/read`` sees the exit at once even under
-backpressure.
+Its output is read by an ``OutputPump`` (execserver/processes/output.py), which
+numbers the chunks in the process's log and wakes the sender. A single sender
+task per process turns log entries into notifications in seq order; when the
+connection's outbound queue is full the sender waits, the backlog grows and the
+pump pauses, so the pipe fills and the child blocks instead of the daemon
+growing. Exit is reaped from a pidfd callback that never waits for the sender,
+so ``process/read`` sees the exit at once even under backpressure.
 """
 
 from __future__ import annotations
@@ -20,12 +18,14 @@ import os
 import resource
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from execserver.aio.tasks import TaskSet
 from execserver.processes.launch import Spawned
 from execserver.processes.log import Chunk, OutputLog
+from execserver.processes.output import OutputPump
 from execserver.processes.stdin import StdinWriter
 from execserver.wire import methods as m
 from execserver.wire.errors import RpcError
@@ -41,22 +41,10 @@ if TYPE_CHECKING:
     from execserver.processes.supervisor import Supervisor
     from execserver.processes.tree import ProcessTree
 
-__all__ = ["CHUNKS_PER_READ", "PAUSE_BACKLOG", "DenialClassifier", "ManagedProcess"]
+__all__ = ["DenialClassifier", "ManagedProcess"]
 
 log = logging.getLogger(__name__)
 
-# Read sizes of the reference: pipes deliver <= 8192 bytes per chunk, a pty <= 4095.
-PIPE_CHUNK = 8192
-PTY_CHUNK = 4095
-# Chunks' worth read per syscall, and syscalls per readiness callback before yielding
-# to the loop (keeps one chatty child from starving the others).
-CHUNKS_PER_READ = 8
-READS_PER_WAKEUP = 4
-# Unsent chunks at which the pumps pause / resume. The backlog never exceeds
-# PAUSE_BACKLOG + CHUNKS_PER_READ, well under the retention cap (128 chunks of
-# 8 KiB), so an attached client never loses output to eviction.
-PAUSE_BACKLOG = 64
-RESUME_BACKLOG = 16
 # Bytes of output kept for the sandbox-denial classifier.
 DENIAL_TAIL_BYTES = 16 * 1024
 # Remembered writeIds per process (de-duplication); the oldest are forgotten first.
@@ -142,16 +130,14 @@ class ManagedProcess:
         self.tty = spawned.pty_master is not None
         self.pipe_stdin = pipe_stdin
         self.program = program
-        self.log = OutputLog(retained_bytes)
         self.exit_code: int | None = None
         self.exit_seq: int | None = None
         self.closed_seq: int | None = None
         self.sandbox_denied = False
         self.failure: str | None = None
         self.accounting: Accounting | None = None
-        # Audit/metrics observers run once at close; output totals per stream.
+        # Audit/metrics observers run once at close.
         self.close_hooks: list[Callable[[ManagedProcess], None]] = []
-        self.output_bytes: dict[str, int] = {}
         self._popen = spawned.popen
         self._session = session
         self._supervisor = supervisor
@@ -163,27 +149,28 @@ class ManagedProcess:
         self._loop = asyncio.get_running_loop()
         self._started = time.monotonic()
         self._pty_master = spawned.pty_master
-        # The master after its output ended but before the child was reaped (see _close_stream).
-        self._held_master: int | None = None
-        self._reaped = False
-        self._streams: dict[int, str] = dict(spawned.outputs)
-        self._paused = False
         self._abandon = False
         self._terminated = False
         self._drain_timer: asyncio.TimerHandle | None = None
         self._drain_mark = 0  # log.next_seq when the drain timer was armed
-        self._waiters: list[asyncio.Future[None]] = []
-        self._sent = 0  # highest seq handed to session.notify
         self._stdin: StdinWriter | None = None
         if spawned.stdin_fd is not None:
             owns = spawned.stdin_fd != spawned.pty_master
             self._stdin = StdinWriter(spawned.stdin_fd, owns_fd=owns)
         self._write_ids: dict[str, None] = {}
+        self._output = OutputPump(
+            dict(spawned.outputs),
+            retained_bytes=retained_bytes,
+            pty_master=spawned.pty_master,
+            reader_attached=lambda: session.attached,
+            on_stream_ended=self._stream_ended,
+        )
+        self.log: OutputLog = self._output.log
         self._pidfd = os.pidfd_open(self.pid)
         self._loop.add_reader(self._pidfd, self._on_exit)
-        for fd, stream in self._streams.items():
-            self._loop.add_reader(fd, self._on_readable, fd, stream)
-        self._sender = self._loop.create_task(self._send_loop())
+        # One task per process, for its lifetime: aclose (or forget) ends it.
+        self._tasks = TaskSet(f"process {process_id}", logger=log)
+        self._sender = self._tasks.spawn(self._send_loop(), name="sender")
 
     # ---- state ---------------------------------------------------------------------
 
@@ -195,28 +182,20 @@ class ManagedProcess:
     def closed(self) -> bool:
         return self.closed_seq is not None
 
-    def _wake(self) -> None:
-        waiters = self._waiters
-        if waiters:
-            self._waiters = []
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
+    @property
+    def output_bytes(self) -> dict[str, int]:
+        """Bytes of output per stream so far (audit and metrics)."""
+        return self._output.output_bytes
 
-    async def _wait_change(self, timeout: float | None = None) -> None:
-        fut: asyncio.Future[None] = self._loop.create_future()
-        self._waiters.append(fut)
-        try:
-            if timeout is None:
-                await fut
-            else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(fut, timeout)
-        finally:
-            # A timed-out or cancelled waiter must not pile up on a quiet process.
-            if not fut.done() or fut.cancelled():
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(fut)
+    # Read by tests/unit/test_process_managed.py: the sender's cursor and the
+    # readers waiting for a change.
+    @property
+    def _sent(self) -> int:
+        return self._output.delivered_seq
+
+    @property
+    def _waiters(self) -> Sequence[asyncio.Future[None]]:
+        return self._output.waiters
 
     async def wait_newer(self, after_seq: int, timeout: float) -> None:
         """Long-poll: until output newer than ``after_seq`` exists, the child exited, or timeout."""
@@ -225,7 +204,7 @@ class ManagedProcess:
             remaining = deadline - self._loop.time()
             if remaining <= 0:
                 return
-            await self._wait_change(remaining)
+            await self._output.wait_change(remaining)
 
     async def wait_closed(self, timeout: float) -> None:
         deadline = self._loop.time() + timeout
@@ -233,88 +212,14 @@ class ManagedProcess:
             remaining = deadline - self._loop.time()
             if remaining <= 0:
                 return
-            await self._wait_change(remaining)
+            await self._output.wait_change(remaining)
 
     # ---- output --------------------------------------------------------------------
 
-    def _read_into_log(self, fd: int, stream: str, max_reads: int) -> None:
-        """Read what is available (up to ``max_reads`` syscalls) into the log.
-
-        One syscall reads up to 8 chunks' worth; the data is then cut into chunks
-        of the reference's size, so chunk boundaries never exceed 8192 (4095 on a
-        pty) while the syscall count stays low on bulk output.
-        """
-        size = PTY_CHUNK if stream == "pty" else PIPE_CHUNK
-        want = size * CHUNKS_PER_READ
-        append = self.log.append
-        for _ in range(max_reads):
-            if self._backlogged():
-                return  # never read more than the sender can keep before eviction
-            try:
-                data = os.read(fd, want)
-            except BlockingIOError:
-                return
-            except OSError:  # EIO: the pty's last slave fd was closed
-                data = b""
-            if not data:
-                self._close_stream(fd)
-                return
-            n = len(data)
-            # Totals per stream, for audit and metrics.
-            self.output_bytes[stream] = self.output_bytes.get(stream, 0) + n
-            if n <= size:
-                append(stream, data)
-            else:
-                for start in range(0, n, size):
-                    append(stream, data[start : start + size])
-            if n < want:
-                return  # most likely drained; the next readiness callback reads the rest
-
-    def _backlogged(self) -> bool:
-        """Too many chunks not yet handed to an attached connection.
-
-        Reading more would let the log evict chunks the client has not been sent
-        (a detached session has no such reader: its output only feeds the log).
-        """
-        return self.log.last_seq - self._sent > PAUSE_BACKLOG and self._session.attached
-
-    def _on_readable(self, fd: int, stream: str) -> None:
-        self._read_into_log(fd, stream, READS_PER_WAKEUP)
-        self._wake()
-        if not self._paused and self._backlogged():
-            self._pause()
-
-    def _drain_now(self) -> None:
-        """Read what the child left in its pipes before we number its exit (bounded)."""
-        for fd, stream in list(self._streams.items()):
-            self._read_into_log(fd, stream, 16)
-
-    def _pause(self) -> None:
-        self._paused = True
-        for fd in self._streams:
-            self._loop.remove_reader(fd)
-
-    def _resume(self) -> None:
-        self._paused = False
-        for fd, stream in self._streams.items():
-            self._loop.add_reader(fd, self._on_readable, fd, stream)
-
-    def _close_stream(self, fd: int) -> None:
-        if self._streams.pop(fd, None) is None:
-            return
-        self._loop.remove_reader(fd)
+    def _stream_ended(self, fd: int) -> None:
         if fd == self._pty_master:  # the pty master is both output and input
             self._close_stdin()
-            if not self._reaped:
-                # EIO means the slave's last fd is closed, not that the child is gone:
-                # programs close their stdio before they exit. Closing the master now
-                # would hang up the terminal and the kernel would SIGHUP the child (its
-                # session leader) in that window, turning a clean exit into a kill.
-                # The master stays open, unread, until the child has been reaped.
-                self._held_master = fd
-                return
-        os.close(fd)
-        if self.exited and not self._streams:
+        if self.exited and not self._output.streaming:
             self._mark_closed()
 
     def _arm_drain_timer(self) -> None:
@@ -328,15 +233,14 @@ class ManagedProcess:
         arrived since the timer was armed, or the pumps are paused for a slow
         client, the pipe is live and we keep reading until EOF as the reference does.
         """
-        if self._paused or self.log.next_seq != self._drain_mark:
+        if self._output.paused or self.log.next_seq != self._drain_mark:
             self._arm_drain_timer()
             return
         self._abandon_streams()
 
     def _abandon_streams(self) -> None:
         self._drain_timer = None
-        for fd in list(self._streams):
-            self._close_stream(fd)
+        self._output.close_all()
         if self.exited and not self.closed:
             self._mark_closed()
 
@@ -352,8 +256,7 @@ class ManagedProcess:
         self._loop.remove_reader(self._pidfd)
         os.close(self._pidfd)
         self._pidfd = -1
-        self._reaped = True
-        self._release_held_master()
+        self._output.release_pty_master()
         if os.WIFSIGNALED(status):
             # As the reference: 128+N through pipes; a pty child killed by a signal reports 1.
             code = 1 if self.tty else 128 + os.WTERMSIG(status)
@@ -362,36 +265,21 @@ class ManagedProcess:
         self._popen.returncode = code  # the Popen object must never wait() for it again
         self.accounting = _measure(time.monotonic() - self._started, rusage, self.tree)
         if not self._abandon:
-            self._drain_now()
+            self._output.drain()
         self.exit_code = code
         if self._classify_denial is not None and code != 0:
-            self.sandbox_denied = self._classify_denial(code, self._output_tail())
+            self.sandbox_denied = self._classify_denial(code, self._output.tail(DENIAL_TAIL_BYTES))
         self.exit_seq = self.log.reserve()
         self._supervisor.root_exited(self.tree)
         if self._on_exited is not None:
             self._on_exited(self)
-        self._wake()
-        if self._abandon or not self._streams:
+        self._output.wake()
+        if self._abandon or not self._output.streaming:
             # After process/terminate the reference abandons output collection at once.
             self._abandon_streams()
         else:
             # A background grandchild may hold the pipes; bound how long we wait for EOF.
             self._arm_drain_timer()
-
-    def _release_held_master(self) -> None:
-        fd, self._held_master = self._held_master, None
-        if fd is not None:
-            os.close(fd)
-
-    def _output_tail(self) -> bytes:
-        tail: list[bytes] = []
-        size = 0
-        for chunk in reversed(self.log.since(0)):
-            tail.append(chunk.data)
-            size += len(chunk.data)
-            if size >= DENIAL_TAIL_BYTES:
-                break
-        return b"".join(reversed(tail))[-DENIAL_TAIL_BYTES:]
 
     def _mark_closed(self) -> None:
         if self.closed:
@@ -401,7 +289,7 @@ class ManagedProcess:
             self._drain_timer = None
         self._close_stdin()
         self.closed_seq = self.log.reserve()
-        self._wake()
+        self._output.wake()
         acct = self.accounting
         log.info(
             "process %s closed: exit=%s program=%s wall=%.3fs cpu=%.3fs peak_rss=%sKiB%s",
@@ -448,19 +336,16 @@ class ManagedProcess:
             ProcessClosedNotification: m.PROCESS_CLOSED,
         }
         while True:
-            events = self._pending(self._sent)
+            events = self._pending(self._output.delivered_seq)
             if not events:
                 if self.closed:
                     return
-                await self._wait_change()
+                await self._output.wait_change()
                 continue
             for seq, note in events:
                 await notify(methods[type(note)], note)
-                self._sent = seq
-                if self._paused and self.log.last_seq - seq <= RESUME_BACKLOG:
-                    self._resume()
-            if self._paused:
-                self._resume()
+                self._output.delivered(seq)
+            self._output.caught_up()
 
     # ---- stdin -----------------------------------------------------------------------
 
@@ -491,7 +376,7 @@ class ManagedProcess:
         if self.exited:
             return
         group = self.pid
-        if self._pty_master is not None and self._pty_master in self._streams:
+        if self._pty_master is not None and self._output.stream_open(self._pty_master):
             with contextlib.suppress(OSError):
                 group = os.tcgetpgrp(self._pty_master)
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -532,19 +417,18 @@ class ManagedProcess:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(5):
                     while not self.exited:
-                        await self._wait_change()
+                        await self._output.wait_change()
         if not self.closed:
             self._abandon_streams()
-        self._release_held_master()  # a child that would not die: its terminal goes anyway
+        # A child that would not die: its terminal goes anyway.
+        self._output.release_pty_master()
         self._close_stdin()
-        self._sender.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._sender
-        self._wake()
+        await self._tasks.aclose()
+        self._output.wake()
 
     def forget(self) -> None:
         """The retention period is over: drop the sender (the process is closed)."""
-        self._sender.cancel()
+        self._tasks.cancel()
 
 
 def _output_note(process_id: str, chunk: Chunk) -> ProcessOutputNotification:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from execserver.processes.managed import CHUNKS_PER_READ, PAUSE_BACKLOG
+from execserver.processes.output import CHUNKS_PER_READ, PAUSE_BACKLOG
 from execserver.processes.supervisor import Supervisor
 from execserver.processes.table import ProcessTable
 from execserver.sandbox.plan import LaunchPlan
