@@ -127,7 +127,6 @@ NOT_YET_CONVERTED = {
     "execserver.core.shell_runtime": 1,
     "execserver.core.unified_exec.collect": 2,
     "execserver.core.unified_exec.process": 1,
-    "execserver.processes.managed": 1,
 }
 
 
