@@ -166,6 +166,9 @@ class ManagedProcess:
             on_stream_ended=self._stream_ended,
         )
         self.log: OutputLog = self._output.log
+        # Bytes of output per stream so far (audit and metrics): the pump's own
+        # totals, updated in place as it reads.
+        self.output_bytes: dict[str, int] = self._output.output_bytes
         self._pidfd = os.pidfd_open(self.pid)
         self._loop.add_reader(self._pidfd, self._on_exit)
         # One task per process, for its lifetime: aclose (or forget) ends it.
@@ -181,11 +184,6 @@ class ManagedProcess:
     @property
     def closed(self) -> bool:
         return self.closed_seq is not None
-
-    @property
-    def output_bytes(self) -> dict[str, int]:
-        """Bytes of output per stream so far (audit and metrics)."""
-        return self._output.output_bytes
 
     # Read by tests/unit/test_process_managed.py: the sender's cursor and the
     # readers waiting for a change.
