@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from execserver.containment.cgroups import cgroup_dir_of, probe_host
+from execserver.containment.host import cgroup_dir_of, probe_host
 from execserver.wire.uri import path_to_uri
 from tests.integration.test_metrics import samples
 from tests.support.http import http_get

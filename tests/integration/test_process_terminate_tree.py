@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from execserver.client import ExecServerClient
-from execserver.containment.cgroups import probe_host
+from execserver.containment.host import probe_host
 from tests.support.rpc import poll_until
 from tests.support.servers import PROJECT_ROOT, execserver_command, start_server
 

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from execserver.containment.cgroups import cgroup_dir_of
+from execserver.containment.host import cgroup_dir_of
 from execserver.sandbox import plan_process_launch
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import decode_sandbox_context

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from execserver.containment.cgroups import cgroup_dir_of, probe_host
+from execserver.containment.host import cgroup_dir_of, probe_host
 from tests.support.attacks import ROOT_READ, attack, bash, python, sandbox, unrestricted
 from tests.support.rpc import RpcFailure, connect
 from tests.support.sandbox import context_json, without_user_namespaces

@@ -9,7 +9,7 @@ import pytest
 
 from execserver.config import ProcessLimitsConfig
 from execserver.containment import ContainmentError, open_process_cgroups, parse_size
-from execserver.containment.cgroups import OwnCgroups, own_cgroups, probe_host
+from execserver.containment.host import OwnCgroups, own_cgroups, probe_host
 
 
 @pytest.mark.parametrize(
