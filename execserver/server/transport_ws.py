@@ -187,6 +187,11 @@ class WebsocketServer:
                 del reply.headers["Content-Type"]
         return WSUpgradeResponseWithListener(reply, None)
 
+    @property
+    def live_sockets(self) -> frozenset[_Socket]:
+        """The websockets not yet closed down (read by tests of their bounds)."""
+        return frozenset(self._live)
+
     def opened(self, sock: _Socket) -> None:
         self._live.add(sock)
         self._none_live.clear()
@@ -332,6 +337,17 @@ class _Socket(WSListener):
         # The ping loop, the abort watch and a backlog's handling (one at a time; a
         # finished one leaves the set, so it does not grow with backpressure episodes).
         self._tasks = TaskSet(f"websocket {peer}", logger=log)
+
+    @property
+    def held_task_count(self) -> int:
+        """How many tasks this websocket holds: at most the ping loop, the abort watch
+        and one backlog (read by tests/integration/test_ws_backpressure_tasks.py)."""
+        return len(self._tasks)
+
+    @property
+    def writing_paused(self) -> bool:
+        """The socket's send buffer is over its high-water mark: writers wait."""
+        return self._can_write is not None
 
     # ---- picows callbacks -------------------------------------------------------------
 
