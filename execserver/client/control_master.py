@@ -24,6 +24,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
+from execserver.aio.tasks import TaskSet
 from execserver.client.cli_errors import explain
 from execserver.client.connection import ExecServerClient
 from execserver.client.errors import ExecServerError
@@ -125,14 +126,15 @@ class _Master:
         """Until the idle time has passed or the exec-server connection is lost."""
         connection = self._client.connection
         assert connection is not None
-        lost = asyncio.ensure_future(connection.wait_lost())
-        ending = asyncio.ensure_future(self._ending.wait())
+        # Both waiters end with this call: whichever is left is cancelled on the way out.
+        waiters = TaskSet("execserver-control-master")
+        lost = waiters.spawn(connection.wait_lost(), name="lost")
+        ending = waiters.spawn(self._ending.wait(), name="ending")
         try:
             await asyncio.wait({lost, ending}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._ending.set()
-            lost.cancel()
-            ending.cancel()
+            await waiters.aclose()
 
     async def until_quiet(self) -> None:
         """Until the requests already taken have been answered."""

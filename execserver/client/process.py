@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Literal, cast, overload
 
+from execserver.aio.tasks import TaskSet
 from execserver.client.calls import Caller
 from execserver.client.errors import (
     ExecServerError,
@@ -96,6 +97,8 @@ class RemoteProcess:
         self._exit_known = asyncio.Event()
         self._finished = asyncio.Event()
         self._gap_task: asyncio.Task[None] | None = None
+        # The gap filler runs while the stream is open; _finish cancels it.
+        self._tasks = TaskSet(f"execserver-process {process_id}", logger=log)
         # Events taken from the queue by expect() and not consumed by a match:
         # the next expect() or iteration starts with them.
         self._held: deque[ProcessEvent] = deque()
@@ -282,7 +285,7 @@ class RemoteProcess:
             return
         self._publish(self._orderer.push(event))
         if self._orderer.has_gap and self._gap_task is None:
-            self._gap_task = asyncio.create_task(self._fill_gap())
+            self._gap_task = self._tasks.spawn(self._fill_gap(), name="fill-gap")
 
     def fail(self, message: str) -> None:
         """End the stream with ``Failed(message)`` (no further event will come)."""
@@ -323,7 +326,7 @@ class RemoteProcess:
             if self._orderer.has_gap and not self._finished.is_set():
                 # A new hole appeared while we were reading; look again later.
                 with contextlib.suppress(RuntimeError):
-                    self._gap_task = asyncio.create_task(self._fill_gap())
+                    self._gap_task = self._tasks.spawn(self._fill_gap(), name="fill-gap")
 
     async def catch_up(
         self, read: ReadFn, *, first_delay: float = 0.0, always: bool = False

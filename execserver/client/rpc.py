@@ -16,10 +16,12 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any
 
 import msgspec
 
+from execserver.aio.tasks import TaskSet
 from execserver.client.errors import (
     ExecServerTimeout,
     ExecServerTransportClosed,
@@ -100,13 +102,15 @@ class RpcConnection:
         self._closing = False
         self._closed = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[None]] = set()
+        # The reader and the answers to server requests: they end with the
+        # connection (close() cancels and awaits them).
+        self._tasks = TaskSet("execserver-client-rpc", logger=log)
 
     def start(self) -> None:
         """Start reading. Must run before the first request (a resumed session can
         push notifications ahead of the initialize answer)."""
         if self._reader is None:
-            self._reader = asyncio.create_task(self._read_loop(), name="execserver-client-reader")
+            self._reader = self._tasks.spawn(self._read_loop(), name="reader")
 
     @property
     def is_lost(self) -> bool:
@@ -161,10 +165,15 @@ class RpcConnection:
         self._mark_lost("closed by client")
         with contextlib.suppress(Exception):
             await self.transport.close()
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+        current = asyncio.current_task()
+        if current in set(self._tasks):
+            # Closed from one of its own tasks (a server-request handler): it
+            # cannot wait for itself, so the others are only asked to stop.
+            for task in self._tasks:
+                if task is not current:
+                    task.cancel()
+        else:
+            await self._tasks.aclose()
         self._fail_pending()
 
     def abort(self, reason: str = "aborted") -> None:
@@ -212,7 +221,10 @@ class RpcConnection:
             return
         if isinstance(message, IncomingRequest):
             if self._on_request is not None:
-                self._spawn(self._answer_server_request(message.id, message.method, message.params))
+                self._spawn(
+                    self._answer_server_request(message.id, message.method, message.params),
+                    f"answer {message.method}",
+                )
             else:
                 self._refuse_server_request(message.id, message.method)
             return
@@ -262,10 +274,11 @@ class RpcConnection:
         with contextlib.suppress(Exception):
             await self._send(encode_message(reply))
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        if not self._tasks.closed:  # a closed connection answers nothing
+            self._tasks.spawn(coro, name=name)
+        else:
+            coro.close()
 
     def _refuse_server_request(self, request_id: RequestId, method: str) -> None:
         # Nobody handles this method (no handler registered for the server's
@@ -281,9 +294,7 @@ class RpcConnection:
             with contextlib.suppress(Exception):
                 await self._send(encode_message(reply))
 
-        task = asyncio.create_task(send())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._spawn(send(), f"refuse {method}")
 
     def _mark_lost(self, reason: str) -> bool:
         if self._lost is not None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final, Protocol
 
+from execserver.aio.tasks import TaskSet
 from execserver.client.errors import ExecServerError
 
 __all__ = [
@@ -114,9 +115,27 @@ async def _bounded(concurrency: int, jobs: Iterable[Callable[[], Awaitable[None]
         async with gate:
             await job()
 
-    async with asyncio.TaskGroup() as group:
-        for job in jobs:
-            group.create_task(one(job))
+    # As asyncio.TaskGroup would: the first failure cancels the other jobs and
+    # all failures are raised together; but the jobs are a TaskSet's, as every
+    # task of the package is.
+    running = TaskSet("execserver-transfer")
+    started: list[asyncio.Task[None]] = []
+    try:
+        started.extend(
+            running.spawn(one(job), name=f"job {number}", log_failures=False)
+            for number, job in enumerate(jobs)
+        )
+        if started:
+            await asyncio.wait(started, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        await running.aclose()
+    failures = [
+        failure
+        for task in started
+        if not task.cancelled() and (failure := task.exception()) is not None
+    ]
+    if failures:
+        raise BaseExceptionGroup("transfer failed", failures)
 
 
 def _nul(parts: Iterable[str]) -> bytes:

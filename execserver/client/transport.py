@@ -18,6 +18,7 @@ from typing import IO, Any, Protocol
 
 import picows
 
+from execserver.aio.tasks import TaskSet
 from execserver.client.errors import ExecServerConnectError, ExecServerTimeout
 
 __all__ = ["QUIET", "QuietStderr", "StdioTransport", "Transport", "WebSocketTransport"]
@@ -271,9 +272,11 @@ class StdioTransport:
         self._stderr_tail: collections.deque[bytes] = collections.deque()
         self._stderr_size = 0
         self._stderr_task: asyncio.Task[None] | None = None
+        # The stderr reader lives as long as the transport; close() ends it.
+        self._tasks = TaskSet("execserver-stdio", logger=log)
         if proc.stderr is not None:
-            self._stderr_task = asyncio.create_task(
-                self._keep_stderr_tail(proc.stderr), name="execserver-stdio-stderr"
+            self._stderr_task = self._tasks.spawn(
+                self._keep_stderr_tail(proc.stderr), name="stderr"
             )
 
     @classmethod
@@ -361,6 +364,7 @@ class StdioTransport:
         if self._stderr_task is not None:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(self._stderr_task, _STDERR_SETTLE)
+        await self._tasks.aclose()
 
     def abort(self) -> None:
         if self._proc.returncode is None:

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from execserver.aio.tasks import TaskSet
 from execserver.core.approvals import ApprovalRequest, Approver
 from execserver.core.decisions import DecisionKind, ReviewDecision
 from execserver.core.errors import Rejected
@@ -126,6 +127,13 @@ class NetworkApprovalService:
         self._pending: dict[HostKey, _Pending] = {}
         self._approved: set[HostKey] = set()
         self._denied: set[HostKey] = set()
+        # One prompt per host at a time, shared by every waiter for that host.
+        self._decisions = TaskSet("network-approval")
+
+    async def aclose(self) -> None:
+        """End the session's prompts still pending: each waiter is told
+        ``CANCELLED_BEFORE_DECISION``, and the prompts are awaited."""
+        await self._decisions.aclose()
 
     # -- registrations ---------------------------------------------------
 
@@ -244,7 +252,7 @@ class NetworkApprovalService:
             loop = asyncio.get_running_loop()
             pending = _Pending(loop.create_future(), owners)
             self._pending[key] = pending
-            pending.task = asyncio.create_task(self._decide(key, pending))
+            pending.task = self._decisions.spawn(self._decide(key, pending), name=f"ask {host}")
         # shield: a waiter that goes away must not cancel the shared decision.
         return await asyncio.shield(pending.future)
 
@@ -322,6 +330,8 @@ class DeferredNetworkApproval:
         self._done = False
         self._result: NetworkDenial | None = None
         self._watcher: asyncio.Task[None] | None = None
+        # The watcher lives until the call finishes (finish/unregister stop it).
+        self._tasks = TaskSet(f"network-approval {active.registration_id}")
 
     @property
     def registration_id(self) -> str:
@@ -338,7 +348,7 @@ class DeferredNetworkApproval:
     def watch(self, terminate: Terminate) -> asyncio.Task[None]:
         """Terminate the process as soon as the network approval is denied."""
         if self._watcher is None:
-            self._watcher = asyncio.create_task(self._watch(terminate))
+            self._watcher = self._tasks.spawn(self._watch(terminate), name="watch")
         return self._watcher
 
     async def _watch(self, terminate: Terminate) -> None:

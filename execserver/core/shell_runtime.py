@@ -15,6 +15,7 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from execserver.aio.tasks import TaskSet
 from execserver.client.commands import spawn_error
 from execserver.client.connection import ExecServerClient
 from execserver.client.errors import ExecServerError, InternalError, ProcessFailed
@@ -143,7 +144,10 @@ class ShellCommandRuntime(CommandRuntime[ShellRequest, ShellOutput]):
         # or the user said no) stops the command at once, as unified exec does:
         # the orchestrator turns the ended attempt into the denial's rejection.
         denial = attempt.network_denial_cancellation
-        stopper = asyncio.create_task(_terminate_on(denial, proc)) if denial is not None else None
+        # The stopper lives as long as this call: cancelled and awaited on the way out.
+        watchers = TaskSet("shell-runtime")
+        if denial is not None:
+            watchers.spawn(_terminate_on(denial, proc), name=f"stop {proc.process_id} on denial")
         try:
             async with asyncio.timeout(req.timeout):
                 await collect()
@@ -154,8 +158,7 @@ class ShellCommandRuntime(CommandRuntime[ShellRequest, ShellOutput]):
                 b"".join(out["stdout"] + out["stderr"]).decode(errors="replace")
             ) from None
         finally:
-            if stopper is not None:
-                stopper.cancel()
+            await watchers.aclose()
         if denial is not None and denial.is_set():
             raise ExecFailed(f"`{shlex.join(req.argv)}` was stopped: network access was denied")
         assert exit_code is not None  # Closed always follows Exited

@@ -9,9 +9,9 @@ output written just before the exit is not split across calls.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
+from execserver.aio.tasks import TaskSet
 from execserver.core.unified_exec.pause import YieldPause
 from execserver.core.unified_exec.process import UnifiedExecProcess
 
@@ -22,15 +22,14 @@ POST_EXIT_CLOSE_WAIT = 0.050
 
 async def _exit_or_resume(process: UnifiedExecProcess, pause: YieldPause) -> None:
     """While paused, only an exit or the end of the pause matters."""
-    resumed = asyncio.ensure_future(pause.wait_resumed())
-    exited = asyncio.ensure_future(process.wait_exit(None))
+    # Both waiters end with this call: whichever is left is cancelled and awaited.
+    waiters = TaskSet("unified-exec-pause")
+    resumed = waiters.spawn(pause.wait_resumed(), name="resumed")
+    exited = waiters.spawn(process.wait_exit(None), name="exited")
     try:
         await asyncio.wait((resumed, exited), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (resumed, exited):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await waiters.aclose()
 
 
 async def collect_until(

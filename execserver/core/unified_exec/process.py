@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 
+from execserver.aio.tasks import TaskSet
 from execserver.client.errors import ExecServerError
 from execserver.client.events import Closed, Exited, Failed, Output
 from execserver.client.process import RemoteProcess
@@ -52,7 +53,8 @@ class UnifiedExecProcess:
         # Set whenever something new arrived (output, exit, close); waiters
         # clear it before waiting again.
         self._changed = asyncio.Event()
-        self._pump = asyncio.create_task(self._run(), name=f"unified-exec {remote.process_id}")
+        self._tasks = TaskSet(f"unified-exec {remote.process_id}", logger=log)
+        self._pump = self._tasks.spawn(self._run(), name="pump")
 
     # -- state ---------------------------------------------------------------
 
@@ -159,7 +161,5 @@ class UnifiedExecProcess:
         if not self._pump.done():
             # Let a process that was just killed deliver its last events;
             # never wait forever for a silent executor.
-            if not await self.wait_closed(1.0):
-                self._pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pump
+            await self.wait_closed(1.0)
+        await self._tasks.aclose()  # a pump still waiting on a silent executor is cancelled
