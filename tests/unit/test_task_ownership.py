@@ -117,16 +117,7 @@ NOT_YET_CONVERTED = {
     "execserver.client.cli_terminal": 1,
     "execserver.client.commands": 3,
     "execserver.client.connection": 1,
-    "execserver.client.control_master": 2,
-    "execserver.client.process": 2,
-    "execserver.client.rpc": 3,
     "execserver.client.sync": 2,
-    "execserver.client.transfer": 1,
-    "execserver.client.transport": 1,
-    "execserver.core.network_approval": 2,
-    "execserver.core.shell_runtime": 1,
-    "execserver.core.unified_exec.collect": 2,
-    "execserver.core.unified_exec.process": 1,
 }
 
 
