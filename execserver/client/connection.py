@@ -1,4 +1,4 @@
-"""ExecServerClient: handshake, typed calls, notification routing, reconnect/resume.
+"""ExecServerClient: handshake, typed calls, notification routing, session state.
 
 Lifecycle::
 
@@ -11,7 +11,8 @@ While recovering, every call waits for the one shared recovery attempt and
 then runs on the new connection. Of the calls that were in flight when the
 transport died, only ``process/read`` is sent again (once); everything else
 fails with ``ExecServerTransportClosed``, because a start, write or fs change
-may or may not have happened.
+may or may not have happened. The resume loop itself (retries, deadline) is
+``execserver.client.recovery``; the client keeps the connection and the calls.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import enum
 import itertools
 import logging
 import os
-import socket
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, Final, Literal, Self, overload
@@ -45,7 +45,6 @@ from execserver.client.errors import (
     ExecServerTimeout,
     ExecServerTransportClosed,
     ExecServerUnavailable,
-    SessionAttached,
 )
 from execserver.client.fs import RemoteFileSystem
 from execserver.client.http import RemoteHttp
@@ -57,6 +56,7 @@ from execserver.client.params import (
     result_type_of,
 )
 from execserver.client.process import RemoteProcess
+from execserver.client.recovery import RECOVERY_DEADLINE, SESSION_TTL, SessionRecovery
 from execserver.client.router import ProcessRouter
 from execserver.client.rpc import NOT_HANDLED, RpcConnection
 from execserver.client.sandbox import NULL_SANDBOX, Sandbox, sandbox_param, to_uri
@@ -110,13 +110,6 @@ log = logging.getLogger(__name__)
 
 # A long-poll read may legitimately take waitMs; allow that plus this much.
 READ_TIMEOUT_SLACK: Final = 10.0
-# How long both servers keep a detached session (and its processes) alive.
-SESSION_TTL: Final = 80.0
-# How long the client keeps resuming after the connection is lost: as long as the
-# server can still hold the session.
-RECOVERY_DEADLINE: Final = SESSION_TTL
-RECOVERY_RETRY_DELAY: Final = 0.1
-RECOVERY_RETRY_DELAY_MAX: Final = 2.0
 CONNECT_RETRY_DELAY: Final = 0.05
 CONNECT_RETRY_DELAY_MAX: Final = 1.0
 
@@ -179,7 +172,7 @@ class ExecServerClient(TypedCalls):
         self._conn: RpcConnection | None = None
         self._state = ClientState.CLOSED
         self._failure: str | None = None
-        self._recovery: asyncio.Task[None] | None = None
+        self._recovery = SessionRecovery(_Resumer(self))
         self.processes = ProcessRouter()
         # Server->client requests (network/policyRequest) and notifications the
         # client does not route itself (network/policyDecision).
@@ -383,11 +376,7 @@ class ExecServerClient(TypedCalls):
             await self.terminate_all()
         self._set_state(ClientState.CLOSED, "client closed")
         self._failure = "client closed"
-        recovery, self._recovery = self._recovery, None
-        if recovery is not None:
-            recovery.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await recovery
+        await self._recovery.aclose()
         self.processes.fail_all("exec-server client closed")
         if self._conn is not None:
             await self._conn.close()
@@ -434,8 +423,7 @@ class ExecServerClient(TypedCalls):
             if self._state is ClientState.FAILED:
                 raise self.unavailable_error(f"exec-server connection failed: {self._failure}")
             if self._state is ClientState.RECOVERING:
-                assert self._recovery is not None
-                await asyncio.shield(self._recovery)
+                await self._recovery.wait()
                 continue
             conn = self._conn
             assert conn is not None
@@ -457,7 +445,7 @@ class ExecServerClient(TypedCalls):
         log.info("exec-server connection lost: %s", reason)
         if self.auto_reconnect and self.session_id:
             self._set_state(ClientState.RECOVERING, reason)
-            self._recovery = asyncio.create_task(self._recover(reason), name="execserver-recover")
+            self._recovery.start(reason)
         else:
             self._fail(f"JSON-RPC transport closed: {reason}")
 
@@ -484,62 +472,6 @@ class ExecServerClient(TypedCalls):
                 listener(state, reason)
             except Exception:
                 log.exception("exec-server state listener failed")
-
-    async def _recover(self, reason: str) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.recovery_deadline
-        last_error = reason
-        delay = RECOVERY_RETRY_DELAY
-        while loop.time() < deadline:
-            try:
-                async with asyncio.timeout(max(deadline - loop.time(), 0.01)):
-                    conn, _ = await self._open(self.session_id)
-            except (
-                SessionAttached,
-                ExecServerTransportClosed,
-                ExecServerTimeout,
-                ExecServerConnectError,
-                TimeoutError,
-            ) as exc:
-                # Retryable: the server may not have noticed the old connection
-                # is gone yet (-32010), or is briefly unreachable.
-                last_error = str(exc) or type(exc).__name__
-                if self.give_up_when_refused and _refused(exc):
-                    self._fail(f"cannot resume exec-server session {self.session_id}: {exc}")
-                    return
-                await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
-                delay = min(delay * 2, RECOVERY_RETRY_DELAY_MAX)
-                continue
-            except ExecServerError as exc:
-                self._fail(f"cannot resume exec-server session {self.session_id}: {exc}")
-                return
-            old, self._conn = self._conn, conn
-            if old is not None:
-                await old.close()
-            try:
-                await self._catch_up_all(conn)
-            except (ExecServerTransportClosed, ExecServerTimeout) as exc:
-                last_error = str(exc)
-                continue
-            if conn.is_lost:
-                continue
-            self.reconnects += 1
-            self._recovery = None
-            self._set_state(ClientState.CONNECTED)
-            log.info("exec-server session %s resumed", self.session_id)
-            return
-        self._fail(f"cannot resume exec-server session {self.session_id}: {last_error}")
-
-    async def _catch_up_all(self, conn: RpcConnection) -> None:
-        async def read(params: ReadParams) -> ReadResponse:
-            raw = await conn.request(methods.PROCESS_READ, params, timeout=self._request_timeout)
-            return decode_result(raw, ReadResponse)
-
-        for proc in self.processes.live():
-            try:
-                await proc.catch_up(read, always=True)
-            except ExecServerRpcError as exc:
-                proc.fail(f"cannot recover process {proc.process_id}: {exc}")
 
     # -- calls ---------------------------------------------------------------
 
@@ -828,12 +760,53 @@ class ExecServerClient(TypedCalls):
         return await handler(params)
 
 
-def _refused(exc: BaseException) -> bool:
-    """Nothing listens at the address (or the name no longer resolves): the
-    server process that held the session is gone."""
-    cause = exc.__cause__
-    return (
-        isinstance(exc, ExecServerConnectError)
-        and exc.status is None
-        and isinstance(cause, ConnectionRefusedError | socket.gaierror)
-    )
+class _Resumer:
+    """The client as its recovery sees it (``execserver.client.recovery.Resumable``),
+    kept apart so these hooks are not part of the client's public API."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: ExecServerClient) -> None:
+        self._client = client
+
+    @property
+    def session_id(self) -> str:
+        return self._client.session_id
+
+    @property
+    def recovery_deadline(self) -> float:
+        return self._client.recovery_deadline
+
+    @property
+    def give_up_when_refused(self) -> bool:
+        return self._client.give_up_when_refused
+
+    async def open_resumed(self) -> RpcConnection:
+        conn, _ = await self._client._open(self._client.session_id)
+        return conn
+
+    async def adopt(self, conn: RpcConnection) -> None:
+        client = self._client
+        old, client._conn = client._conn, conn
+        if old is not None:
+            await old.close()
+
+    async def catch_up(self, conn: RpcConnection) -> None:
+        client = self._client
+
+        async def read(params: ReadParams) -> ReadResponse:
+            raw = await conn.request(methods.PROCESS_READ, params, timeout=client._request_timeout)
+            return decode_result(raw, ReadResponse)
+
+        for proc in client.processes.live():
+            try:
+                await proc.catch_up(read, always=True)
+            except ExecServerRpcError as exc:
+                proc.fail(f"cannot recover process {proc.process_id}: {exc}")
+
+    def resumed(self) -> None:
+        self._client.reconnects += 1
+        self._client._set_state(ClientState.CONNECTED)
+
+    def give_up(self, message: str) -> None:
+        self._client._fail(message)
