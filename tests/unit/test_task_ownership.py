@@ -116,7 +116,6 @@ NOT_YET_CONVERTED = {
     "execserver.client.cli_remote": 2,
     "execserver.client.cli_terminal": 1,
     "execserver.client.commands": 3,
-    "execserver.client.connection": 1,
     "execserver.client.sync": 2,
 }
 
