@@ -37,6 +37,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AnyStr, Final, Generic, Protocol
 
+from execserver.aio.tasks import TaskSet
 from execserver.client.calls import Caller
 from execserver.client.env_defaults import INHERIT_ENV_POLICY, env_policy_for
 from execserver.client.errors import (
@@ -46,6 +47,7 @@ from execserver.client.errors import (
     CommandNotFound,
     CommandTimeout,
     ExecServerError,
+    ExecServerUnavailable,
     InternalError,
     WorkingDirectoryNotADirectory,
     WorkingDirectoryNotFound,
@@ -87,6 +89,9 @@ class CommandClient(Caller, Protocol):
 
     environment_info: EnvironmentInfo | None
     fs: RemoteFileSystem
+    # Owns the work a call leaves running (a start being settled, a shielded
+    # clean-up); closed with the client.
+    tasks: TaskSet
 
     async def start(self, params: ExecParams, *, timeout: Timeout = ...) -> RemoteProcess: ...
 
@@ -103,6 +108,7 @@ __all__ = [
     "spawn_error",
     "terminate",
 ]
+
 
 # on_stdout= / on_stderr=: told each piece of output as it arrives (bytes, or
 # str with text=True); its return value is ignored.
@@ -304,14 +310,20 @@ async def launch(
         env_policy=env_policy,
         sandbox=sandbox_param(sandbox),
     )
-    start = asyncio.ensure_future(client.start(params, timeout=None))
+    if client.tasks.closed:
+        raise ExecServerUnavailable("exec-server client is closed")
+    # A task of the client's, not of this call: a cancelled caller leaves it to
+    # settle, so a child it spawned can still be terminated.
+    start = client.tasks.spawn(
+        client.start(params, timeout=None), name=f"start {params.process_id}", log_failures=False
+    )
     try:
         try:
             proc = await asyncio.shield(start)
         except InternalError as exc:
             raise await spawn_error(client, exc, argv[0], cwd_native) from exc
         except BaseException:
-            await _shielded(_settle_and_terminate(client, start))
+            await _shielded(client, _settle_and_terminate(client, start), "settle and terminate")
             raise
     except BaseException:
         if staged is not None:
@@ -328,11 +340,17 @@ async def terminate(
     """``process/terminate`` unless it already ended, then hand what it printed
     until ``Closed`` to ``on_event`` (bounded). Shielded: a second cancellation
     stops the waiting, not the clean-up."""
-    await _shielded(_terminate_and_drain(client, proc, on_event))
+    await _shielded(client, _terminate_and_drain(client, proc, on_event), "terminate")
 
 
-async def _shielded(work: Coroutine[Any, Any, None]) -> None:
-    await asyncio.shield(asyncio.ensure_future(work))
+async def _shielded(client: CommandClient, work: Coroutine[Any, Any, None], name: str) -> None:
+    """Run ``work`` to its end even if the caller is cancelled meanwhile (a second
+    cancellation stops the waiting, not the work). It is a task of the client's
+    set, so it lives no longer than the client."""
+    if client.tasks.closed:
+        await work  # a closed client fails every request at once: nothing to protect
+        return
+    await asyncio.shield(client.tasks.spawn(work, name=name, log_failures=False))
 
 
 async def _settle_and_terminate(
@@ -511,7 +529,7 @@ async def _stage_stdin(client: CommandClient, data: bytes) -> str:
 
 async def _remove_quietly(client: CommandClient, path: str) -> None:
     with contextlib.suppress(ExecServerError, OSError):
-        await asyncio.shield(asyncio.ensure_future(client.fs.remove(path, recursive=False)))
+        await _shielded(client, client.fs.remove(path, recursive=False), "remove staged stdin")
 
 
 async def _require_directory(client: CommandClient, cwd: str) -> None:

@@ -29,6 +29,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, Literal, Self, overload
 
 import msgspec
 
+from execserver.aio.tasks import TaskSet
 from execserver.client.calls import TypedCalls
 from execserver.client.defaults import (
     CONNECT_TIMEOUT,
@@ -173,6 +174,9 @@ class ExecServerClient(TypedCalls):
         self._state = ClientState.CLOSED
         self._failure: str | None = None
         self._recovery = SessionRecovery(_Resumer(self))
+        # What a call leaves running past its caller (a start being settled, a
+        # shielded clean-up, see commands.py): it ends with the client.
+        self.tasks = TaskSet("execserver-client", logger=log)
         self.processes = ProcessRouter()
         # Server->client requests (network/policyRequest) and notifications the
         # client does not route itself (network/policyDecision).
@@ -380,6 +384,7 @@ class ExecServerClient(TypedCalls):
         self.processes.fail_all("exec-server client closed")
         if self._conn is not None:
             await self._conn.close()
+        await self.tasks.aclose()
 
     async def terminate_all(self) -> int:
         """``process/terminate`` every process this client started that has not

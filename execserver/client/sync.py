@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar, cast, overload
 
 import msgspec
 
+from execserver.aio.tasks import TaskSet
 from execserver.client.calls import Caller
 from execserver.client.commands import CompletedRemoteProcess, OutputCallback
 from execserver.client.connection import ClientState, OnExit, Opener, StateListener
@@ -68,8 +69,14 @@ class _LoopThread:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The calls running on the loop: each is awaited by the thread that
+        # submitted it, and the set lives as long as the loop.
+        self._calls = TaskSet("execserver-sync")
 
     def loop(self) -> asyncio.AbstractEventLoop:
+        return self._running()[0]
+
+    def _running(self) -> tuple[asyncio.AbstractEventLoop, TaskSet]:
         with self._lock:
             if self._loop is None or self._loop.is_closed():
                 loop = asyncio.new_event_loop()
@@ -83,15 +90,16 @@ class _LoopThread:
                 threading.Thread(target=serve, name="execserver-sync", daemon=True).start()
                 ready.wait()
                 self._loop = loop
-            return self._loop
+                self._calls = TaskSet("execserver-sync")
+            return self._loop, self._calls
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        loop = self.loop()
+        loop, calls = self._running()
         done = threading.Event()
         tasks: list[asyncio.Task[T]] = []
 
         def start() -> None:
-            task = loop.create_task(coro)
+            task = calls.spawn(coro, name="call", log_failures=False)
             task.add_done_callback(lambda _: done.set())
             tasks.append(task)
 
@@ -489,6 +497,11 @@ class ExecServerClient:
     @property
     def connection(self) -> RpcConnection | None:
         return self.aclient.connection
+
+    @property
+    def tasks(self) -> TaskSet:
+        """The async client's own tasks (they run on the sync clients' loop thread)."""
+        return self.aclient.tasks
 
     @property
     def client_name(self) -> str:
