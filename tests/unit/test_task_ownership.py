@@ -115,8 +115,7 @@ def _walked() -> dict[str, Path]:
 NOT_YET_CONVERTED = {
     "execserver.client.cli_remote": 2,
     "execserver.client.cli_terminal": 1,
-    "execserver.client.commands": 3,
-    "execserver.client.sync": 2,
+    "execserver.client.sync": 1,
 }
 
 
