@@ -54,6 +54,7 @@ from execserver.client.errors import (
 )
 from execserver.client.events import Output, ProcessEvent
 from execserver.client.limits import STDIN_STAGING_LIMIT
+from execserver.client.options import OutputCallback
 from execserver.client.process import RemoteProcess
 from execserver.client.program_lookup import looks_like_launch_failure, unlaunchable_program
 from execserver.client.sandbox import sandbox_param, to_uri
@@ -109,10 +110,6 @@ __all__ = [
     "terminate",
 ]
 
-
-# on_stdout= / on_stderr=: told each piece of output as it arrives (bytes, or
-# str with text=True); its return value is ignored.
-OutputCallback = Callable[[Any], object]
 
 log = logging.getLogger(__name__)
 
@@ -394,17 +391,18 @@ async def run_command(
     command: str | Sequence[str],
     *,
     cwd: str | os.PathLike[str],
-    env: Mapping[str, str] | None,
-    inherit_env: bool,
-    env_policy: ExecEnvPolicy | None,
-    timeout: float | None,
-    check: bool,
-    stdin: bytes | str | None,
-    tty: bool,
-    sandbox: object,
-    text: bool,
-    arg0: str | None,
-    process_id: str | None,
+    # The defaults of ``run``'s options (execserver.client.options.RunOptions).
+    env: Mapping[str, str] | None = None,
+    inherit_env: bool = True,
+    env_policy: ExecEnvPolicy | None = None,
+    timeout: float | None = None,
+    check: bool = False,
+    stdin: bytes | str | None = None,
+    tty: bool = False,
+    sandbox: object = None,
+    text: bool = False,
+    arg0: str | None = None,
+    process_id: str | None = None,
     idle_timeout: float | None = None,
     on_stdout: OutputCallback | None = None,
     on_stderr: OutputCallback | None = None,

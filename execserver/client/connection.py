@@ -25,7 +25,7 @@ import logging
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Any, Final, Literal, Self, overload
+from typing import IO, TYPE_CHECKING, Any, Final, Literal, Self, Unpack, overload
 
 import msgspec
 
@@ -60,7 +60,7 @@ from execserver.client.process import RemoteProcess
 from execserver.client.recovery import RECOVERY_DEADLINE, SESSION_TTL, SessionRecovery
 from execserver.client.router import ProcessRouter
 from execserver.client.rpc import NOT_HANDLED, RpcConnection
-from execserver.client.sandbox import NULL_SANDBOX, Sandbox, sandbox_param, to_uri
+from execserver.client.sandbox import NULL_SANDBOX, sandbox_param, to_uri
 from execserver.client.transport import (
     QUIET,
     QuietStderr,
@@ -83,12 +83,12 @@ from execserver.wire.process import (
     ReadResponse,
     WriteStatus,
 )
-from execserver.wire.sandbox import FileSystemSandboxContext
 
 if TYPE_CHECKING:
     # Running a command to completion (``run``) is imported when first used: a
     # short-lived client such as ``execserver patch`` never needs it.
-    from execserver.client.commands import CompletedRemoteProcess, OutputCallback
+    from execserver.client.commands import CompletedRemoteProcess
+    from execserver.client.options import RunOptions
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -580,64 +580,17 @@ class ExecServerClient(TypedCalls):
         self,
         command: str | Sequence[str],
         *,
-        cwd: str | os.PathLike[str],
-        env: Mapping[str, str] | None = None,
-        inherit_env: bool = True,
-        timeout: float | None = None,
-        check: bool = False,
-        stdin: bytes | str | None = None,
-        tty: bool = False,
-        sandbox: Sandbox | FileSystemSandboxContext | Mapping[str, object] | None = None,
         text: Literal[False] = False,
-        env_policy: ExecEnvPolicy | None = None,
-        arg0: str | None = None,
-        process_id: str | None = None,
-        idle_timeout: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
+        **options: Unpack[RunOptions],
     ) -> CompletedRemoteProcess[bytes]: ...
 
     @overload
     async def run(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | os.PathLike[str],
-        env: Mapping[str, str] | None = None,
-        inherit_env: bool = True,
-        timeout: float | None = None,
-        check: bool = False,
-        stdin: bytes | str | None = None,
-        tty: bool = False,
-        sandbox: Sandbox | FileSystemSandboxContext | Mapping[str, object] | None = None,
-        text: Literal[True],
-        env_policy: ExecEnvPolicy | None = None,
-        arg0: str | None = None,
-        process_id: str | None = None,
-        idle_timeout: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
+        self, command: str | Sequence[str], *, text: Literal[True], **options: Unpack[RunOptions]
     ) -> CompletedRemoteProcess[str]: ...
 
     async def run(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | os.PathLike[str],
-        env: Mapping[str, str] | None = None,
-        inherit_env: bool = True,
-        timeout: float | None = None,
-        check: bool = False,
-        stdin: bytes | str | None = None,
-        tty: bool = False,
-        sandbox: Sandbox | FileSystemSandboxContext | Mapping[str, object] | None = None,
-        text: bool = False,
-        env_policy: ExecEnvPolicy | None = None,
-        arg0: str | None = None,
-        process_id: str | None = None,
-        idle_timeout: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
+        self, command: str | Sequence[str], *, text: bool = False, **options: Unpack[RunOptions]
     ) -> CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]:
         """Run a command to completion and collect its output.
 
@@ -677,25 +630,7 @@ class ExecServerClient(TypedCalls):
         """
         from execserver.client.commands import run_command
 
-        return await run_command(
-            self,
-            command,
-            cwd=cwd,
-            env=env,
-            inherit_env=inherit_env,
-            env_policy=env_policy,
-            timeout=timeout,
-            check=check,
-            stdin=stdin,
-            tty=tty,
-            sandbox=sandbox,
-            text=text,
-            arg0=arg0,
-            process_id=process_id,
-            idle_timeout=idle_timeout,
-            on_stdout=on_stdout,
-            on_stderr=on_stderr,
-        )
+        return await run_command(self, command, text=text, **options)
 
     async def read(
         self,

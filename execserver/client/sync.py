@@ -20,14 +20,14 @@ import contextlib
 import os
 import re
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from typing import Any, Literal, TypeVar, cast, overload
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import Any, Literal, TypeVar, Unpack, cast, overload
 
 import msgspec
 
 from execserver.aio.tasks import TaskSet
 from execserver.client.calls import Caller
-from execserver.client.commands import CompletedRemoteProcess, OutputCallback
+from execserver.client.commands import CompletedRemoteProcess
 from execserver.client.connection import ClientState, OnExit, Opener, StateListener
 from execserver.client.connection import ExecServerClient as AsyncClient
 from execserver.client.errors import ExecServerUnavailable
@@ -35,14 +35,13 @@ from execserver.client.events import ExitStatus, ProcessEvent
 from execserver.client.expect import ExpectMatch, Pattern, wants_text
 from execserver.client.fs import RemoteFileHandle, RemoteFileSystem, RemotePath
 from execserver.client.http import HttpResponse, RemoteHttp
+from execserver.client.options import RunOptions
 from execserver.client.process import RemoteProcess
 from execserver.client.rpc import RpcConnection
-from execserver.client.sandbox import Sandbox
 from execserver.client.transfer import TransferSummary
 from execserver.wire.fs import DirectoryEntry, FileMetadata, WalkOutcome
 from execserver.wire.lifecycle import EnvironmentInfo
-from execserver.wire.process import ExecEnvPolicy, ExecParams, ReadParams, ReadResponse, WriteStatus
-from execserver.wire.sandbox import FileSystemSandboxContext
+from execserver.wire.process import ExecParams, ReadParams, ReadResponse, WriteStatus
 
 T = TypeVar("T")
 
@@ -546,73 +545,20 @@ class ExecServerClient:
         self,
         command: str | Sequence[str],
         *,
-        cwd: str | os.PathLike[str],
-        env: Mapping[str, str] | None = None,
-        inherit_env: bool = True,
-        timeout: float | None = None,
-        check: bool = False,
-        stdin: bytes | str | None = None,
-        tty: bool = False,
-        sandbox: Sandbox | FileSystemSandboxContext | Mapping[str, object] | None = None,
         text: Literal[False] = False,
-        env_policy: ExecEnvPolicy | None = None,
-        arg0: str | None = None,
-        process_id: str | None = None,
-        idle_timeout: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
+        **options: Unpack[RunOptions],
     ) -> CompletedRemoteProcess[bytes]: ...
 
     @overload
     def run(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | os.PathLike[str],
-        env: Mapping[str, str] | None = None,
-        inherit_env: bool = True,
-        timeout: float | None = None,
-        check: bool = False,
-        stdin: bytes | str | None = None,
-        tty: bool = False,
-        sandbox: Sandbox | FileSystemSandboxContext | Mapping[str, object] | None = None,
-        text: Literal[True],
-        env_policy: ExecEnvPolicy | None = None,
-        arg0: str | None = None,
-        process_id: str | None = None,
-        idle_timeout: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
+        self, command: str | Sequence[str], *, text: Literal[True], **options: Unpack[RunOptions]
     ) -> CompletedRemoteProcess[str]: ...
 
     def run(
-        self,
-        command: str | Sequence[str],
-        *,
-        cwd: str | os.PathLike[str],
-        env: Mapping[str, str] | None = None,
-        inherit_env: bool = True,
-        timeout: float | None = None,
-        check: bool = False,
-        stdin: bytes | str | None = None,
-        tty: bool = False,
-        sandbox: Sandbox | FileSystemSandboxContext | Mapping[str, object] | None = None,
-        text: bool = False,
-        env_policy: ExecEnvPolicy | None = None,
-        arg0: str | None = None,
-        process_id: str | None = None,
-        idle_timeout: float | None = None,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
+        self, command: str | Sequence[str], *, text: bool = False, **options: Unpack[RunOptions]
     ) -> CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]:
         """:meth:`execserver.client.ExecServerClient.run`, blocking. ``on_stdout`` /
         ``on_stderr`` run on the sync clients' loop thread and must not block."""
-        options: dict[str, Any] = dict(
-            cwd=cwd, env=env, inherit_env=inherit_env, timeout=timeout, check=check,
-            stdin=stdin, tty=tty, sandbox=sandbox, env_policy=env_policy, arg0=arg0,
-            process_id=process_id, idle_timeout=idle_timeout, on_stdout=on_stdout,
-            on_stderr=on_stderr,
-        )  # fmt: skip
         result: CompletedRemoteProcess[bytes] | CompletedRemoteProcess[str]
         if text:
             result = _LOOP.call(self.aclient.run(command, text=True, **options))
