@@ -19,7 +19,9 @@ import asyncio
 import contextlib
 import os
 import re
+import signal
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, Literal, TypeVar, Unpack, cast, overload
 
@@ -93,7 +95,22 @@ class _LoopThread:
             return self._loop, self._calls
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        loop, calls = self._running()
+        try:
+            loop, calls = self._running()
+            ctrl_c = _CtrlCWhileWaiting()
+        except BaseException:
+            coro.close()  # never submitted: no "was never awaited" warning
+            raise
+        with ctrl_c:
+            return self._call(loop, calls, coro, ctrl_c)
+
+    def _call(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        calls: TaskSet,
+        coro: Coroutine[Any, Any, T],
+        ctrl_c: _CtrlCWhileWaiting,
+    ) -> T:
         done = threading.Event()
         tasks: list[asyncio.Task[T]] = []
 
@@ -107,22 +124,87 @@ class _LoopThread:
             # Short slices: a blocking wait would delay ^C until the call ends
             # (the main thread runs signal handlers between bytecodes).
             while not done.wait(SIGNAL_CHECK_INTERVAL):
-                pass
+                if ctrl_c.pressed:
+                    break
         except KeyboardInterrupt:
-            # Cancel on the loop (run() then terminates the remote command) and
-            # wait for that clean-up before handing the ^C back. The interrupt
-            # may have landed inside done.wait()'s own locking, so wait on a
-            # fresh event. The loop runs cancel() after start(): it keeps order.
-            cleaned = threading.Event()
-
-            def cancel() -> None:
-                tasks[0].cancel()
-                tasks[0].add_done_callback(lambda _: cleaned.set())
-
-            loop.call_soon_threadsafe(cancel)
-            cleaned.wait(CANCEL_CLEANUP_TIMEOUT)
+            # A SIGINT handler of the program's own raised (ours only counts).
+            # The interrupt may have landed inside done.wait()'s own locking,
+            # so the clean-up waits on a fresh event.
+            _cancel_and_wait(loop, tasks, ctrl_c)
             raise
+        if not done.is_set():
+            _cancel_and_wait(loop, tasks, ctrl_c)
+            raise KeyboardInterrupt
+        if ctrl_c.pressed:
+            # The ^C came after the call had ended: it still stops the program.
+            raise KeyboardInterrupt
         return tasks[0].result()
+
+
+class _CtrlCWhileWaiting:
+    """While the main thread waits for a call, a ^C is only counted, and the
+    waiting loop acts on it.
+
+    Python's own SIGINT handler raises ``KeyboardInterrupt`` at whatever bytecode
+    the main thread runs next, and while it waits that may be code where a raise
+    is lost: a finalizer or a gc callback the collector runs on this thread
+    (``Exception ignored in ...``), or ``threading.Condition.wait`` between its
+    unlock and relock (the raise then turns into ``RuntimeError``). A handler
+    that only counts loses nothing. Installed only on the main thread and only
+    over Python's default handler: a program's own handler is left alone.
+    """
+
+    __slots__ = ("_count", "_installed", "_previous")
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._installed = False
+        self._previous: Any = None
+
+    @property
+    def pressed(self) -> bool:
+        return self._count > 0
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        self._count += 1
+
+    def __enter__(self) -> _CtrlCWhileWaiting:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            self._installed = False
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _cancel_and_wait(
+    loop: asyncio.AbstractEventLoop, tasks: list[asyncio.Task[Any]], ctrl_c: _CtrlCWhileWaiting
+) -> None:
+    """Cancel the call on the loop (run() then terminates the remote command) and
+    wait for that clean-up, at most CANCEL_CLEANUP_TIMEOUT; a further ^C stops
+    the waiting. The loop runs cancel() after start(): it keeps their order."""
+    cleaned = threading.Event()
+
+    def cancel() -> None:
+        tasks[0].cancel()
+        tasks[0].add_done_callback(lambda _: cleaned.set())
+
+    loop.call_soon_threadsafe(cancel)
+    pressed = ctrl_c.count
+    deadline = time.monotonic() + CANCEL_CLEANUP_TIMEOUT
+    while not cleaned.wait(SIGNAL_CHECK_INTERVAL):
+        if ctrl_c.count > pressed or time.monotonic() >= deadline:
+            return
 
 
 _LOOP = _LoopThread()
