@@ -31,6 +31,10 @@ OWNED_THREADS = {
         "one per process for its lifetime (_StatusPipes): every bwrap status pipe is read"
         " by it, none is left to a thread of its own"
     ),
+    ("execserver.client.sync", "execserver-sync"): (
+        "the sync clients' one event loop thread, a daemon thread for the process's"
+        " lifetime (every blocking call runs its coroutine there)"
+    ),
     ("execserver.sandbox.bridge", "_copy"): (
         "runs inside the sandbox, in the bridge program (its own short-lived process)"
     ),
@@ -115,7 +119,6 @@ def _walked() -> dict[str, Path]:
 NOT_YET_CONVERTED = {
     "execserver.client.cli_remote": 2,
     "execserver.client.cli_terminal": 1,
-    "execserver.client.sync": 1,
 }
 
 
