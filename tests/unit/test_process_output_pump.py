@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import os
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -206,3 +208,24 @@ async def test_tail_is_the_last_bytes_across_chunks(max_bytes: int) -> None:
     os.close(write_end)
     await _until(pump, lambda: not pump.streaming)
     assert pump.tail(max_bytes) == b"abcdef"[-max_bytes:]
+
+
+async def test_once_every_fd_ended_the_pump_keeps_no_reference_to_its_owner() -> None:
+    # The owner holds the pump and the pump the owner's callbacks: a cycle only a
+    # full collection frees, with up to the retained bytes of output in it.
+    owner = _Owner()
+    read_end, write_end = _pipe()
+    pump = _pump({read_end: "stdout"}, owner)
+    owner_ref = weakref.ref(owner)
+    os.write(write_end, b"data")
+    os.close(write_end)
+    await _until(pump, lambda: not pump.streaming)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        del owner
+        assert owner_ref() is None  # freed by reference counting alone
+    finally:
+        if collecting:
+            gc.enable()
+    assert pump.tail(4) == b"data"
