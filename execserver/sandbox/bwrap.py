@@ -36,7 +36,7 @@ __all__ = ["BwrapLayout", "build_layout", "release_layout"]
 class BwrapLayout:
     args: list[str] = field(default_factory=list)  # everything between `bwrap` and `--`
     data_fds: list[int] = field(default_factory=list)  # empty pipes for denied files
-    synthetic: list[str] = field(default_factory=list)  # acquired in `mounts`
+    synthetic: list[str] = field(default_factory=list)  # references held in `mounts`
 
 
 def _empty_fd() -> int:
@@ -78,10 +78,18 @@ def _protect(root: str, mounts: SyntheticMounts, layout: BwrapLayout) -> None:
                 f"cannot enforce sandbox read-only path {path} because it is a symlink "
                 f"inside writable root {root}"
             )
-        if not mounts.claim(path):
+        try:
+            cover = mounts.claim(path)
+        except OSError as exc:
+            raise RpcError.internal(
+                f"cannot make the mount point for sandbox read-only path {path}: "
+                f"{exc.strerror or exc}"
+            ) from None
+        if cover is not None:
+            layout.synthetic.append(path)  # a reference, released with the layout
+        if not cover:
             layout.args += ["--ro-bind", path, path]
             continue
-        layout.synthetic.append(path)
         layout.args += ["--perms", "555", "--tmpfs", path, "--remount-ro", path]
 
 

@@ -1,70 +1,182 @@
-"""Host directories bwrap has to create as mount points, and their removal.
+"""Host directories made as mount points for protected names, and their removal.
 
 A protected name that does not exist inside a writable root (say ``ws/.git``)
 is covered with a read-only tmpfs so the sandboxed command cannot create it.
-bwrap creates the empty mount point on the host through the writable bind, so
-it must be removed once no sandbox uses it any more.
+The tmpfs needs a mount point on the host, so the daemon makes an empty
+directory there, and removes it once no sandbox uses it any more.
 
-Removal has to be reference counted: Linux lets ``rmdir`` remove a directory
-that is a mount point in *another* mount namespace and then detaches that
-mount there — removing it while a second sandbox still runs would silently
-drop that sandbox's protection. So every live sandbox that relies on a
-synthetic mount point holds a reference, a later sandbox that sees a
-directory we created still treats it as synthetic (read-only tmpfs, not a bind
-of whatever is there), and the last release removes it if it is still empty.
+Removal has to be reference counted, across processes too: Linux lets
+``rmdir`` remove a directory that is a mount point in *another* mount namespace
+and then detaches that mount there. Removing it while a second sandbox still
+runs would silently drop that sandbox's protection: its command would find
+``ws/.git`` gone and could create ``ws/.git/hooks`` on the host
+(tests/security/test_synthetic_mounts_across_daemons.py: two daemons sharing
+one workspace did exactly that). So:
+
+- every sandbox that covers a protected name holds a reference; within one
+  daemon a count, and across daemons a shared ``flock`` on the directory that
+  the daemon holds while any of its sandboxes does;
+- a directory made this way carries the extended attribute ``MARK`` (where
+  the file system keeps user attributes), so another daemon, or this one
+  after a restart, knows it is a mount point and not the user's directory: it
+  is covered like a missing name and never bound as a read rule;
+- the last release in a daemon removes the directory only when it is empty,
+  was made as a mount point, and the lock can be taken exclusively (no other
+  daemon's sandbox holds it).
+
+A directory the user made is bound read-only, never removed. Without user
+attributes a mount point another daemon made looks like the user's: it is then
+bound (still read-only, and held, so the other daemon does not remove it) and
+may be left behind empty.
 """
 
 from __future__ import annotations
 
-import contextlib
+import errno
+import fcntl
 import os
 import threading
+from dataclasses import dataclass
 
-__all__ = ["SyntheticMounts"]
+__all__ = ["MARK", "SyntheticMounts"]
+
+# Set on every mount point a daemon makes (a user attribute: no privilege needed).
+MARK = "user.execserver.mount-point"
+
+
+@dataclass
+class _Held:
+    fd: int  # the directory, with a shared flock while referenced
+    refs: int
+    synthetic: bool  # covered with a tmpfs (made as a mount point), not bound
+    made_here: bool  # this daemon made it: removable even without MARK
+
+
+def _marked(path_or_fd: str | int) -> bool:
+    try:
+        if isinstance(path_or_fd, int):
+            os.getxattr(path_or_fd, MARK)
+        else:
+            os.getxattr(path_or_fd, MARK, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
+def _same_directory(fd: int, path: str) -> bool:
+    try:
+        there = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino)
 
 
 class SyntheticMounts:
-    """Refcounts of mount-point directories created on the host for sandboxes."""
+    """References to the directories sandboxes use as mount points for protected
+    names; ``claim`` and ``release`` are thread-safe and safe across daemons."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._refs: dict[str, int] = {}
+        self._held: dict[str, _Held] = {}
 
     def is_real(self, path: str) -> bool:
-        """True when ``path`` exists and is not one of our synthetic mount points.
+        """True when ``path`` exists and is not a mount point made for a protected
+        name (this daemon's, or another's: it carries ``MARK``).
 
-        A policy resolved while another sandbox's synthetic ``.agents`` existed
-        names it as a read rule; by the time bwrap runs, the last release may
-        have removed it. Such rules are dropped (the parent's protection
-        covers the name anyway), under the same lock as the removal."""
+        A policy resolved while such a mount point existed names it as a read
+        rule; by the time bwrap runs, the last release may have removed it. Such
+        rules are dropped (the protected name is covered anyway), under the same
+        lock as the removal."""
         with self._lock:
-            return path not in self._refs and os.path.exists(path)
+            held = self._held.get(path)
+            if held is not None and held.synthetic:
+                return False
+            return os.path.exists(path) and not _marked(path)
 
-    def claim(self, path: str) -> bool:
-        """Decide, atomically with respect to ``release``, how to protect ``path``:
-        True means it is (or becomes) a synthetic mount point and a reference was
-        taken; False means a real directory exists there and must be bound.
+    def claim(self, path: str) -> bool | None:
+        """Take a reference to ``path`` for one sandbox and say how to protect it:
+        True, cover it with a tmpfs (it is, or now becomes, a mount point made for
+        this); False, bind it read-only (the user's directory). Either way the
+        reference must be given back with ``release``. None: bind it read-only,
+        no reference taken (not a directory: a worktree's ``.git`` file). Raises
+        OSError when the mount point cannot be made.
 
-        Checking existence and synthetic-ness separately raced with the last
-        release removing the directory in between: the later sandbox then asked
+        Deciding and taking the reference are one step with respect to
+        ``release``: checking "exists" and "is ours" separately raced with the last
+        release removing the directory in between, and the later sandbox asked
         bwrap to bind a path that no longer existed."""
         with self._lock:
-            if path in self._refs:
-                self._refs[path] += 1
-                return True
-            if os.path.exists(path):
-                return False
-            self._refs[path] = 1
-            return True
+            held = self._held.get(path)
+            if held is not None:
+                held.refs += 1
+                return held.synthetic
+            held = self._hold(path)
+            if held is None:
+                return None
+            self._held[path] = held
+            return held.synthetic
+
+    def _hold(self, path: str) -> _Held | None:
+        while True:
+            made = False
+            try:
+                os.mkdir(path, 0o755)
+                made = True
+            except FileExistsError:
+                pass
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # removed by another daemon meanwhile: make it again
+            except NotADirectoryError:
+                return None
+            try:
+                # Blocks only while another daemon decides to remove it (below).
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                if not _same_directory(fd, path):
+                    os.close(fd)  # it removed the one we opened: start over
+                    continue
+                if made:
+                    try:
+                        os.setxattr(fd, MARK, b"1")
+                    except OSError:
+                        pass  # no user attributes here: removal relies on made_here
+                synthetic = made or _marked(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            return _Held(fd, 1, synthetic, made)
 
     def release(self, path: str) -> None:
         with self._lock:
-            count = self._refs.get(path, 0) - 1
-            if count > 0:
-                self._refs[path] = count
+            held = self._held.get(path)
+            if held is None:
                 return
-            self._refs.pop(path, None)
-            # Only an empty directory is removed: anything else was put there by
-            # someone outside the sandbox and is not ours to delete.
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
+            held.refs -= 1
+            if held.refs > 0:
+                return
+            del self._held[path]
+            try:
+                removable = held.synthetic and (held.made_here or _marked(held.fd))
+                # Exclusive only when no other daemon's sandbox holds it. (flock
+                # converts by dropping the shared lock first: we give it up anyway.)
+                if removable and _try_exclusive(held.fd) and _same_directory(held.fd, path):
+                    # Only an empty directory is removed: anything else was put
+                    # there by someone outside the sandbox and is not ours to delete.
+                    try:
+                        os.rmdir(path)
+                    except OSError:
+                        pass
+            finally:
+                os.close(held.fd)  # drops the lock
+
+
+def _try_exclusive(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return False
+        raise
+    return True

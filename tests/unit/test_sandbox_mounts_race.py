@@ -10,14 +10,16 @@ import os
 import threading
 from pathlib import Path
 
-from execserver.sandbox.mounts import SyntheticMounts
+import pytest
+
+from execserver.sandbox.mounts import MARK, SyntheticMounts
 
 
 def test_claim_of_a_missing_path_takes_a_reference(tmp_path: Path) -> None:
     mounts = SyntheticMounts()
     path = str(tmp_path / ".git")
     assert mounts.claim(path) is True
-    os.mkdir(path)  # what bwrap does through the writable bind
+    assert os.path.isdir(path)  # the mount point, made before bwrap runs
     assert mounts.claim(path) is True  # a second sandbox shares it
     mounts.release(path)
     assert os.path.isdir(path)  # still used by the first sandbox
@@ -42,10 +44,6 @@ def test_claim_never_sees_a_synthetic_point_as_real_while_it_is_released(tmp_pat
     def sandbox_cycle() -> None:
         while not stop.is_set():
             if mounts.claim(path):
-                try:
-                    os.mkdir(path)
-                except FileExistsError:
-                    pass
                 mounts.release(path)
             else:
                 wrong.append("claimed a synthetic mount point as a real directory")
@@ -67,10 +65,71 @@ def test_a_synthetic_mount_point_is_not_real_and_a_vanished_path_neither(tmp_pat
     mounts = SyntheticMounts()
     synthetic = str(tmp_path / ".agents")
     assert mounts.claim(synthetic)
-    os.mkdir(synthetic)
+    assert os.path.isdir(synthetic)
     assert mounts.is_real(synthetic) is False  # ours: never bound as a read rule
     mounts.release(synthetic)
     assert mounts.is_real(synthetic) is False  # removed by the last release
     real = tmp_path / ".git"
     real.mkdir()
     assert mounts.is_real(str(real)) is True
+
+
+# Two daemons on one host: two SyntheticMounts, each with its own descriptors and
+# so its own flocks (the lock is per open file description, as across processes).
+
+
+def _user_attributes(directory: Path) -> bool:
+    probe = directory / "xattr-probe"
+    probe.mkdir()
+    try:
+        os.setxattr(probe, MARK, b"1")
+    except OSError:
+        return False
+    finally:
+        probe.rmdir()
+    return True
+
+
+def test_a_mount_point_another_daemon_holds_is_not_removed(tmp_path: Path) -> None:
+    first, second = SyntheticMounts(), SyntheticMounts()
+    path = str(tmp_path / ".git")
+    assert first.claim(path) is True
+    held_by_second = second.claim(path)
+    assert held_by_second is not None
+    first.release(path)  # the first daemon's last sandbox ends
+    assert os.path.isdir(path)  # the second one's still stands on it
+    second.release(path)
+    if _user_attributes(tmp_path):
+        # Marked as a mount point: the second daemon covered it too, and removes it.
+        assert held_by_second is True
+        assert not os.path.exists(path)
+
+
+def test_another_daemons_mount_point_is_not_a_read_rule(tmp_path: Path) -> None:
+    if not _user_attributes(tmp_path):
+        pytest.skip("no user extended attributes here: the mount point is bound read-only")
+    first, second = SyntheticMounts(), SyntheticMounts()
+    path = str(tmp_path / ".codex")
+    assert first.claim(path) is True
+    assert second.is_real(path) is False
+    first.release(path)
+
+
+def test_the_users_empty_directory_is_never_removed(tmp_path: Path) -> None:
+    first, second = SyntheticMounts(), SyntheticMounts()
+    real = tmp_path / ".git"
+    real.mkdir()
+    assert first.claim(str(real)) is False
+    assert second.claim(str(real)) is False
+    first.release(str(real))
+    second.release(str(real))
+    assert real.is_dir()
+
+
+def test_a_file_is_bound_without_a_reference(tmp_path: Path) -> None:
+    worktree_git = tmp_path / ".git"
+    worktree_git.write_text("gitdir: /elsewhere\n")
+    mounts = SyntheticMounts()
+    assert mounts.claim(str(worktree_git)) is None
+    mounts.release(str(worktree_git))
+    assert worktree_git.read_text() == "gitdir: /elsewhere\n"
