@@ -15,8 +15,6 @@ One job per module, as opencontainers/cgroups splits them:
 from execserver.containment.factory import (
     ContainmentError,
     ProcessCgroups,
-    active,
-    contained_helper,
     open_process_cgroups,
 )
 from execserver.containment.host import describe_host
@@ -28,8 +26,6 @@ __all__ = [
     "ContainmentError",
     "ProcessCgroup",
     "ProcessCgroups",
-    "active",
-    "contained_helper",
     "describe_host",
     "open_process_cgroups",
     "parse_size",

@@ -43,8 +43,6 @@ from execserver.containment.process_cgroup import Placement, ProcessCgroup
 __all__ = [
     "ContainmentError",
     "ProcessCgroups",
-    "active",
-    "contained_helper",
     "open_process_cgroups",
 ]
 
@@ -170,9 +168,6 @@ class ProcessCgroups:
                 with contextlib.suppress(OSError):
                     os.rmdir(parent)
             del controller
-        global _ACTIVE
-        if _ACTIVE is self:
-            _ACTIVE = None
 
 
 def _missing_message(needed: set[str], host: HostCgroups) -> str:
@@ -286,35 +281,9 @@ def open_process_cgroups(limits: ProcessLimitsConfig) -> ProcessCgroups | None:
             f"cannot set up per-process cgroups ({', '.join(FLAGS[n] for n in sorted(needed))}): "
             f"{exc.filename or ''} {exc.strerror}; {DELEGATION_HINT}"
         ) from None
-    global _ACTIVE
-    _ACTIVE = cgroups
     log.info(
         "per-process limits on cgroup v%d: %s",
         cgroups.version,
         ", ".join(f"{n} in {d}" for n, d in cgroups._parents.items()),
     )
     return cgroups
-
-
-# The last daemon-wide global of the package, set by open_process_cgroups and
-# cleared by ProcessCgroups.close. Only two callers still reach the factory here
-# instead of having it passed in: the plan's seccomp-without-namespaces refusal
-# (execserver/sandbox/plan.py, plan_for_policy) and the fs helper's spawn
-# (execserver/sandbox/fs_helper/launch.py, spawn_helper_process). Everything
-# else gets it from the server's Resources; this goes once those two do.
-_ACTIVE: ProcessCgroups | None = None
-
-
-def active() -> ProcessCgroups | None:
-    return _ACTIVE
-
-
-@contextlib.asynccontextmanager
-async def contained_helper() -> AsyncIterator[Callable[[], None] | None]:
-    """``ProcessCgroups.helper_cgroup`` of the open factory; None without limits."""
-    factory = _ACTIVE
-    if factory is None:
-        yield None
-        return
-    async with factory.helper_cgroup() as place:
-        yield place

@@ -14,6 +14,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from execserver.containment import ProcessCgroups
 from execserver.fs.errors import fs_error
 from execserver.fs.local_mounts import LOCAL_MOUNTS
 from execserver.fs.operations import FsOperation
@@ -91,7 +92,11 @@ def sandboxed_fs(ctx: RequestContext) -> SandboxedFs:
     server = ctx.server
     return server.state.get(
         SandboxedFs,
-        lambda: SandboxedFs.of(server.resources.get(SandboxBackend), server.config.sandbox),
+        lambda: SandboxedFs.of(
+            server.resources.get(SandboxBackend),
+            server.config.sandbox,
+            server.resources.get(ProcessCgroups),
+        ),
     )
 
 

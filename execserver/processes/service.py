@@ -160,6 +160,7 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
             # sandboxed request never runs unsandboxed.
             backend, routes = _backend(ctx), net.routes
             limit = config.sandbox.glob_scan_limit
+            contained = ctx.server.resources.get(ProcessCgroups) is not None
             plan = await off_loop(
                 lambda: plan_sandboxed(
                     sandbox,
@@ -167,6 +168,7 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
                     backend=backend,
                     proxy_routes=routes,
                     glob_scan_limit=limit,
+                    contained=contained,
                 ),
                 lambda p: p.close(),
             )

@@ -39,7 +39,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
-from execserver import containment
 from execserver.sandbox import seccomp
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.bwrap import BwrapLayout, build_layout, release_layout
@@ -440,8 +439,11 @@ def plan_for_policy(
     backend: SandboxBackend,
     extra_read: tuple[str, ...] = (),
     runtime_binds: tuple[tuple[str, str], ...] = (),
+    contained: bool = False,
 ) -> LaunchPlan:
     """The plan for an already resolved policy (shared by processes and fs calls).
+    ``contained``: the process runs in a per-process limits cgroup (the daemon has
+    its ``ProcessCgroups``).
     ``runtime_binds``: read-only binds after every policy rule, bwrap plans only
     (a caller that needs them must check ``mechanism == "bwrap"``)."""
     argv = list(request.argv)
@@ -465,7 +467,7 @@ def plan_for_policy(
     if program is None:
         return refused_plan(request, f"execserver-sandbox: failed to execvp {argv[0]}: {error}")
     if mechanism == "seccomp":
-        if not backend.launcher_namespaces and containment.active() is not None:
+        if not backend.launcher_namespaces and contained:
             raise unenforceable(
                 "per-process limits cannot hold a command with full filesystem access "
                 "without user namespaces (it could write its own cgroup's files): "

@@ -37,6 +37,7 @@ def plan_sandboxed(
     backend: SandboxBackend,
     proxy_routes: ProxyRoutes | None = None,
     glob_scan_limit: int = DEFAULT_GLOB_SCAN_LIMIT,
+    contained: bool = False,
 ) -> LaunchPlan:
     """The launch plan for process/start with a ``sandbox``; raises RpcError when the
     context is invalid or cannot be enforced here (nothing is spawned then).
@@ -58,7 +59,7 @@ def plan_sandboxed(
         return refused_plan(
             request, _MANAGED_PROXY_UNSUPPORTED if has_proxy else _MANAGED_PROXY_MISSING
         )
-    return plan_for_policy(policy, request, backend=backend)
+    return plan_for_policy(policy, request, backend=backend, contained=contained)
 
 
 def plan_process_launch(

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from execserver.config import DEFAULT_GLOB_SCAN_LIMIT, SandboxConfig
+from execserver.containment import ProcessCgroups
 from execserver.fs.sandboxed import program
 from execserver.fs.sandboxed.helper import HelperDied, spawn_confined_helper
 from execserver.fs.sandboxed.pool import HelperPool
@@ -51,15 +52,23 @@ class SandboxedFs:
         persistent: bool = True,
         glob_scan_limit: int = DEFAULT_GLOB_SCAN_LIMIT,
         module: str = program.__name__,
+        containment: ProcessCgroups | None = None,
     ) -> None:
         self.backend = backend
+        # The daemon's per-process limits, for the helpers (None without them).
+        self.containment = containment
         self.persistent = persistent
         self.glob_scan_limit = glob_scan_limit
         self.module = module
         self._pool: HelperPool | None = None
 
     @classmethod
-    def of(cls, backend: SandboxBackend | None, config: SandboxConfig) -> SandboxedFs:
+    def of(
+        cls,
+        backend: SandboxBackend | None,
+        config: SandboxConfig,
+        containment: ProcessCgroups | None = None,
+    ) -> SandboxedFs:
         """The server's; a server that never probed its backend refuses (fail closed)."""
         if backend is None:
             raise RpcError.internal("the sandbox backend was not probed at start-up")
@@ -67,13 +76,14 @@ class SandboxedFs:
             backend,
             persistent=config.persistent_fs_helper,
             glob_scan_limit=config.glob_scan_limit,
+            containment=containment,
         )
 
     @property
     def pool(self) -> HelperPool:
         """The persistent helpers (made on first use: the daemon may never need one)."""
         if self._pool is None:
-            self._pool = HelperPool(module=self.module)
+            self._pool = HelperPool(module=self.module, containment=self.containment)
         return self._pool
 
     async def call(
@@ -106,7 +116,7 @@ class SandboxedFs:
     ) -> Any:
         """A confined helper for this call alone: it exits once the call is answered
         (the channel closes), and is killed if the caller goes first."""
-        helper = await spawn_confined_helper(policy, self.backend, module)
+        helper = await spawn_confined_helper(policy, self.backend, module, self.containment)
         try:
             return await helper.call(op, args)
         except HelperDied:

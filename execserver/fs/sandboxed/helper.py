@@ -25,6 +25,7 @@ from typing import Any, Final
 import msgspec
 
 from execserver.aio.tasks import TaskSet
+from execserver.containment import ProcessCgroups
 from execserver.fs.sandboxed.protocol import (
     HEADER,
     OK,
@@ -226,30 +227,39 @@ def _unwrap(response: Response) -> Any:
 
 
 async def spawn_helper(
-    policy: ResolvedPolicy, backend: SandboxBackend, runtime: HelperRuntime
+    policy: ResolvedPolicy,
+    backend: SandboxBackend,
+    runtime: HelperRuntime,
+    containment: ProcessCgroups | None = None,
 ) -> FsHelper | None:
     """Start a helper on the private ``runtime`` for ``policy``; None when the
     plan is not a bwrap plan (the caller then uses ``spawn_confined_helper``).
     Raises RpcError when the policy cannot be enforced here."""
-    plan = runtime_plan(policy, backend, runtime)
+    plan = runtime_plan(policy, backend, runtime, contained=containment is not None)
     if plan is None:
         return None
-    return FsHelper(await spawn_helper_process(plan))
+    return FsHelper(await spawn_helper_process(plan, containment))
 
 
 _VIEW = msgspec.json.Encoder()
 
 
 async def spawn_confined_helper(
-    policy: ResolvedPolicy, backend: SandboxBackend, module: str
+    policy: ResolvedPolicy,
+    backend: SandboxBackend,
+    module: str,
+    containment: ProcessCgroups | None = None,
 ) -> FsHelper:
     """Start ``python -m module confined <view>`` for ``policy``: the interpreter
     may read what it needs to start, and the program confines itself to the
     policy's view before each call. Any sandbox mechanism; meant for one call."""
     args = ("confined", _VIEW.encode(policy_view(policy)).decode())
     # Off the loop: the plan stats and resolves the policy's paths.
-    plan = await off_loop(lambda: confined_plan(policy, backend, module, args), _close)
-    return FsHelper(await spawn_helper_process(plan))
+    contained = containment is not None
+    plan = await off_loop(
+        lambda: confined_plan(policy, backend, module, args, contained=contained), _close
+    )
+    return FsHelper(await spawn_helper_process(plan, containment))
 
 
 def _close(plan: LaunchPlan) -> None:

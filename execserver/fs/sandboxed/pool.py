@@ -33,6 +33,7 @@ from collections import OrderedDict
 from typing import Any, Final
 
 from execserver.aio.tasks import TaskSet
+from execserver.containment import ProcessCgroups
 from execserver.fs.sandboxed import program
 from execserver.fs.sandboxed.helper import FsHelper, HelperDied, HelperStale, spawn_helper
 from execserver.sandbox.backend import SandboxBackend
@@ -63,8 +64,11 @@ class HelperPool:
         max_helpers: int = DEFAULT_MAX_HELPERS,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         module: str = program.__name__,
+        containment: ProcessCgroups | None = None,
     ) -> None:
         self.max_helpers = max_helpers
+        # The daemon's per-process limits hold for its helpers too (None without them).
+        self._containment = containment
         self.idle_seconds = idle_seconds
         self._runtime = helper_runtime(module)
         self._helpers: OrderedDict[ResolvedPolicy, FsHelper] = OrderedDict()
@@ -138,7 +142,7 @@ class HelperPool:
             # here and the mounts makes the next call's comparison fail (a retire,
             # never a stale view served).
             identity = rules_identity(policy)
-            helper = await spawn_helper(policy, backend, runtime)
+            helper = await spawn_helper(policy, backend, runtime, self._containment)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: waiters re-raise it, nobody else must

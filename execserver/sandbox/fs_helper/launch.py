@@ -10,7 +10,7 @@ program and mount-point bookkeeping as ``process/start``):
   each request (``confine.py``).
 
 ``spawn_helper_process`` is the one place a helper process starts: the
-per-process resource limits (``contained_helper``'s cgroup) are applied there
+per-process resource limits (``ProcessCgroups.helper_cgroup``) are applied there
 and held for the helper's whole life, and its pid is registered as the
 daemon's own (``helper_pids``) before anything else can run.
 """
@@ -27,7 +27,7 @@ from contextlib import AsyncExitStack
 from typing import Final
 
 import execserver
-from execserver.containment import contained_helper
+from execserver.containment import ProcessCgroups
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.runtime import HelperRuntime
 from execserver.sandbox.helper_pids import helper_environment, register_helper
@@ -69,7 +69,11 @@ def policy_view(policy: ResolvedPolicy) -> dict[str, list[str]]:
 
 
 def runtime_plan(
-    policy: ResolvedPolicy, backend: SandboxBackend, runtime: HelperRuntime
+    policy: ResolvedPolicy,
+    backend: SandboxBackend,
+    runtime: HelperRuntime,
+    *,
+    contained: bool = False,
 ) -> LaunchPlan | None:
     """The plan for ``runtime``'s program in exactly ``policy``'s view; None when
     the plan is not a bwrap plan (the private runtime binds need bwrap)."""
@@ -78,6 +82,7 @@ def runtime_plan(
         LaunchRequest(argv=list(runtime.argv), cwd="/", env=dict(runtime.env)),
         backend=backend,
         runtime_binds=runtime.binds,
+        contained=contained,
     )
     if plan.mechanism != "bwrap":
         plan.close()
@@ -86,7 +91,12 @@ def runtime_plan(
 
 
 def confined_plan(
-    policy: ResolvedPolicy, backend: SandboxBackend, module: str, args: tuple[str, ...]
+    policy: ResolvedPolicy,
+    backend: SandboxBackend,
+    module: str,
+    args: tuple[str, ...],
+    *,
+    contained: bool = False,
 ) -> LaunchPlan:
     """The plan for ``python -m module *args`` under ``policy`` widened by what the
     interpreter needs to start; the helper must confine itself to
@@ -103,7 +113,9 @@ def confined_plan(
     }
     argv = [sys.executable, "-P", "-s", "-m", module, *args]
     request = LaunchRequest(argv=argv, cwd="/", env=env)
-    return plan_for_policy(policy, request, backend=backend, extra_read=interpreter_paths())
+    return plan_for_policy(
+        policy, request, backend=backend, extra_read=interpreter_paths(), contained=contained
+    )
 
 
 @dataclasses.dataclass
@@ -118,9 +130,12 @@ class SpawnedHelper:
     resources: AsyncExitStack
 
 
-async def spawn_helper_process(plan: LaunchPlan) -> SpawnedHelper:
-    """Start ``plan`` with a socket for stdin/stdout and one for stderr. The plan
-    is closed here (its status pipe is watched until bwrap exits)."""
+async def spawn_helper_process(
+    plan: LaunchPlan, containment: ProcessCgroups | None = None
+) -> SpawnedHelper:
+    """Start ``plan`` with a socket for stdin/stdout and one for stderr, in a cgroup
+    of ``containment``'s when the daemon has per-process limits. The plan is closed
+    here (its status pipe is watched until bwrap exits)."""
     # Sockets, not pipes: a request naming /proc/self/fd/0 or /1 cannot reopen a
     # socket (ENXIO), so it can neither read nor inject frames; a pipe it could.
     channel, channel_child = socket.socketpair()
@@ -129,7 +144,9 @@ async def spawn_helper_process(plan: LaunchPlan) -> SpawnedHelper:
     try:
         try:
             # The per-process resource limits hold for the helper too (None without them).
-            place = await resources.enter_async_context(contained_helper())
+            place = None
+            if containment is not None:
+                place = await resources.enter_async_context(containment.helper_cgroup())
             process = await asyncio.create_subprocess_exec(
                 *plan.argv,
                 env=helper_environment(plan.env),
