@@ -21,10 +21,17 @@ async def test_seq_is_shared_by_output_exit_and_close(any_server: RunningServer)
         assert result == {"processId": "p1", "sandboxType": "none"}
         ev = await c.wait_closed("p1")
     methods = [method for method, _ in ev.events]
-    assert methods == ["process/output", "process/output", "process/exited", "process/closed"]
     assert ev.seqs() == [1, 2, 3, 4]
     assert ev.output("stdout") == b"out\n"
     assert ev.output("stderr") == b"err\n"
+    if any_server.kind == "reference" and methods[1] == "process/exited":
+        # The reference numbers the exit when it reaps, racing its stderr pump: on a
+        # loaded machine the last output can come after the exit (seq 3, exit 2).
+        # execserver drains the pipes before it numbers the exit (processes/output.py).
+        assert methods == ["process/output", "process/exited", "process/output", "process/closed"]
+        assert ev.exited() == {"processId": "p1", "seq": 2, "exitCode": 3, "sandboxDenied": False}
+        return
+    assert methods == ["process/output", "process/output", "process/exited", "process/closed"]
     assert ev.exited() == {"processId": "p1", "seq": 3, "exitCode": 3, "sandboxDenied": False}
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from pathlib import Path
 
 from execserver.server.audit import AuditLog
@@ -35,12 +34,14 @@ def test_a_stuck_writer_drops_records_without_blocking_and_says_so_in_the_log(
     metrics = Metrics()
     metrics.track_audit_drops(lambda: log.dropped)
     try:
-        started = time.monotonic()
+        # Nobody reads the FIFO until the end: an emit that waited for the writer
+        # would hang here (and the test time out), so getting past the loop is the
+        # proof that emit never blocks.
         for index in range(50):
             log.emit("fs.write", index=index, pad=_BIG)
-        assert time.monotonic() - started < 1.0  # emit never waited for the writer
-        # At most the record in the writer's hands and the four queued got through.
-        assert log.dropped >= 50 - 1 - 4
+        # At most the writer's batch in hand (it takes all that is queued at once:
+        # up to four) and the four queued since got through.
+        assert log.dropped >= 50 - 4 - 4
         assert f"execserver_audit_records_dropped {float(log.dropped)}" in (
             metrics.render().decode()
         )
