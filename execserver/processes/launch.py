@@ -19,6 +19,7 @@ import subprocess
 import termios
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from execserver.sandbox.plan import LaunchPlan, LaunchRequest
 from execserver.sandbox.program import child_search_path, find_program
@@ -111,6 +112,7 @@ def plan_unsandboxed(request: LaunchRequest) -> LaunchPlan:
         cwd=cwd,
         tty=request.tty,
         pipe_stdin=request.pipe_stdin,
+        credentials=request.credentials,
     )
 
 
@@ -145,6 +147,15 @@ def spawn(plan: LaunchPlan, place: Callable[[], None] | None = None) -> Spawned:
         plan.close()
 
 
+def _identity(plan: LaunchPlan) -> dict[str, Any]:
+    """Popen's account switch for a plan that runs as another account (a tenant's):
+    supplementary groups, then gid, then uid, in the forked child before exec."""
+    creds = plan.credentials
+    if creds is None:
+        return {}
+    return {"user": creds.uid, "group": creds.gid, "extra_groups": list(creds.groups)}
+
+
 def _spawn_pipes(plan: LaunchPlan, place: Callable[[], None] | None) -> Spawned:
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
@@ -169,6 +180,7 @@ def _spawn_pipes(plan: LaunchPlan, place: Callable[[], None] | None) -> Spawned:
             start_new_session=True,
             pass_fds=plan.pass_fds,
             preexec_fn=place,
+            **_identity(plan),
         )
     except BaseException:
         _close_all(parent_fds + child_fds)
@@ -199,6 +211,7 @@ def _spawn_pty(plan: LaunchPlan, place: Callable[[], None] | None) -> Spawned:
             start_new_session=True,
             pass_fds=plan.pass_fds,
             preexec_fn=child_setup,
+            **_identity(plan),
         )
     except BaseException:
         _close_all([master, slave])

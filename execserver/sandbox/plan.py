@@ -51,6 +51,7 @@ from execserver.wire.process import SandboxType
 __all__ = [
     "LAUNCHER",
     "SANDBOX_TYPE",
+    "Credentials",
     "LaunchPlan",
     "LaunchRequest",
     "PlanResources",
@@ -74,6 +75,20 @@ _LEGACY_LANDLOCK_REFUSAL: Final = (
 
 
 @dataclass(frozen=True)
+class Credentials:
+    """The Unix account a process runs as when it is not the daemon's own: a
+    tenant's (execserver.tenancy), taken from the account database. Applied at
+    the last step, by whatever execs the plan (``processes.launch.spawn``), so a
+    sandboxed plan's bwrap or launcher already runs as the account."""
+
+    user: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+
+
+@dataclass(frozen=True)
 class LaunchRequest:
     """What to run, before any sandbox: ``env`` is the child's final environment
     (built once by the caller, ``processes.envpolicy.build_environment``)."""
@@ -85,6 +100,7 @@ class LaunchRequest:
     pipe_stdin: bool = False
     arg0: str | None = None  # what the program sees as argv[0] (argv[0] still locates it)
     enforce_managed_network: bool = False
+    credentials: Credentials | None = None  # None: the daemon's own uid
 
 
 class PlanResources:
@@ -212,6 +228,7 @@ class LaunchPlan:
     cwd: str = "/"
     tty: bool = False
     pipe_stdin: bool = False
+    credentials: Credentials | None = None  # None: the daemon's own uid
     resources: PlanResources = field(default_factory=PlanResources, repr=False, compare=False)
 
     @property
@@ -250,6 +267,7 @@ def _plan(
         cwd=request.cwd,
         tty=request.tty,
         pipe_stdin=request.pipe_stdin,
+        credentials=request.credentials,
         resources=resources or PlanResources(),
     )
 
