@@ -224,6 +224,18 @@ def _add_ops_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-format", choices=("text", "json"), default="text")
     p.add_argument("--metrics", action="store_true", help="serve Prometheus metrics on /metrics")
     p.add_argument(
+        "--tenants",
+        metavar="PATH",
+        help="tenants file (TOML): each tenant's credential, Unix account and ceilings; "
+        "reloaded on SIGHUP (implies token authentication)",
+    )
+    p.add_argument(
+        "--state-dir",
+        metavar="PATH",
+        help="keep sessions and process output here so that processes outlive the daemon "
+        "(a restarted daemon re-adopts them)",
+    )
+    p.add_argument(
         "--drain-timeout",
         type=float,
         default=0.0,
@@ -274,6 +286,8 @@ def config_from_args(
         ),
         sandbox=sandbox_config_from(env),
         drain_timeout_s=max(0.0, args.drain_timeout),
+        tenants_file=args.tenants,
+        state_dir=args.state_dir,
         # The start-up sandbox report spawns a few sandboxes right after listening;
         # harnesses that count the daemon's fds or children switch it off.
         startup_probe=env.get("EXECSERVER_STARTUP_PROBE", "1") not in _FALSE_WORDS,

@@ -137,6 +137,12 @@ class ServerConfig:
     startup_probe: bool = True
     # SIGTERM drains first (no new sessions; running processes get this long).
     drain_timeout_s: float = 0.0
+    # --tenants: the tenants file (TOML; execserver.tenancy). None: one tenant, the
+    # daemon's own uid, every token equal (the single-tenant behaviour).
+    tenants_file: str | None = None
+    # --state-dir: where sessions and process keepers' journals live so that
+    # processes outlive the daemon (execserver.keeper). None: they die with it.
+    state_dir: str | None = None
     # Test hook, settable only by code that constructs the config (no flag, no
     # environment variable): name -> address for the managed-network proxy's
     # resolver, exclusive (no DNS) and exempt from the local-address block.
