@@ -24,9 +24,10 @@ import os
 import posixpath
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Final
 
+from execserver.aio.tasks import TaskSet
 from execserver.client.cli_errors import (
     EXIT_BROKEN_PIPE,
     EXIT_CONNECTION,
@@ -206,13 +207,14 @@ async def _attach(
     """Stream the process's output to ours (and our stdin to it) until it closes;
     terminate it when we end first, or when ``timeout`` expires (exit 124)."""
     proc = launched.process
-    pump: asyncio.Task[None] | None = None
+    stdin_copy = TaskSet("execserver-run-stdin")
     try:
-        with raw_terminal(raw), _forward_sigint(proc):
-            if pump_stdin:
-                pump = asyncio.create_task(_pump_stdin(proc, raw=raw))
-            async with asyncio.timeout(timeout) as scope:
-                return await _stream_output(proc)
+        with raw_terminal(raw):
+            async with _forward_sigint(proc):
+                if pump_stdin:
+                    stdin_copy.spawn(_pump_stdin(proc, raw=raw), name=proc.process_id)
+                async with asyncio.timeout(timeout) as scope:
+                    return await _stream_output(proc)
     except TimeoutError:
         await terminate(client, proc)
         if not scope.expired():
@@ -232,10 +234,7 @@ async def _attach(
         await terminate(client, proc)
         raise
     finally:
-        if pump is not None:
-            pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pump
+        await stdin_copy.aclose()
         await launched.cleanup(client)
 
 
@@ -283,22 +282,23 @@ async def _pump_stdin(proc: RemoteProcess, *, raw: bool) -> None:
         return
 
 
-@contextlib.contextmanager
-def _forward_sigint(proc: RemoteProcess) -> Iterator[None]:
-    """A local SIGINT (when the terminal is not raw) interrupts the remote process."""
+@contextlib.asynccontextmanager
+async def _forward_sigint(proc: RemoteProcess) -> AsyncIterator[None]:
+    """A local SIGINT (when the terminal is not raw) interrupts the remote process;
+    an interrupt still in flight when the command ends is cancelled and awaited."""
     loop = asyncio.get_running_loop()
-    tasks: set[asyncio.Task[None]] = set()
+    interrupts = TaskSet("execserver-run-interrupts")
 
     def on_sigint() -> None:
-        task = loop.create_task(_quiet(proc.interrupt))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        if not interrupts.closed:
+            interrupts.spawn(_quiet(proc.interrupt), name=proc.process_id)
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
         yield
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+        await interrupts.aclose()
 
 
 async def _quiet(call: Callable[[], Any]) -> None:

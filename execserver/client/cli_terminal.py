@@ -23,6 +23,7 @@ import tty
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
+from execserver.aio.tasks import TaskSet
 from execserver.client.errors import ExecServerError
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ async def forward_window_size(
         yield
         return
     loop = asyncio.get_running_loop()
-    pending: set[asyncio.Task[None]] = set()
+    resizes = TaskSet("execserver-window-size")
     pty_name: list[str] = []
 
     async def resize() -> None:
@@ -80,19 +81,15 @@ async def forward_window_size(
             log.debug("could not resize the remote terminal: %s", exc)
 
     def on_winch() -> None:
-        task = loop.create_task(resize())
-        pending.add(task)
-        task.add_done_callback(pending.discard)
+        if not resizes.closed:
+            resizes.spawn(resize(), name="resize")
 
     loop.add_signal_handler(signal.SIGWINCH, on_winch)
     try:
         yield
     finally:
         loop.remove_signal_handler(signal.SIGWINCH)
-        for task in list(pending):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await resizes.aclose()
 
 
 async def read_stdin() -> AsyncIterator[bytes]:

@@ -113,27 +113,11 @@ def _walked() -> dict[str, Path]:
     return {name: path for name, path in modules().items() if not within(name, "execserver.aio")}
 
 
-# A ratchet, not an exemption: the spawns not yet moved into a TaskSet, counted per
-# module. The count must match exactly, so a new unowned spawn fails here and so does
-# a converted one until its entry shrinks (the list only gets shorter; empty is done).
-NOT_YET_CONVERTED = {
-    "execserver.client.cli_remote": 2,
-    "execserver.client.cli_terminal": 1,
-}
-
-
 def test_every_task_and_thread_has_an_owner() -> None:
-    found: dict[str, list[str]] = {}
-    for name, path in _walked().items():
-        for site in unowned_spawns(syntax_tree(path), name):
-            found.setdefault(name, []).append(site)
-    wrong = [
-        f"{module}: {len(found.get(module, []))} unowned, {NOT_YET_CONVERTED.get(module, 0)}"
-        f" listed\n    " + "\n    ".join(found.get(module, []))
-        for module in sorted(set(found) | set(NOT_YET_CONVERTED))
-        if len(found.get(module, [])) != NOT_YET_CONVERTED.get(module, 0)
+    unowned = [
+        site for name, path in _walked().items() for site in unowned_spawns(syntax_tree(path), name)
     ]
-    assert not wrong, "tasks and threads with no owner (or a stale count):\n" + "\n".join(wrong)
+    assert not unowned, "tasks and threads with no owner:\n    " + "\n    ".join(unowned)
 
 
 def test_every_listed_thread_is_still_started() -> None:
