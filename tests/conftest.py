@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
@@ -15,6 +16,18 @@ from tests.support.servers import (
     start_server,
 )
 from tests.support.shared_daemon import SharedDaemon, helper_subtrees
+
+# ---- ^C reaches the commands the tests interrupt ------------------------------
+#
+# A shell starts a background job (`make test &`, nohup, a CI runner's step) with
+# SIGINT ignored, and an ignored signal stays ignored across fork and exec. Every
+# command a test spawns would then inherit the ignore, and the tests that press
+# ^C on `execserver run`/`patch` would wait out their command's timeout instead
+# (exit 255 after CONNECT_TIMEOUT, not 130): the commands rightly honour an
+# inherited ignore, as every POSIX tool does, so the suite restores the default
+# for itself and its children. A handled signal is reset to the default by exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # ---- the reference binary: resolved once, its absence is one skip reason ---------
 #
