@@ -24,6 +24,8 @@ from execserver.kernel.methods import MUST_WAIT
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs import needs_sandboxed_fs
 from execserver.sandbox.policy import DYNAMIC_CWD_MESSAGE, has_dynamic_entries
+from execserver.tenancy.fs_access import FsPath, as_tenant
+from execserver.tenancy.profile import TenantProfile
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import FileSystemSandboxContext
 
@@ -31,6 +33,7 @@ __all__ = [
     "in_thread",
     "in_thread_to_completion",
     "needs_sandbox",
+    "run_as_tenant",
     "run_cheap_fs_op_at_once",
     "run_fs_op",
     "run_sandboxed",
@@ -120,6 +123,26 @@ async def run_sandboxed(
     return op.finish(await fs.call(sandbox, op.name, args, module=op.program))
 
 
+async def run_as_tenant(
+    tenant: TenantProfile,
+    sandbox: FileSystemSandboxContext | None,
+    paths: list[FsPath],
+    func: Callable[..., T],
+    /,
+    *args: Any,
+    glob_scan_limit: int,
+    **kwargs: Any,
+) -> T:
+    """A tenant's fs call: ``paths`` checked against its ceiling and the request's
+    sandbox, then ``func`` run in the fs pool with the tenant's file-system identity
+    (execserver/tenancy/fs_access.py) — never in a helper running as the daemon."""
+    # One partial: in_thread takes either positional or keyword arguments, not both.
+    call = functools.partial(
+        as_tenant, tenant, sandbox, paths, func, *args, glob_scan_limit=glob_scan_limit, **kwargs
+    )
+    return await in_thread(call)
+
+
 async def run_fs_op(
     sandbox: FileSystemSandboxContext | None,
     op: FsOperation,
@@ -128,11 +151,20 @@ async def run_fs_op(
     write: bool,
     fs: Callable[[], SandboxedFs],
     cheap: bool = False,
+    tenant: TenantProfile | None = None,
+    paths: list[FsPath] | None = None,
+    glob_scan_limit: int = 0,
 ) -> Any:
     """Run ``op`` under ``sandbox`` if it restricts this kind of access (in a
     helper from ``fs()``), else in the thread pool — or inline for a ``cheap``
     metadata call when no mounted file system can block (local_mounts). ``fs``
-    is called only when a helper is needed (the server makes its client lazily)."""
+    is called only when a helper is needed (the server makes its client lazily).
+    With a ``tenant``: as ``run_as_tenant`` on ``paths`` (default: ``args["path"]``)."""
+    if tenant is not None:
+        reached = paths if paths is not None else [(args["path"], write)]
+        return await run_as_tenant(
+            tenant, sandbox, reached, op.local, glob_scan_limit=glob_scan_limit, **args
+        )
     if needs_sandbox(sandbox, write=write):
         assert sandbox is not None
         return await run_sandboxed(sandbox, op, args, fs())

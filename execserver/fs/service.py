@@ -9,8 +9,10 @@ the handler.
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 from execserver.fs import handle_io, ops_read, ops_write
 from execserver.fs import operations as op
@@ -18,11 +20,13 @@ from execserver.fs.dispatch import (
     in_thread,
     in_thread_to_completion,
     needs_sandbox,
+    run_as_tenant,
     run_cheap_fs_op_at_once,
     run_fs_op,
     run_sandboxed,
     sandboxed_fs,
 )
+from execserver.fs.handle_io import open_fd
 from execserver.fs.handles import FileHandles
 from execserver.fs.paths import native_path
 from execserver.fs.requests import (
@@ -39,6 +43,9 @@ from execserver.fs.watch import MissingWatch
 from execserver.kernel.context import RequestContext
 from execserver.kernel.limits import check_below
 from execserver.kernel.methods import MUST_WAIT, MethodTable, MustWait
+from execserver.tenancy.fs_access import FsPath, as_tenant, confine_watch
+from execserver.tenancy.profile import TenantProfile
+from execserver.tenancy.seat import tenant_of
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
 from execserver.wire.base64_text import base64_text
@@ -101,6 +108,20 @@ def _fs(ctx: RequestContext) -> Callable[[], SandboxedFs]:
     return lambda: sandboxed_fs(ctx)
 
 
+class _AsTenant(TypedDict, total=False):
+    tenant: TenantProfile | None
+    glob_scan_limit: int
+
+
+def _who(ctx: RequestContext) -> _AsTenant:
+    """``run_fs_op``'s tenant arguments: with --tenants, the request's principal (its
+    fs calls run with its identity, within its roots); else nothing changes."""
+    tenant = tenant_of(ctx)
+    if tenant is None:
+        return {}
+    return {"tenant": tenant, "glob_scan_limit": ctx.server.config.sandbox.glob_scan_limit}
+
+
 ReadFileResult = Annotated[dict[str, str], EncodesAs(ReadFileResponse)]
 
 
@@ -115,6 +136,8 @@ def read_file_at_once(
     """fs/readFile inline when the file is small and all in the page cache, no sandbox
     restricts reads and no mount can block; else MUST_WAIT (``read_file`` reads it
     in a worker). Errors from opening it are the worker's own (ops_read)."""
+    if tenant_of(ctx) is not None:
+        return MUST_WAIT  # a tenant's read runs in a worker, with its identity
     params = req.params
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
     data: str | MustWait = run_cheap_fs_op_at_once(req.sandbox, _read_cached_file, args)
@@ -126,7 +149,9 @@ def read_file_at_once(
 async def read_file(ctx: RequestContext, req: PathRequest[ReadFileParams]) -> ReadFileResult:
     params = req.params
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
-    data: str = await run_fs_op(req.sandbox, op.READ_FILE, args, write=False, fs=_fs(ctx))
+    data: str = await run_fs_op(
+        req.sandbox, op.READ_FILE, args, write=False, fs=_fs(ctx), **_who(ctx)
+    )
     return {"dataBase64": data}
 
 
@@ -147,7 +172,16 @@ async def write_file(ctx: RequestContext, req: PathRequest[WriteFileParams]) -> 
             f"fs/writeFile requires valid base64 dataBase64: {exc}"
         ) from None
     sandbox = req.sandbox
-    if needs_sandbox(sandbox, write=True):
+    who = _who(ctx)
+    tenant = who.get("tenant")
+    if tenant is not None:
+        limit = who["glob_scan_limit"]
+        write = ops_write.write_file_bytes
+        follow = params.follow_symlinks
+        await run_as_tenant(
+            tenant, sandbox, [(path, True)], write, path, data, follow, glob_scan_limit=limit
+        )
+    elif needs_sandbox(sandbox, write=True):
         assert sandbox is not None
         # Raw bytes: the persistent helper takes them as they are (no second base64).
         args = {"path": path, "data": data, "follow_symlinks": params.follow_symlinks}
@@ -162,7 +196,7 @@ async def create_directory(ctx: RequestContext, req: PathRequest[CreateDirectory
     params = req.params
     path = native_path(params.path)
     args = {"path": path, "recursive": params.recursive, "follow_symlinks": params.follow_symlinks}
-    await run_fs_op(req.sandbox, op.CREATE_DIRECTORY, args, write=True, fs=_fs(ctx))
+    await run_fs_op(req.sandbox, op.CREATE_DIRECTORY, args, write=True, fs=_fs(ctx), **_who(ctx))
     _audit(ctx, "mkdir", path)
     return Empty()
 
@@ -171,6 +205,8 @@ def get_metadata_at_once(
     ctx: RequestContext, req: PathRequest[GetMetadataParams]
 ) -> MetadataResult | MustWait:
     """fs/getMetadata inline when no sandbox restricts reads and no mount can block."""
+    if tenant_of(ctx) is not None:
+        return MUST_WAIT  # a tenant's stat runs in a worker, with its identity
     params = req.params
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
     result: MetadataResult | MustWait = run_cheap_fs_op_at_once(
@@ -183,7 +219,7 @@ async def get_metadata(ctx: RequestContext, req: PathRequest[GetMetadataParams])
     params = req.params
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
     result: dict[str, Any] = await run_fs_op(
-        req.sandbox, op.GET_METADATA, args, write=False, fs=_fs(ctx), cheap=True
+        req.sandbox, op.GET_METADATA, args, write=False, fs=_fs(ctx), **_who(ctx), cheap=True
     )
     return result
 
@@ -192,7 +228,9 @@ async def canonicalize(
     ctx: RequestContext, req: PathRequest[CanonicalizeParams]
 ) -> CanonicalizeResponse:
     args = {"path": native_path(req.params.path)}
-    uri = await run_fs_op(req.sandbox, op.CANONICALIZE, args, write=False, fs=_fs(ctx), cheap=True)
+    uri = await run_fs_op(
+        req.sandbox, op.CANONICALIZE, args, write=False, fs=_fs(ctx), **_who(ctx), cheap=True
+    )
     return CanonicalizeResponse(path=uri)
 
 
@@ -200,7 +238,9 @@ async def read_directory(
     ctx: RequestContext, req: PathRequest[ReadDirectoryParams]
 ) -> Annotated[dict[str, Any], EncodesAs(ReadDirectoryResponse)]:
     args = {"path": native_path(req.params.path)}
-    entries = await run_fs_op(req.sandbox, op.READ_DIRECTORY, args, write=False, fs=_fs(ctx))
+    entries = await run_fs_op(
+        req.sandbox, op.READ_DIRECTORY, args, write=False, fs=_fs(ctx), **_who(ctx)
+    )
     return {"entries": entries}
 
 
@@ -228,7 +268,9 @@ async def walk_tree(
         "follow_directory_symlinks": opts.follow_directory_symlinks,
         "prune_hidden_directories": opts.prune_hidden_directories,
     }
-    result: dict[str, Any] = await run_fs_op(req.sandbox, op.WALK, args, write=False, fs=_fs(ctx))
+    result: dict[str, Any] = await run_fs_op(
+        req.sandbox, op.WALK, args, write=False, fs=_fs(ctx), **_who(ctx)
+    )
     return result
 
 
@@ -241,7 +283,7 @@ async def remove(ctx: RequestContext, req: PathRequest[RemoveParams]) -> Empty:
         "force": params.force,
         "follow_symlinks": params.follow_symlinks,
     }
-    await run_fs_op(req.sandbox, op.REMOVE, args, write=True, fs=_fs(ctx))
+    await run_fs_op(req.sandbox, op.REMOVE, args, write=True, fs=_fs(ctx), **_who(ctx))
     _audit(ctx, "remove", path)
     return Empty()
 
@@ -250,7 +292,8 @@ async def copy(ctx: RequestContext, req: PathRequest[CopyParams]) -> Empty:
     params = req.params
     source, destination = native_path(params.source_path), native_path(params.destination_path)
     args = {"source_path": source, "destination_path": destination, "recursive": params.recursive}
-    await run_fs_op(req.sandbox, op.COPY, args, write=True, fs=_fs(ctx))
+    paths: list[FsPath] = [(source, False), (destination, True)]
+    await run_fs_op(req.sandbox, op.COPY, args, write=True, fs=_fs(ctx), paths=paths, **_who(ctx))
     _audit(ctx, "copy", destination, source=source)
     return Empty()
 
@@ -271,12 +314,28 @@ async def open_handle(ctx: RequestContext, req: PathRequest[OpenParams]) -> Open
     handles.reserve(params.handle_id)
     try:
         path = native_path(params.path)
-        fd = await open_handle_fd(req.sandbox, path, params.mode, _fs(ctx))
+        fd = await _open_fd(ctx, req, path)
     except BaseException:
         handles.unreserve(params.handle_id)
         raise
     handles.install(params.handle_id, fd)
     return OpenResponse(handle_id=params.handle_id)
+
+
+async def _open_fd(ctx: RequestContext, req: PathRequest[OpenParams], path: str) -> int:
+    who = _who(ctx)
+    tenant = who.get("tenant")
+    mode = req.params.mode
+    if tenant is None:
+        return await open_handle_fd(req.sandbox, path, mode, _fs(ctx))
+    # The tenant's own open (its identity), so the handle carries only its rights.
+    reached: list[FsPath] = [(path, mode == "replace")]
+    limit = who["glob_scan_limit"]
+    opening = functools.partial(
+        as_tenant, tenant, req.sandbox, reached, open_fd, path, mode, glob_scan_limit=limit
+    )
+    # As the daemon's own open: a cancelled caller's fd is closed, not leaked.
+    return await in_thread_to_completion(opening, on_abandon=os.close)
 
 
 def _block_length_error(kind: str) -> RpcError:
@@ -349,6 +408,12 @@ async def watch_missing(ctx: RequestContext, params: WatchMissingParams) -> Watc
     watch = connection.state.get(MissingWatch, lambda: MissingWatch(notify))
     missing = [native_path(uri) for uri in params.missing]
     present = native_path(params.present) if params.present is not None else None
+    tenant = tenant_of(ctx)
+    if tenant is not None:
+        # The watch itself runs as the daemon: a tenant may watch only inside its roots.
+        watch_roots = tenant.may_read_roots() or tenant.writable_roots
+        for path in [*missing, *([present] if present is not None else [])]:
+            await in_thread(confine_watch, tenant, path, watch_roots)
     watching = await watch.watch(params.watch_id, missing, present)
     return WatchMissingResponse(watching=watching)
 

@@ -25,6 +25,9 @@ from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.denial import is_sandbox_denied
 from execserver.sandbox.plan import LaunchPlan, LaunchRequest, off_loop
 from execserver.sandbox.planner import plan_sandboxed
+from execserver.tenancy.directory import TenantDirectory
+from execserver.tenancy.launch import admit_launch, check_process_quota, tenant_environment
+from execserver.tenancy.seat import tenant_of
 from execserver.wire import methods as m
 from execserver.wire.base import Empty, WireStruct
 from execserver.wire.base64_json import chunk_json
@@ -134,8 +137,24 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
     table.check_available(params.process_id)
     classify: DenialClassifier | None = None
     config = ctx.server.config
+    # With --tenants: the ceiling, the cwd and the quota, before anything is built.
+    tenant = tenant_of(ctx)
+    directory = ctx.server.resources.get(TenantDirectory) if tenant is not None else None
+    if tenant is not None:
+        assert directory is not None
+        check_process_quota(directory, tenant)
+        limit = config.sandbox.glob_scan_limit
+        managed = params.enforce_managed_network
+        await off_loop(
+            lambda: admit_launch(
+                tenant, sandbox, cwd, managed_network=managed, glob_scan_limit=limit
+            ),
+            _nothing,
+        )
     # The daemon's own environment is what envPolicy inherits from.
     env = build_environment(params.env, params.env_policy, os.environ)
+    if tenant is not None:
+        env = tenant_environment(tenant, env)
     # The process's proxy (its variables injected into env) and, for
     # enforceManagedNetwork, the routes of the sandbox's bridge to a proxy.
     network = NetworkHost(daemon_env=os.environ, host_overrides=config.netproxy_host_overrides)
@@ -150,6 +169,8 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
         pipe_stdin=params.pipe_stdin,
         arg0=params.arg0,
         enforce_managed_network=params.enforce_managed_network,
+        # A tenant's processes run as its account (None: the daemon's own uid).
+        credentials=tenant.credentials if tenant is not None else None,
     )
     try:
         plan: LaunchPlan
@@ -190,7 +211,16 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
     )
     session_id = ctx.session.id
     proc.close_hooks.append(lambda closed: telemetry.process_closed(session_id, closed))
+    if tenant is not None and directory is not None:
+        # Counted until the process is closed (max_processes, across its sessions).
+        name, live = tenant.name, directory.live_processes
+        live[name] += 1
+        proc.close_hooks.append(lambda closed: live.subtract((name,)))
     return ExecResponse(params.process_id, plan.sandbox_type)
+
+
+def _nothing(result: None) -> None:
+    """Nothing to release for an admission check (``off_loop``'s cancel hook)."""
 
 
 # ---- process/read ----------------------------------------------------------------------

@@ -26,6 +26,8 @@ import msgspec
 from execserver.config import DEFAULT_WS_MAX_CLOCK_SKEW_S, ServerConfig, WsAuthConfig
 from execserver.server.http_surface import HttpRequest, HttpResponse, UpgradeCheck
 from execserver.server.listen import ListenAddress, parse_listen
+from execserver.tenancy.directory import TenantDirectory
+from execserver.tenancy.secrets import SecretModeError, check_private
 from execserver.wire.errors import os_error_text
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "AuthConfigError",
     "CapabilityTokenVerifier",
     "SignedBearerVerifier",
+    "TenantVerifier",
     "TokenVerifier",
     "bearer_token",
     "check_exposure",
@@ -140,6 +143,8 @@ def check_exposure(config: ServerConfig, address: ListenAddress) -> None:
     reference's: it serves anyone who can connect, and that means running commands)."""
     if address.kind != "ws" or config.ws_auth.mode is not None or config.allow_unauthenticated:
         return
+    if config.tenants_file is not None:  # --tenants is token authentication
+        return
     if not ipaddress.ip_address(address.host).is_loopback:
         raise AuthConfigError(
             f"refusing to listen on non-loopback address {address.url()} without "
@@ -196,11 +201,39 @@ def startup_checks(config: ServerConfig) -> TokenVerifier | None:
     """Everything that can stop the daemon from starting, in the reference's order.
     Raises AuthConfigError or ListenError (both ValueError: print ``Error: <text>``)."""
     validate_flags(config.ws_auth)
+    if config.tenants_file is not None and config.ws_auth.mode == CAPABILITY_TOKEN:
+        raise AuthConfigError(
+            "`--tenants` takes each tenant's token from the tenants file (token_sha256); "
+            "drop `--ws-auth capability-token` and its token flags"
+        )
     address = parse_listen(config.listen)
     if address.kind == "stdio" and config.ws_auth.mode is not None:
         raise AuthConfigError("WebSocket auth requires a WebSocket listener, not stdio")
+    if address.kind == "stdio" and config.tenants_file is not None:
+        raise AuthConfigError("`--tenants` requires a WebSocket listener, not stdio")
     check_exposure(config, address)
-    return load_verifier(config.ws_auth)
+    verifier = load_verifier(config.ws_auth)
+    if config.tenants_file is None:
+        return verifier
+    return load_tenant_verifier(config, verifier)
+
+
+def load_tenant_verifier(
+    config: ServerConfig, jwt_verifier: TokenVerifier | None
+) -> TenantVerifier:
+    """The tenants file, checked (TenantsFileError is a ValueError: one ``Error:`` line),
+    and the daemon's JWT secret refused when a tenant's account could read it."""
+    assert config.tenants_file is not None
+    jwt = isinstance(jwt_verifier, SignedBearerVerifier)
+    directory = TenantDirectory.load(config.tenants_file, jwt=jwt)
+    secret = config.ws_auth.shared_secret_file
+    if secret is not None:
+        accounts = [t.credentials for t in directory.table.tenants.values()]
+        try:
+            check_private(secret, "websocket auth secret", accounts)
+        except SecretModeError as exc:
+            raise AuthConfigError(str(exc)) from None
+    return TenantVerifier(directory, jwt_verifier if jwt else None)
 
 
 # ---- verifiers --------------------------------------------------------------------
@@ -267,6 +300,48 @@ class SignedBearerVerifier:
         return None
 
 
+@dataclass(frozen=True)
+class TenantVerifier:
+    """--tenants: a credential is valid when it names a tenant of the current table
+    (a capability token by its SHA-256, or a verified JWT by its ``sub``); the
+    upgrade check records that principal for the connection."""
+
+    directory: TenantDirectory
+    jwt: TokenVerifier | None  # the signed-bearer verifier, with --ws-auth signed-bearer-token
+
+    @property
+    def mode(self) -> str:
+        return SIGNED_BEARER_TOKEN if self.jwt is not None else CAPABILITY_TOKEN
+
+    def identify(self, token: str) -> tuple[str | None, str | None]:
+        """(principal, None) or (None, the 401 body)."""
+        if self.jwt is None:
+            name = self.directory.identify_token(token)
+            return (name, None) if name is not None else (None, INVALID_TOKEN)
+        refusal = self.jwt.verify(token)
+        if refusal is not None:
+            return None, refusal
+        sub = _subject(token)
+        name = self.directory.identify_subject(sub) if sub is not None else None
+        return (name, None) if name is not None else (None, INVALID_JWT)
+
+    def verify(self, token: str) -> str | None:
+        return self.identify(token)[1]
+
+
+class _Subject(msgspec.Struct, forbid_unknown_fields=False):
+    sub: str | None = None
+
+
+def _subject(token: str) -> str | None:
+    """The ``sub`` of a JWT whose signature was just verified (payload only)."""
+    try:
+        payload = jwt.PyJWS().decode_complete(token, options={"verify_signature": False})
+        return msgspec.json.decode(payload["payload"], type=_Subject).sub
+    except (jwt.PyJWTError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
 def _audience_matches(aud: str | list[str] | None, expected: str) -> bool:
     if isinstance(aud, str):
         return aud == expected
@@ -300,7 +375,10 @@ def make_upgrade_check(
     def check(request: HttpRequest) -> HttpResponse | None:
         token, refusal = bearer_token(request)
         if token is not None:
-            refusal = verifier.verify(token)
+            if isinstance(verifier, TenantVerifier):
+                request.admission.principal, refusal = verifier.identify(token)
+            else:
+                refusal = verifier.verify(token)
         if refusal is None:
             return None
         if on_reject is not None:

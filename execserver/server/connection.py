@@ -92,9 +92,13 @@ class Connection:
         peer: str,
         parse_error_prefix: str,
         write_now: WriteNow | None = None,
+        principal: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.peer = peer
+        # The tenant its credential named at the upgrade (None without --tenants):
+        # the only principal its initialize may create or resume a session for.
+        self.principal = principal
         self._send_frame = send_frame
         self._write_now = write_now
         self._parse_error_prefix = parse_error_prefix

@@ -17,7 +17,7 @@ from typing import Protocol
 from execserver.server.metrics import CONTENT_TYPE
 from execserver.server.runtime import ServerRuntime
 
-__all__ = ["Headers", "HttpRequest", "HttpResponse", "HttpSurface", "UpgradeCheck"]
+__all__ = ["Admission", "Headers", "HttpRequest", "HttpResponse", "HttpSurface", "UpgradeCheck"]
 
 NOT_AN_UPGRADE = "Connection header did not include 'upgrade'"
 
@@ -32,11 +32,20 @@ class Headers(Protocol):
     def __contains__(self, key: object, /) -> bool: ...
 
 
+@dataclass(slots=True)
+class Admission:
+    """What the upgrade checks learnt of the client, for the connection they admit:
+    with --tenants, the principal its credential names (None: no tenants)."""
+
+    principal: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
     path: str  # without the query string
     headers: Headers
     remote: str | None  # the peer's address, for the audit log
+    admission: Admission = field(default_factory=Admission)
 
 
 @dataclass(frozen=True, slots=True)

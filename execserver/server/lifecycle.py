@@ -16,6 +16,8 @@ from execserver import REFERENCE_VERSION, __version__
 from execserver.kernel.context import RequestContext
 from execserver.kernel.methods import MethodTable
 from execserver.server.connection import Connection
+from execserver.server.sessions import SessionRegistry
+from execserver.tenancy.directory import TenantDirectory, TenantGone
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
 from execserver.wire.errors import DRAINING_MESSAGE, EXECUTOR_DRAINING, RpcError
@@ -95,17 +97,41 @@ async def initialize(ctx: RequestContext, params: InitializeParams) -> Initializ
         raise RpcError.invalid_request("initialize may only be sent once per connection")
     runtime = conn.runtime
     sessions = runtime.sessions
+    principal = conn.principal
+    if principal is not None:
+        _check_tenant(runtime.resources.get(TenantDirectory), principal, params, sessions)
     if params.resume_session_id is not None:
-        session = sessions.resume(params.resume_session_id, conn)
+        session = sessions.resume(params.resume_session_id, conn, principal)
     elif runtime.draining:
         raise RpcError(EXECUTOR_DRAINING, DRAINING_MESSAGE)
     else:
-        session = sessions.create(conn)
+        session = sessions.create(conn, principal)
     conn.bind_session(session)
     for hook in list(session.on_attach):
         await hook(session)
     info = build_environment_info(runtime.methods.capabilities)
     return InitializeResponse(session_id=session.id, environment_info=info)
+
+
+def _check_tenant(
+    directory: TenantDirectory | None,
+    principal: str,
+    params: InitializeParams,
+    sessions: SessionRegistry,
+) -> None:
+    """A tenant removed since its upgrade gets no session; a new one counts against
+    its max_sessions."""
+    if directory is None:  # a principal without a directory: never served (fail closed)
+        raise RpcError.internal("no tenants table")
+    try:
+        profile = directory.profile(principal)
+    except TenantGone:
+        raise RpcError.invalid_request(f"tenant {principal} no longer exists") from None
+    if params.resume_session_id is None and profile.max_sessions is not None:
+        if sessions.count(principal) >= profile.max_sessions:
+            raise RpcError.invalid_request(
+                f"tenant {principal}: max_sessions {profile.max_sessions} reached"
+            )
 
 
 async def environment_info(ctx: RequestContext, params: Empty) -> EnvironmentInfo:

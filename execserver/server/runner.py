@@ -35,10 +35,12 @@ from execserver.server.audit import AuditLog
 from execserver.server.http_surface import HttpRequest, HttpResponse, UpgradeCheck
 from execserver.server.listen import ListenAddress, parse_listen
 from execserver.server.memory_tuning import freeze_startup_objects, tune_malloc
+from execserver.server.readopt import leave_keepers, open_keepers, readopt_sessions
 from execserver.server.runtime import ServerRuntime
 from execserver.server.sessions import SessionRegistry
 from execserver.server.transport_stdio import serve_stdio
 from execserver.server.transport_ws import WebsocketServer
+from execserver.tenancy.directory import TenantDirectory
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,8 @@ def build_runtime(config: ServerConfig) -> ServerRuntime:
     cgroups = open_process_cgroups(config.process_limits)
     if cgroups is not None:
         runtime.resources.provide(ProcessCgroups, cgroups)
+    # --state-dir: the keeper zygote (processes then outlive the daemon).
+    open_keepers(runtime)
     return runtime
 
 
@@ -170,6 +174,12 @@ class Server:
         # without it, however the Server was constructed.
         verifier = auth.startup_checks(config)
         self.runtime = build_runtime(config)
+        # --tenants: the live table the upgrade check identifies principals in and
+        # the services read profiles from; SIGHUP reloads it.
+        self.tenants: TenantDirectory | None = None
+        if isinstance(verifier, auth.TenantVerifier):
+            self.tenants = verifier.directory
+            self.runtime.resources.provide(TenantDirectory, verifier.directory)
         self._upgrade_checks = [
             *operational_checks(self.runtime, verifier),
             *(upgrade_checks or []),
@@ -220,8 +230,41 @@ class Server:
         tune_malloc()
         # Children must not inherit (possess) the keys of whoever started us.
         isolate_session_keyring()
-        with _signals_handled({signal.SIGTERM: self._on_sigterm, signal.SIGINT: self.stop}):
+        handlers = {signal.SIGTERM: self._on_sigterm, signal.SIGINT: self.stop}
+        if self.tenants is not None:
+            # Only with --tenants: without it SIGHUP keeps its default (as before).
+            handlers[signal.SIGHUP] = self.reload_tenants
+        with _signals_handled(handlers):
             return await self._run()
+
+    def reload_tenants(self) -> None:
+        """SIGHUP: read the tenants file again. A bad file is logged and the old table
+        kept; a removed tenant's connections are dropped and its sessions end (its
+        processes with them). A changed token is checked at the next upgrade."""
+        directory = self.tenants
+        if directory is None:
+            return
+        runtime = self.runtime
+        try:
+            table = directory.reload()
+        except ValueError as exc:
+            log.error("tenants file reload failed; keeping the previous table: %s", exc)
+            runtime.audit.emit("tenants.reload", ok=False, reason=str(exc))
+            return
+        names = frozenset(table.tenants)
+        removed: set[str] = set()
+        for conn in list(runtime.connections):
+            if conn.principal is not None and conn.principal not in names:
+                removed.add(conn.principal)
+                conn.abort("tenant removed")
+        for session in runtime.sessions.sessions():
+            if session.principal is not None and session.principal not in names:
+                removed.add(session.principal)
+                runtime.sessions.end(session)
+        log.info("tenants file reloaded: %d tenant(s)", len(names))
+        runtime.audit.emit(
+            "tenants.reload", ok=True, tenants=sorted(names), removed=sorted(removed)
+        )
 
     async def _run(self) -> int:
         log.info(
@@ -234,6 +277,8 @@ class Server:
         self.runtime.resources.provide(SandboxBackend, backend)
         if self.config.startup_probe:
             self._tasks.spawn(log_sandbox_report(backend), name="sandbox report")
+        # --state-dir: what a previous daemon left, detached until resumed or expired.
+        readopt_sessions(self.runtime)
         # Everything start-up imported and built stays: keep it out of full collections.
         frozen = freeze_startup_objects()
         log.debug("%d start-up objects frozen out of garbage collection", frozen)
@@ -245,6 +290,8 @@ class Server:
             # The probe, a drain still waiting, the stdin watch: stopped before the
             # runtime they use closes.
             await self._tasks.aclose()
+            # With --state-dir the processes stay with their keepers for the next daemon.
+            leave_keepers(self.runtime)
             await self.runtime.aclose()
 
     async def _run_stdio(self) -> int:

@@ -26,6 +26,10 @@ class OpenConnection(Protocol):
     which imports this module: a Protocol keeps the two acyclic): shutdown aborts
     every one."""
 
+    # The tenant it was admitted as (None without --tenants): a reload that removes
+    # the tenant aborts it.
+    principal: str | None
+
     def abort(self, reason: str) -> None: ...
 
 
@@ -54,7 +58,12 @@ class ServerRuntime:
 
     def __post_init__(self) -> None:
         self.limits = ServerLimits(self.config.limits)
-        self.telemetry = ServerTelemetry(self.audit, self.metrics, self.config.process_limits)
+        self.telemetry = ServerTelemetry(
+            self.audit,
+            self.metrics,
+            self.config.process_limits,
+            self.sessions.principal_of if self.config.tenants_file is not None else None,
+        )
         self.metrics.track_sessions(lambda: len(self.sessions))
         self.metrics.track_audit_drops(lambda: self.audit.dropped)
 

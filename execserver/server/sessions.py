@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from execserver.aio.tasks import TaskSet
 from execserver.kernel.scoped import ScopedState
+from execserver.tenancy.seat import TenantSeat
 from execserver.wire.errors import SESSION_ALREADY_ATTACHED, RpcError
 
 __all__ = ["AttachedConnection", "Session", "SessionRegistry"]
@@ -33,9 +34,14 @@ class AttachedConnection(Protocol):
 
 
 class Session:
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, principal: str | None = None) -> None:
         self.id = session_id
+        # The tenant that created it (None without --tenants); only it may resume it.
+        self.principal = principal
         self.state = ScopedState(f"session {session_id}")
+        if principal is not None:
+            # Where services find the principal (execserver.tenancy.seat.tenant_of).
+            self.state.get(TenantSeat, lambda: TenantSeat(principal))
         self.connection: AttachedConnection | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self.closed = False
@@ -78,6 +84,9 @@ class SessionRegistry:
         self._sessions: dict[str, Session] = {}
         # The closes of expired sessions (started from a timer callback).
         self._closing = TaskSet("session expiry", logger=log)
+        # The principals of sessions being closed: their processes' last audit
+        # records still name them.
+        self._closing_principals: dict[str, str | None] = {}
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -85,16 +94,20 @@ class SessionRegistry:
     def sessions(self) -> list[Session]:
         return list(self._sessions.values())
 
-    def create(self, conn: AttachedConnection) -> Session:
-        session = Session(str(uuid.uuid4()))
+    def create(self, conn: AttachedConnection, principal: str | None = None) -> Session:
+        session = Session(str(uuid.uuid4()), principal)
         self._sessions[session.id] = session
         session.connection = conn
         log.info("session %s opened", session.id)
         return session
 
-    def resume(self, session_id: str, conn: AttachedConnection) -> Session:
+    def resume(
+        self, session_id: str, conn: AttachedConnection, principal: str | None = None
+    ) -> Session:
         session = self._sessions.get(session_id)
-        if session is None or session.closed:
+        # Another principal's session is refused exactly as one that does not exist
+        # (same text, before the attached check): its existence is not told.
+        if session is None or session.closed or session.principal != principal:
             raise RpcError.invalid_request(f"unknown session id {session_id}")
         if session.connection is not None:
             raise RpcError(
@@ -108,6 +121,16 @@ class SessionRegistry:
         log.info("session %s resumed", session.id)
         return session
 
+    def restore(self, session: Session) -> Session:
+        """A session an earlier daemon left in --state-dir (server/readopt.py),
+        registered detached: its TTL runs from now, as if its connection had just
+        dropped."""
+        self._sessions[session.id] = session
+        loop = asyncio.get_running_loop()
+        session._expiry = loop.call_later(self._ttl_s, self._expire, session)
+        log.info("session %s restored; expires in %.0f s", session.id, self._ttl_s)
+        return session
+
     def detach(self, session: Session, conn: AttachedConnection) -> None:
         if session.connection is not conn:
             return
@@ -118,12 +141,45 @@ class SessionRegistry:
         session._expiry = loop.call_later(self._ttl_s, self._expire, session)
         log.info("session %s detached; expires in %.0f s", session.id, self._ttl_s)
 
+    def count(self, principal: str) -> int:
+        """The sessions (attached or detached) of ``principal``."""
+        return sum(1 for s in self._sessions.values() if s.principal == principal)
+
+    def principal_of(self, session_id: str | None) -> str | None:
+        if session_id is None:
+            return None
+        session = self._sessions.get(session_id)
+        if session is not None:
+            return session.principal
+        return self._closing_principals.get(session_id)
+
+    def _close(self, session: Session) -> None:
+        self._closing_principals[session.id] = session.principal
+
+        async def close() -> None:
+            try:
+                await session.aclose()
+            finally:
+                self._closing_principals.pop(session.id, None)
+
+        self._closing.spawn(close(), name=session.id)
+
+    def end(self, session: Session) -> None:
+        """Close ``session`` now (its tenant was removed): as an expiry, not waited for."""
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
+        if session._expiry is not None:
+            session._expiry.cancel()
+            session._expiry = None
+        log.info("session %s ended", session.id)
+        self._close(session)
+
     def _expire(self, session: Session) -> None:
         if session.connection is not None:
             return
         log.info("session %s expired", session.id)
         self._sessions.pop(session.id, None)
-        self._closing.spawn(session.aclose(), name=session.id)
+        self._close(session)
 
     async def aclose(self) -> None:
         sessions = list(self._sessions.values())

@@ -18,12 +18,26 @@ class ServerTelemetry:
     """Implements :class:`execserver.kernel.Telemetry` for one daemon."""
 
     def __init__(
-        self, audit: AuditLog, metrics: Metrics, process_limits: ProcessLimitsConfig
+        self,
+        audit: AuditLog,
+        metrics: Metrics,
+        process_limits: ProcessLimitsConfig,
+        principal_of: Callable[[str | None], str | None] | None = None,
     ) -> None:
-        self._audit = audit
+        # With --tenants, every record of a session names its principal too.
+        self._principal_of = principal_of
+        self._audit_log = audit
         self._metrics = metrics
         # Named in process.limit records so an operator sees which cap was hit.
         self._process_limits = process_limits
+
+    def _audit(self, event: str, **fields: Any) -> None:
+        principal_of = self._principal_of
+        if principal_of is not None:
+            principal = principal_of(fields.get("session"))
+            if principal is not None:
+                fields["principal"] = principal
+        self._audit_log.emit(event, **fields)
 
     def process_spawned(self) -> None:
         self._metrics.process_started()
@@ -38,7 +52,7 @@ class ServerTelemetry:
         tty: bool,
         sandbox: object | None,
     ) -> None:
-        self._audit.emit(
+        self._audit(
             "process.start",
             session=session_id,
             processId=process_id,
@@ -60,7 +74,7 @@ class ServerTelemetry:
         acct = process.accounting
         for stream, count in process.output_bytes.items():
             self._metrics.bytes_streamed.labels(stream).inc(count)
-        emit = self._audit.emit
+        emit = self._audit
         emit(
             "process.exit",
             session=session_id,
@@ -95,7 +109,7 @@ class ServerTelemetry:
 
     def fs_changed(self, session_id: str | None, op: str, path: str, **fields: Any) -> None:
         # Paths and sizes, never file contents.
-        self._audit.emit(f"fs.{op}", session=session_id, path=path, **fields)
+        self._audit(f"fs.{op}", session=session_id, path=path, **fields)
 
     def stream_counter(self, stream: str) -> Callable[[int], None]:
         counter = self._metrics.bytes_streamed.labels(stream)

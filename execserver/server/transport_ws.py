@@ -174,9 +174,10 @@ class WebsocketServer:
         """What picows does with an HTTP request: our listener (upgrade) or a response."""
         path = request.path.split(b"?", 1)[0].decode("latin-1")
         remote = peer[0] if isinstance(peer, tuple) and peer else None
-        response = self.surface.answer(HttpRequest(path, request.headers, remote))
+        http_request = HttpRequest(path, request.headers, remote)
+        response = self.surface.answer(http_request)
         if response is None:
-            return _Socket(self, format_peer(peer))
+            return _Socket(self, format_peer(peer), http_request.admission.principal)
         if response.status >= 400:
             reply = WSUpgradeResponse.create_error_response(
                 response.status, response.body, response.headers
@@ -314,10 +315,11 @@ class _Protocol(WSProtocol):  # type: ignore[misc]
 class _Socket(WSListener):
     """One websocket: frames in to its Connection, frames out to the socket."""
 
-    def __init__(self, server: WebsocketServer, peer: str) -> None:
+    def __init__(self, server: WebsocketServer, peer: str, principal: str | None = None) -> None:
         super().__init__()
         self._server = server
         self._peer = peer
+        self._principal = principal
         self._loop = asyncio.get_running_loop()
         self._max_message = server.runtime.config.max_message_bytes
         max_frame = server.runtime.config.limits.max_frame_bytes
@@ -362,6 +364,7 @@ class _Socket(WSListener):
             self._send_frame,
             write_now=self._write_now,
             peer=self._peer,
+            principal=self._principal,
             parse_error_prefix=(
                 "failed to parse websocket JSON-RPC message from exec-server websocket "
                 f"{self._peer}: "

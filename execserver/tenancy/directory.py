@@ -1,0 +1,72 @@
+"""The live tenant table: credential -> principal, replaced whole on reload.
+
+The websocket upgrade asks ``identify_token`` / ``identify_subject``; services ask
+``profile(name)`` on every request, so a reload's new ceilings apply at once and a
+removed tenant is refused even on a session that still exists. A reload that fails
+keeps the old table (the caller logs why).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+from collections import Counter
+
+from execserver.tenancy.profile import TenantProfile
+from execserver.tenancy.tenants_file import TenantTable, load_tenants
+
+__all__ = ["TenantDirectory", "TenantGone"]
+
+log = logging.getLogger(__name__)
+
+
+class TenantGone(LookupError):
+    """The principal is no longer in the tenants file (removed by a reload)."""
+
+
+class TenantDirectory:
+    def __init__(self, table: TenantTable, *, jwt: bool) -> None:
+        self._table = table
+        self._jwt = jwt
+        # Live processes per principal (max_processes): counted here, across sessions.
+        self.live_processes: Counter[str] = Counter()
+
+    @classmethod
+    def load(cls, path: str, *, jwt: bool) -> TenantDirectory:
+        return cls(load_tenants(path, jwt=jwt), jwt=jwt)
+
+    @property
+    def table(self) -> TenantTable:
+        return self._table
+
+    @property
+    def jwt(self) -> bool:
+        return self._jwt
+
+    def reload(self) -> TenantTable:
+        """Read the file again; raises TenantsFileError (the old table stays)."""
+        self._table = load_tenants(self._table.path, jwt=self._jwt)
+        return self._table
+
+    def names(self) -> frozenset[str]:
+        return frozenset(self._table.tenants)
+
+    def profile(self, name: str) -> TenantProfile:
+        found = self._table.tenants.get(name)
+        if found is None:
+            raise TenantGone(name)
+        return found
+
+    def identify_token(self, token: str) -> str | None:
+        """The principal whose token this is, or None. Every tenant's digest is
+        compared (constant time each), so timing tells nothing of which matched."""
+        presented = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+        found: str | None = None
+        for digest, name in self._table.by_token.items():
+            if hmac.compare_digest(presented, digest):
+                found = name
+        return found
+
+    def identify_subject(self, sub: str) -> str | None:
+        return self._table.by_sub.get(sub)
