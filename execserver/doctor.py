@@ -258,6 +258,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     report = build_report(backend, cgroup_root=root)
     cgroups = cgroup_checks(root)
     report.extra_sections[CGROUP_SECTION] = cgroup_lines(cgroups)
+    if getattr(args, "tenants", None):
+        from execserver.tenancy.report import TenantsFileError, load_for_report, principal_lines
+
+        try:
+            table = load_for_report(args.tenants)
+        except TenantsFileError as exc:
+            sys.stderr.write(f"Error: {exc}\n")
+            return 1
+        report.extra_sections["principals (--tenants)"] = principal_lines(table)
     required = set(args.require or [])
     missing = sorted(name for name in required if not report.status(name))
     if args.json:
@@ -292,5 +301,10 @@ def add_doctor_parser(
         ),
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--tenants",
+        metavar="PATH",
+        help="also check this tenants file and print each principal and what it may do",
+    )
     p.set_defaults(func=cmd_doctor)
     return p

@@ -17,6 +17,8 @@ from execserver.http_request.streams import BODY_ERROR, HttpStreams
 from execserver.http_request.validate import check_method, grouped, parse_url, resolve_headers
 from execserver.kernel.context import RequestContext
 from execserver.kernel.methods import MethodTable
+from execserver.tenancy.http import check_http_request
+from execserver.tenancy.seat import tenant_of
 from execserver.wire import methods as m
 from execserver.wire.errors import RpcError
 from execserver.wire.http import (
@@ -69,6 +71,9 @@ async def http_request(ctx: RequestContext, call: HttpCall) -> HttpRequestRespon
 async def _http_request(ctx: RequestContext, call: HttpCall) -> HttpRequestResponse:
     request = _prepare(call)
     params = call.params
+    tenant = tenant_of(ctx)
+    if tenant is not None:
+        check_http_request(tenant, request.url.host, follow=request.follow_redirects)
     if params.timeout_ms == 0:
         # The reference's outer (route-aware) timer wins over reqwest's at zero.
         raise RpcError.internal("http/request failed: route-aware request timed out")

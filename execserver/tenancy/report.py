@@ -1,0 +1,63 @@
+"""The table of principals and what each may do, for ``execserver doctor --tenants``:
+an operator reads the ceilings as the daemon will enforce them (accounts resolved,
+roots canonical), before a tenant finds out by a refusal."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+
+from execserver.tenancy.profile import TenantProfile
+from execserver.tenancy.tenants_file import TenantsFileError, TenantTable, load_tenants
+
+__all__ = ["TenantsFileError", "load_for_report", "principal_lines"]
+
+
+def load_for_report(path: str) -> TenantTable:
+    """Load ``path`` as ``serve`` would: with signed bearer tokens when its tenants
+    name JWT subjects (the doctor has no --ws-auth to tell)."""
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError):
+        document = {}  # load_tenants says what is wrong with it
+    section = document.get("tenants")
+    jwt = isinstance(section, dict) and any(
+        isinstance(entry, dict) and "jwt_sub" in entry for entry in section.values()
+    )
+    return load_tenants(path, jwt=jwt)
+
+
+def _http(profile: TenantProfile) -> str:
+    allowed = profile.http_request
+    if allowed is True:
+        return "any host"
+    if allowed is False:
+        return "no"
+    return ", ".join(allowed)
+
+
+def principal_lines(table: TenantTable) -> list[str]:
+    lines: list[str] = []
+    privileged = os.geteuid() == 0
+    for profile in table.tenants.values():
+        account = profile.credentials
+        via = f"jwt sub {profile.jwt_sub}" if profile.jwt_sub is not None else "token sha256"
+        readable = profile.readable_roots
+        lines += [
+            f"  {profile.name} ({via}): runs as {account.user} "
+            f"(uid {account.uid}, gid {account.gid}, groups {list(account.groups)})",
+            f"    sandbox {profile.sandbox}; network {profile.network}; "
+            f"http/request {_http(profile)}",
+            f"    writes: {', '.join(profile.writable_roots) or 'nowhere'}; reads: "
+            + ("anything its account can read" if readable is None else ", ".join(readable)),
+            f"    max processes {profile.max_processes or 'unlimited'}, "
+            f"max sessions {profile.max_sessions or 'unlimited'}; forced env: "
+            + (", ".join(sorted(profile.env)) or "none"),
+        ]
+    lines.append(
+        "  the daemon runs as root: it can run each tenant as its account"
+        if privileged
+        else "  the daemon is not root: only tenants of its own uid can be served"
+    )
+    return lines
