@@ -48,6 +48,12 @@ class OutputLog:
     def last_seq(self) -> int:
         return self.next_seq - 1
 
+    @property
+    def first_seq(self) -> int | None:
+        """The seq of the oldest chunk retained (None: none is)."""
+        chunks = self._chunks
+        return chunks[self._head].seq if len(chunks) > self._head else None
+
     def append(self, stream: str, data: bytes) -> int:
         seq = self.next_seq
         self.next_seq = seq + 1

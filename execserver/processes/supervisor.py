@@ -30,6 +30,7 @@ from execserver.processes.tree import (
 
 if TYPE_CHECKING:
     from execserver.containment import ProcessCgroup
+    from execserver.processes.keepers import KeeperHost
 
 __all__ = ["Supervisor"]
 
@@ -53,7 +54,10 @@ STRAY_SWEEP_S = 2.0
 
 
 class Supervisor:
-    def __init__(self) -> None:
+    def __init__(self, keepers: KeeperHost | None = None) -> None:
+        # With --state-dir: the process keepers (the processes they hold are theirs
+        # to reap and kill; the supervisor only keeps its hands off them).
+        self.keepers = keepers
         self.subreaper = enable_subreaper()
         if not self.subreaper:
             log.warning("PR_SET_CHILD_SUBREAPER unavailable; setsid escapees may outlive sessions")
@@ -147,6 +151,9 @@ class Supervisor:
         if self._trees:
             self._schedule(0.05)  # reap what the kill left to us
 
+    def _spared(self) -> set[int]:
+        return self.keepers.keeper_pids() if self.keepers is not None else set()
+
     def _schedule(self, delay: float = SWEEP_INTERVAL_S) -> None:
         if self._closed:
             return
@@ -166,7 +173,7 @@ class Supervisor:
         reap_orphans(self._trees, table)
         self._stray_zombies, self._strays_running = reap_stray_zombies(
             table,
-            claimed_pids(self._trees),
+            claimed_pids(self._trees) | self._spared(),
             self._stray_zombies,
             asyncio.get_running_loop().time(),
         )
@@ -190,7 +197,7 @@ class Supervisor:
         kill_trees(list(self._trees), list(self._trees))
         # Whatever still descends from the daemon now (an escapee nobody could
         # attribute) dies too: nothing may outlive the daemon.
-        kill_all_descendants()
+        kill_all_descendants(self._spared())
         # Reap what we inherited; a SIGKILLed process dies within milliseconds.
         for _ in range(50):
             table = read_proc_table()

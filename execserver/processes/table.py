@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 from execserver.config import LimitsConfig
-from execserver.containment import ProcessCgroups
+from execserver.containment import ProcessCgroup, ProcessCgroups
+from execserver.keeper.client import KeeperGone
 from execserver.kernel.limits import check_below
 from execserver.kernel.peer import SessionHandle
 from execserver.kernel.telemetry import Telemetry
+from execserver.processes.kept import KeptProcess
 from execserver.processes.launch import spawn
 from execserver.processes.managed import DenialClassifier, ManagedProcess
 from execserver.processes.supervisor import Supervisor
@@ -84,6 +87,9 @@ class ProcessTable:
         ``program``: the name the log gives the process, the requested argv[0]
         (a sandboxed plan execs bwrap or the launcher, not the program)."""
         self.check_available(process_id)
+        keepers = self._supervisor.keepers
+        if keepers is not None and keepers.accepts(plan):
+            return self._start_kept(process_id, plan, classify_denial, program)
         if self._containment is None:
             spawned = spawn(plan)
             tree = self._supervisor.track(spawned.pid, plan.env)
@@ -121,6 +127,114 @@ class ProcessTable:
             self._telemetry.process_spawned()
         return proc
 
+    def _start_kept(
+        self,
+        process_id: str,
+        plan: LaunchPlan,
+        classify_denial: DenialClassifier | None,
+        program: str | None,
+    ) -> ManagedProcess:
+        """``start`` with --state-dir: the child is a keeper's (execserver/keeper/)."""
+        keepers = self._supervisor.keepers
+        assert keepers is not None
+        name = program if program is not None else plan.executable
+        cgroup: ProcessCgroup | None = None
+        if self._containment is not None:
+            try:
+                cgroup = self._containment.create()
+            except OSError as exc:
+                plan.close()
+                raise RpcError.internal(
+                    f"cannot create the process's resource-limit cgroup: {exc.strerror}"
+                ) from None
+        try:
+            link, answer, directory = keepers.spawn(
+                self._session.id,
+                getattr(self._session, "principal", None),
+                process_id,
+                plan,
+                program=name,
+                cgroups=cgroup.directories if cgroup is not None else [],
+            )
+        except BaseException:
+            if cgroup is not None:
+                cgroup.remove()
+            raise
+        proc = self._kept(
+            process_id,
+            link,
+            directory,
+            pid=int(answer["pid"]),
+            tty=plan.tty,
+            pipe_stdin=plan.pipe_stdin,
+            program=name,
+            classify_denial=classify_denial,
+        )
+        if self._telemetry is not None:
+            self._telemetry.process_spawned()
+        return proc
+
+    def _kept(
+        self,
+        process_id: str,
+        link: socket.socket,
+        directory: str,
+        *,
+        pid: int,
+        tty: bool,
+        pipe_stdin: bool,
+        program: str,
+        classify_denial: DenialClassifier | None,
+    ) -> KeptProcess:
+        keepers = self._supervisor.keepers
+        assert keepers is not None
+        session_id = self._session.id
+        proc = KeptProcess(
+            process_id,
+            link,
+            pid=pid,
+            tty=tty,
+            pipe_stdin=pipe_stdin,
+            directory=directory,
+            session=self._session,
+            supervisor=self._supervisor,
+            program=program,
+            retained_bytes=self._retained_bytes,
+            classify_denial=classify_denial,
+            on_closed=self._on_closed,
+            on_exited=self._on_exited,
+            on_released=lambda p: keepers.released(session_id, p.process_id, p.directory),
+            leaving=lambda: keepers.leaving,
+        )
+        self._procs[process_id] = proc
+        return proc
+
+    def readopt(self, process_id: str, name: str) -> ManagedProcess | None:
+        """A process a previous daemon started (--state-dir): reconnected to its keeper,
+        which replays its journal, so its log and seqs are what they were. None if
+        its keeper is gone (it is dropped from the session's file)."""
+        keepers = self._supervisor.keepers
+        assert keepers is not None
+        try:
+            link, meta, directory = keepers.adopt(self._session.id, name)
+        except KeeperGone as exc:
+            log.warning("process %s of session %s is gone: %s", process_id, self._session.id, exc)
+            keepers.forget_session(self._session.id, process_id)
+            return None
+        proc = self._kept(
+            process_id,
+            link,
+            directory,
+            pid=int(meta["pid"]),
+            tty=bool(meta["tty"]),
+            pipe_stdin=bool(meta["pipe_stdin"]),
+            program=str(meta.get("program") or ""),
+            classify_denial=None,
+        )
+        if self._telemetry is not None:
+            self._telemetry.process_spawned()  # balanced by its exit, replayed or to come
+        return proc
+
     def _on_exited(self, proc: ManagedProcess) -> None:
         if self._telemetry is not None:
             self._telemetry.process_exited(proc)
@@ -156,3 +270,6 @@ class ProcessTable:
         for tree in self._leftover_trees:
             self._supervisor.kill(tree)
         self._leftover_trees.clear()
+        keepers = self._supervisor.keepers
+        if keepers is not None:
+            keepers.session_closed(self._session.id)

@@ -466,12 +466,15 @@ def settle_unread(tree: ProcessTree) -> list[int]:
     return attributed
 
 
-def kill_all_descendants() -> None:
-    """Daemon shutdown: SIGKILL every descendant of this process."""
+def kill_all_descendants(spared: Iterable[int] = ()) -> None:
+    """Daemon shutdown: SIGKILL every descendant of this process but ``spared`` and
+    their own descendants (the process keepers of ``--state-dir``)."""
     me = os.getpid()
+    spared = set(spared)
     for _ in range(3):
         table = read_proc_table()
-        targets = [p for p in descendants([me], table) if table[p].state != "Z"]
+        keep = spared | descendants(spared, table)
+        targets = [p for p in descendants([me], table) if table[p].state != "Z" and p not in keep]
         if not targets:
             return
         for pid in targets:

@@ -1,0 +1,130 @@
+"""The daemon's side of the keepers: the zygote, spawn requests, reconnection.
+
+Blocking calls, made on the event loop on purpose: a spawn is answered by the
+keeper once its child was exec'ed (about as long as ``Popen`` takes in the
+daemon without keepers), and ``ProcessTable.start`` must register the process
+with no await between the fork and the registration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from execserver.keeper.program import FRAME, KIND_INFO, SOCKET_NAME, short_path
+
+__all__ = ["PROGRAM", "KeeperGone", "Zygote", "connect_keeper", "read_answer", "send_line"]
+
+PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "program.py")
+# How long a keeper may take to answer (its child exec'ed, or why not).
+ANSWER_TIMEOUT_S = 10.0
+
+
+class KeeperGone(OSError):
+    """The keeper (or the zygote) is not there, or hung up before answering."""
+
+
+def read_answer(sock: socket.socket, timeout: float = ANSWER_TIMEOUT_S) -> dict[str, Any]:
+    """The keeper's first frame on a new link (seq 0, kind info): blocking, bounded."""
+    sock.settimeout(timeout)
+    try:
+        head = _recv_exactly(sock, FRAME.size)
+        seq, kind, length = FRAME.unpack(head)
+        if seq != 0 or kind != KIND_INFO:
+            raise KeeperGone("the keeper's first frame is not its answer")
+        answer: dict[str, Any] = json.loads(_recv_exactly(sock, length))
+        return answer
+    except TimeoutError:
+        raise KeeperGone("the keeper did not answer") from None
+    finally:
+        sock.setblocking(False)
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise KeeperGone("the keeper hung up")
+        data += chunk
+    return data
+
+
+class Zygote:
+    """The one ``python -I -S program.py zygote`` process, started with the daemon:
+    forking a keeper from it costs about a millisecond, a fresh interpreter ~15 ms."""
+
+    def __init__(self) -> None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._popen = subprocess.Popen(
+                [sys.executable, "-I", "-S", PROGRAM, "zygote", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                # Not the daemon's stdout/stderr: keepers outlive it, and its pipes
+                # (a supervisor's, a test's) must end with it.
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={},
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        self._ctl = mine
+        self.pid = self._popen.pid
+
+    def spawn(self, request: dict[str, Any], pass_fds: Sequence[int]) -> socket.socket:
+        """A new keeper running ``request``'s plan; its link, once it answered."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            try:
+                socket.send_fds(
+                    self._ctl, [json.dumps(request).encode()], [theirs.fileno(), *pass_fds]
+                )
+            except OSError as exc:
+                raise KeeperGone(f"the keeper zygote is gone: {exc}") from None
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        return mine
+
+    def close(self) -> None:
+        """The zygote exits (keepers it forked live on)."""
+        self._ctl.close()
+        try:
+            self._popen.wait(5)
+        except subprocess.TimeoutExpired:
+            self._popen.kill()
+            self._popen.wait()
+
+
+def connect_keeper(directory: str) -> socket.socket:
+    """A link to the keeper of the process in ``directory`` (a previous daemon's)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with short_path(directory, SOCKET_NAME) as path:
+            sock.connect(path)
+    except OSError as exc:
+        sock.close()
+        raise KeeperGone(str(exc)) from None
+    sock.setblocking(False)
+    return sock
+
+
+def send_line(sock: socket.socket, message: dict[str, Any]) -> None:
+    """A small command, sent whole (blocking briefly if the keeper's buffer is full)."""
+    data = json.dumps(message).encode() + b"\n"
+    sock.setblocking(True)
+    try:
+        with contextlib.suppress(OSError):
+            sock.sendall(data)
+    finally:
+        sock.setblocking(False)

@@ -1,0 +1,971 @@
+"""The process keeper: one per process, the child's parent instead of the daemon.
+
+Run as ``python -I -S program.py zygote FD`` (stdlib only, no site, no
+execserver import: the same reasons as sandbox/launcher.py, and start-up cost).
+That process is the *zygote*: the daemon starts it once, and for each spawn
+request on the SOCK_SEQPACKET socket FD (a JSON message and, by SCM_RIGHTS,
+the daemon's end of a fresh link socketpair plus the plan's ``pass_fds``) it
+forks a *keeper*, which:
+
+* sets ``PR_SET_CHILD_SUBREAPER`` (setsid and double-fork escapees of the child
+  are re-parented to it, not to init) and ``PR_SET_DUMPABLE`` 0 (nothing of
+  the daemon's uid may ptrace it or read its /proc fds), starts its own session;
+* execs the plan with Popen exactly as ``processes.launch.spawn`` does (pipes,
+  or a 24x80 pty as the child's controlling terminal; the plan's credentials;
+  into its cgroup before exec when the request names one; only 0-2 and
+  ``pass_fds`` are inherited), reaps it and records its exit;
+* appends every chunk of its output to a journal of fixed-size segment files
+  under its process directory *before* it forwards the same bytes to the daemon,
+  so a daemon killed at any instant loses nothing; the daemon acknowledges what
+  it no longer needs, acknowledged segments are deleted, and when
+  ``budget`` bytes are unacknowledged the keeper stops reading the child
+  (back-pressure: the child blocks on a full pipe);
+* serves one daemon at a time on its link: first the socketpair, later a
+  re-adopting daemon on ``keeper.sock`` in the process directory (0700; the
+  peer must have the keeper's uid and must not be one of its own descendants);
+* when no daemon is connected for ``ttl`` seconds, kills the child's whole tree
+  (``cgroup.kill`` when it has a cgroup, its process group and every
+  descendant) and exits, removing its files: never an orphan.
+
+Why a copy of launch.py's few lines (pipes, pty size, controlling tty) rather
+than an import: processes.launch imports the sandbox planner and wire/ (msgspec),
+which a ``-I -S`` program cannot and must not load.
+
+Keeper -> daemon: frames ``<QBI`` (seq, kind, length) + payload, the journal's
+own bytes (sent with sendfile from the segment files). Kinds: output
+(stdout/stderr/pty), exit (JSON), closed, and info (seq 0, JSON: the spawn's
+answer). Daemon -> keeper: JSON lines, see ``Keeper._command``.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+# typing costs milliseconds to import at every start: for the checker only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+__all__ = [
+    "FRAME",
+    "KIND_CLOSED",
+    "KIND_EXIT",
+    "KIND_INFO",
+    "KIND_PTY",
+    "KIND_STDERR",
+    "KIND_STDOUT",
+    "META_NAME",
+    "SOCKET_NAME",
+    "STREAM_KINDS",
+    "main",
+    "short_path",
+]
+
+FRAME = struct.Struct("<QBI")
+KIND_STDOUT, KIND_STDERR, KIND_PTY, KIND_EXIT, KIND_CLOSED, KIND_INFO = 0, 1, 2, 3, 4, 5
+STREAM_KINDS = {"stdout": KIND_STDOUT, "stderr": KIND_STDERR, "pty": KIND_PTY}
+SOCKET_NAME = "keeper.sock"
+META_NAME = "meta.json"
+JOURNAL_DIR = "journal"
+SEGMENT_BYTES = 1 << 20
+# The reference's chunk sizes (processes/output.py): pipes <= 8192, a pty <= 4095.
+PIPE_CHUNK = 8192
+PTY_CHUNK = 4095
+CHUNKS_PER_READ = 8
+READS_PER_WAKEUP = 4
+DRAIN_READS = 16
+# The reference's pseudo-terminal is 24 rows x 80 columns (processes/launch.py).
+PTY_ROWS = 24
+PTY_COLS = 80
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+# A keeper's received fds are first moved up here, out of the way of the plan's
+# own fd numbers (which its argv may name).
+HIGH_FD = 900
+
+
+def _prctl(option: int, value: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+
+
+def _remove_tree(path: str) -> None:
+    if not os.path.isdir(path):
+        return
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            try:
+                os.unlink(os.path.join(root, name))
+            except OSError:
+                pass
+        for name in dirs:
+            try:
+                os.rmdir(os.path.join(root, name))
+            except OSError:
+                pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (from /proc; zombies excluded)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if fields[0] == b"Z":
+            continue
+        children.setdefault(int(fields[1]), []).append(int(name))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for pid in children.get(todo.pop(), ()):
+            found.append(pid)
+            todo.append(pid)
+    return found
+
+
+def _is_descendant(pid: int, ancestor: int) -> bool:
+    for _ in range(4096):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            return False
+        pid = int(stat[stat.rfind(b")") + 2 :].split()[1])
+    return False
+
+
+class short_path:
+    """``directory/name`` as a path short enough for a unix socket address (108
+    bytes): through an fd of the directory, ``/proc/self/fd/N/name``."""
+
+    def __init__(self, directory: str, name: str) -> None:
+        self._fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._path = f"/proc/self/fd/{self._fd}/{name}"
+
+    def __enter__(self) -> str:
+        return self._path
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self._fd)
+
+
+class Journal:
+    """Fixed-size segment files ``<first seq>.seg`` holding the frames in order."""
+
+    def __init__(self, directory: str) -> None:
+        self.dir = directory
+        os.mkdir(directory, 0o700)
+        # [first_seq, last_seq, fd, size] per segment, oldest first.
+        self.segments: list[list[int]] = []
+        self.acked = 0
+
+    def append(self, frames: list[bytes], first_seq: int, last_seq: int) -> None:
+        seg = self.segments[-1] if self.segments else None
+        if seg is None or seg[3] >= SEGMENT_BYTES:
+            path = os.path.join(self.dir, f"{first_seq:020d}.seg")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            seg = [first_seq, last_seq, fd, 0]
+            self.segments.append(seg)
+        written = os.writev(seg[2], frames)
+        total = sum(len(f) for f in frames)
+        while written < total:  # a regular file takes it all; a full disk raises
+            rest = b"".join(frames)[written:]
+            written += os.write(seg[2], rest)
+        seg[1] = last_seq
+        seg[3] += total
+
+    def ack(self, seq: int) -> None:
+        self.acked = max(self.acked, seq)
+        while len(self.segments) > 1 and self.segments[0][1] <= self.acked:
+            first, _, fd, _ = self.segments.pop(0)
+            os.close(fd)
+            try:
+                os.unlink(os.path.join(self.dir, f"{first:020d}.seg"))
+            except OSError:
+                pass
+
+    def unacked_bytes(self) -> int:
+        return sum(seg[3] for seg in self.segments)
+
+    def position_of(self, seq: int) -> tuple[int, int]:
+        """(segment index, byte offset) of the first frame with a seq >= ``seq``."""
+        for index, seg in enumerate(self.segments):
+            if seg[1] < seq:
+                continue
+            offset = 0
+            while offset < seg[3]:
+                head = os.pread(seg[2], FRAME.size, offset)
+                frame_seq, _, length = FRAME.unpack(head)
+                if frame_seq >= seq:
+                    return index, offset
+                offset += FRAME.size + length
+            return index, offset
+        if not self.segments:
+            return 0, 0
+        return len(self.segments) - 1, self.segments[-1][3]
+
+
+class Link:
+    """The daemon's connection: JSON lines in, journal bytes out."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.inbox = b""
+        # Where the next byte to send is: an index into Journal.segments (kept
+        # right as segments are dropped) and an offset in it.
+        self.segment = 0
+        self.offset = 0
+        self.extra = b""  # bytes sent before the journal's (the spawn answer)
+
+
+class Keeper:
+    def __init__(self, request: dict[str, Any], link: socket.socket, pass_fds: list[int]) -> None:
+        self.request = request
+        self.dir: str = request["dir"]
+        self.ttl: float = float(request["ttl"])
+        self.drain_timeout: float = float(request["drain"])
+        self.budget: int = int(request["budget"])
+        self.cgroups: list[str] = list(request.get("cgroups") or ())
+        self.pass_fds = pass_fds
+        self.sel = selectors.DefaultSelector()
+        self.link: Link | None = Link(link)
+        self.listener: socket.socket | None = None
+        self.journal: Journal | None = None
+        self.seq = 0  # last seq taken
+        self.child: subprocess.Popen[bytes] | None = None
+        self.pid = 0
+        self.tty = bool(request["plan"]["tty"])
+        self.streams: dict[int, str] = {}
+        self.paused = False
+        self.master: int | None = None
+        self.held_master: int | None = None
+        self.stdin_fd: int | None = None
+        self.stdin_queue: list[bytes] = []
+        self.stdin_waiting = False
+        self.exited = False
+        self.closed = False
+        self.abandon = False
+        self.drain_deadline: float | None = None
+        self.drain_mark = 0
+        self.orphan_deadline: float | None = None
+        self.done = False
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.wake_r = wake_r
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        # The daemon's process-group signals and a hang-up are not for the keeper.
+        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_IGN)
+        # SIGTERM (an operator's, a test's): end it now, as the TTL would.
+        self.stop_requested = False
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    # ---- start -------------------------------------------------------------------
+
+    def start(self) -> None:
+        plan = self.request["plan"]
+        try:
+            self._spawn(plan)
+        except OSError as exc:
+            self._answer({"ok": False, "errno": exc.errno or errno.EIO})
+            raise SystemExit(0) from None
+        except subprocess.SubprocessError:
+            self._answer({"ok": False, "placement": True})
+            raise SystemExit(0) from None
+        for fd in self.pass_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.journal = Journal(os.path.join(self.dir, JOURNAL_DIR))
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            with short_path(self.dir, SOCKET_NAME) as path:
+                listener.bind(path)
+        finally:
+            os.umask(old)
+        listener.listen(4)
+        listener.setblocking(False)
+        self.listener = listener
+        meta = {
+            "keeper": os.getpid(),
+            "pid": self.pid,
+            "tty": self.tty,
+            "pipe_stdin": bool(plan["pipe_stdin"]),
+            "process_id": self.request.get("process_id"),
+            "program": self.request.get("program"),
+            "started": time.time(),
+        }
+        _write_atomic(os.path.join(self.dir, META_NAME), json.dumps(meta).encode())
+        self._answer({"ok": True, "pid": self.pid, "keeper": os.getpid()})
+        self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+        self.sel.register(listener, selectors.EVENT_READ, "accept")
+        for fd in self.streams:
+            self.sel.register(fd, selectors.EVENT_READ, "out")
+        assert self.link is not None
+        self.sel.register(self.link.sock, selectors.EVENT_READ, "link")
+        self._flush()
+
+    def _answer(self, answer: dict[str, Any]) -> None:
+        payload = json.dumps(answer).encode()
+        assert self.link is not None
+        self.link.extra = FRAME.pack(0, KIND_INFO, len(payload)) + payload
+        if not answer.get("ok"):
+            self.link.sock.setblocking(True)
+            self.link.sock.sendall(self.link.extra)
+
+    def _identity(self, plan: dict[str, Any]) -> dict[str, Any]:
+        creds = plan.get("credentials")
+        if not creds:
+            return {}
+        return {"user": creds["uid"], "group": creds["gid"], "extra_groups": list(creds["groups"])}
+
+    def _spawn(self, plan: dict[str, Any]) -> None:
+        places = [
+            os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+            for d in self.cgroups
+        ]
+
+        def place() -> None:  # pragma: no cover - runs in the forked child
+            for fd in places:
+                os.write(fd, b"0")
+
+        common: dict[str, Any] = dict(
+            executable=plan["executable"],
+            cwd=plan["cwd"],
+            env=plan["env"],
+            start_new_session=True,
+            pass_fds=tuple(self.pass_fds),
+            **self._identity(plan),
+        )
+        try:
+            if plan["tty"]:
+                self._spawn_pty(plan, place if places else None, common)
+            else:
+                self._spawn_pipes(plan, place if places else None, common)
+        finally:
+            for fd in places:
+                os.close(fd)
+
+    def _spawn_pipes(
+        self, plan: dict[str, Any], place: Callable[[], None] | None, common: dict[str, Any]
+    ) -> None:
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        mine, theirs = [out_r, err_r], [out_w, err_w]
+        stdin_arg: int = subprocess.DEVNULL
+        if plan["pipe_stdin"]:
+            in_r, in_w = os.pipe2(os.O_CLOEXEC)
+            stdin_arg = in_r
+            mine.append(in_w)
+            theirs.append(in_r)
+            self.stdin_fd = in_w
+        try:
+            self.child = subprocess.Popen(
+                plan["argv"],
+                stdin=stdin_arg,
+                stdout=out_w,
+                stderr=err_w,
+                preexec_fn=place,
+                **common,
+            )
+        except BaseException:
+            for fd in mine + theirs:
+                os.close(fd)
+            self.stdin_fd = None
+            raise
+        for fd in theirs:
+            os.close(fd)
+        for fd in mine:
+            os.set_blocking(fd, False)
+        self.pid = self.child.pid
+        self.streams = {out_r: "stdout", err_r: "stderr"}
+
+    def _spawn_pty(
+        self, plan: dict[str, Any], place: Callable[[], None] | None, common: dict[str, Any]
+    ) -> None:
+        def child_setup() -> None:  # pragma: no cover - runs in the forked child
+            if place is not None:
+                place()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        master, slave = os.openpty()
+        try:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", PTY_ROWS, PTY_COLS, 0, 0))
+            self.child = subprocess.Popen(
+                plan["argv"],
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                preexec_fn=child_setup,
+                **common,
+            )
+        except BaseException:
+            os.close(master)
+            os.close(slave)
+            raise
+        os.close(slave)
+        os.set_blocking(master, False)
+        self.pid = self.child.pid
+        self.master = master
+        self.stdin_fd = master
+        self.streams = {master: "pty"}
+
+    # ---- the loop ------------------------------------------------------------------
+
+    def run(self) -> None:
+        while not self.done:
+            timeout = 1.0
+            now = time.monotonic()
+            for deadline in (self.orphan_deadline, self.drain_deadline):
+                if deadline is not None:
+                    timeout = min(timeout, max(0.0, deadline - now))
+            for key, mask in self.sel.select(timeout):
+                what = key.data
+                if what == "out":
+                    self._on_output(key.fd)
+                elif what == "link":
+                    if mask & selectors.EVENT_READ:
+                        self._on_link_readable()
+                    if self.link is not None and mask & selectors.EVENT_WRITE:
+                        self._flush()
+                elif what == "accept":
+                    self._on_accept()
+                elif what == "wake":
+                    try:
+                        while os.read(self.wake_r, 512):
+                            pass
+                    except BlockingIOError:
+                        pass
+                elif what == "stdin":
+                    self._flush_stdin()
+                if self._stopped():
+                    break
+            if self._stopped():
+                break
+            self._reap()
+            now = time.monotonic()
+            if self.drain_deadline is not None and now >= self.drain_deadline:
+                self._drain_expired()
+            if self.stop_requested or (
+                self.orphan_deadline is not None and now >= self.orphan_deadline
+            ):
+                self._finish()  # nobody came back: nothing of ours may stay
+                self._remove_session_if_last()
+                break
+            self._update_reading()
+        self.sel.close()
+
+    def _stopped(self) -> bool:
+        return self.done
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        del signum, frame
+        self.stop_requested = True
+
+    # ---- output ----------------------------------------------------------------------
+
+    def _on_output(self, fd: int) -> None:
+        stream = self.streams.get(fd)
+        if stream is not None:
+            self._read(fd, stream, READS_PER_WAKEUP)
+            self._flush()
+
+    def _read(self, fd: int, stream: str, max_reads: int) -> None:
+        size = PTY_CHUNK if stream == "pty" else PIPE_CHUNK
+        want = size * CHUNKS_PER_READ
+        kind = STREAM_KINDS[stream]
+        for _ in range(max_reads):
+            if self._over_budget():
+                return
+            try:
+                data = os.read(fd, want)
+            except BlockingIOError:
+                return
+            except OSError:  # EIO: the pty's last slave fd closed
+                data = b""
+            if not data:
+                self._close_stream(fd)
+                return
+            frames: list[bytes] = []
+            first = self.seq + 1
+            for start in range(0, len(data), size):
+                piece = data[start : start + size]
+                self.seq += 1
+                frames.append(FRAME.pack(self.seq, kind, len(piece)))
+                frames.append(piece)
+            assert self.journal is not None
+            self.journal.append(frames, first, self.seq)
+            if len(data) < want:
+                return
+
+    def _event(self, kind: int, payload: bytes = b"") -> None:
+        self.seq += 1
+        assert self.journal is not None
+        self.journal.append([FRAME.pack(self.seq, kind, len(payload)), payload], self.seq, self.seq)
+        self._flush()
+
+    def _over_budget(self) -> bool:
+        assert self.journal is not None
+        return self.journal.unacked_bytes() >= self.budget
+
+    def _update_reading(self) -> None:
+        pause = self._over_budget()
+        if pause == self.paused:
+            return
+        self.paused = pause
+        for fd in self.streams:
+            if pause:
+                self.sel.unregister(fd)
+            else:
+                self.sel.register(fd, selectors.EVENT_READ, "out")
+
+    def _close_stream(self, fd: int) -> None:
+        if self.streams.pop(fd, None) is None:
+            return
+        if fd in self.sel.get_map():
+            self.sel.unregister(fd)
+        if fd == self.master:
+            self._close_stdin()
+            if not self.exited:
+                # Closing the master now would hang up the terminal and SIGHUP a
+                # child that merely closed its stdio: held until it was reaped.
+                self.held_master = fd
+            else:
+                os.close(fd)
+        else:
+            os.close(fd)
+        if self.exited and not self.streams:
+            self._mark_closed()
+
+    def _abandon_streams(self) -> None:
+        self.drain_deadline = None
+        for fd in list(self.streams):
+            self._close_stream(fd)
+        if self.exited and not self.closed:
+            self._mark_closed()
+
+    def _drain_expired(self) -> None:
+        # Only a silent holder of the pipes (a daemonised grandchild) is cut off.
+        if self.paused or self.seq != self.drain_mark:
+            self.drain_mark = self.seq
+            self.drain_deadline = time.monotonic() + self.drain_timeout
+            return
+        self._abandon_streams()
+
+    def _mark_closed(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.drain_deadline = None
+        self._close_stdin()
+        self._event(KIND_CLOSED)
+
+    # ---- exit ------------------------------------------------------------------------
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.pid and not self.exited:
+                self._on_exit(status, usage)
+
+    def _on_exit(self, status: int, usage: object) -> None:
+        if self.child is not None:
+            self.child.returncode = 0  # never waited for again by Popen
+        if os.WIFSIGNALED(status):
+            code = 1 if self.tty else 128 + os.WTERMSIG(status)
+        else:
+            code = os.WEXITSTATUS(status)
+        if not self.abandon:
+            for fd, stream in list(self.streams.items()):
+                self._read(fd, stream, DRAIN_READS)
+        if self.held_master is not None:
+            os.close(self.held_master)
+            self.held_master = None
+        self.exited = True
+        info = {
+            "code": code,
+            "cpu_s": usage.ru_utime + usage.ru_stime,  # type: ignore[attr-defined]
+            "max_rss_kib": int(usage.ru_maxrss),  # type: ignore[attr-defined]
+        }
+        self._event(KIND_EXIT, json.dumps(info).encode())
+        if self.abandon or not self.streams:
+            self._abandon_streams()
+        else:
+            self.drain_mark = self.seq
+            self.drain_deadline = time.monotonic() + self.drain_timeout
+
+    # ---- killing ---------------------------------------------------------------------
+
+    def _kill_tree(self) -> None:
+        """SIGKILL the child and everything below it or re-parented to us."""
+        for directory in self.cgroups:
+            try:
+                with open(os.path.join(directory, "cgroup.kill"), "w") as handle:
+                    handle.write("1")
+            except OSError:
+                pass
+        if self.pid and not self.exited:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        me = os.getpid()
+        for _ in range(5):
+            targets = _descendants(me)
+            if not targets:
+                break
+            for pid in targets:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def _finish(self) -> None:
+        """Kill the tree, reap it, remove our files and stop."""
+        self._kill_tree()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            self._reap()
+            if not _descendants(os.getpid()):
+                break
+            time.sleep(0.005)
+        self._reap()
+        for directory in self.cgroups:
+            for _ in range(100):
+                try:
+                    os.rmdir(directory)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+        _remove_tree(self.dir)
+        self.done = True
+
+    def _remove_session_if_last(self) -> None:
+        """No daemon came back: the last process of its session also removes the
+        session's file (a session with no process left has nothing to resume)."""
+        session_dir = os.path.dirname(self.dir)
+        try:
+            if any(e.is_dir() for e in os.scandir(session_dir)):
+                return
+            os.unlink(os.path.join(session_dir, "session.json"))
+            os.rmdir(session_dir)
+        except OSError:
+            pass
+
+    # ---- stdin -----------------------------------------------------------------------
+
+    def _write_stdin(self, data: bytes) -> None:
+        if self.stdin_fd is None or not data:
+            return
+        self.stdin_queue.append(data)
+        if not self.stdin_waiting:
+            self._flush_stdin()
+
+    def _flush_stdin(self) -> None:
+        fd = self.stdin_fd
+        while self.stdin_queue and fd is not None:
+            try:
+                n = os.write(fd, self.stdin_queue[0])
+            except BlockingIOError:
+                if not self.stdin_waiting:
+                    self.stdin_waiting = True
+                    self._watch_stdin(True)
+                return
+            except OSError:
+                self.stdin_queue.clear()
+                break
+            if n == len(self.stdin_queue[0]):
+                self.stdin_queue.pop(0)
+            else:
+                self.stdin_queue[0] = self.stdin_queue[0][n:]
+        if self.stdin_waiting:
+            self.stdin_waiting = False
+            self._watch_stdin(False)
+
+    def _watch_stdin(self, on: bool) -> None:
+        fd = self.stdin_fd
+        if fd is None:
+            return
+        if fd == self.master:
+            return  # the master is polled for output already; retried on each wake-up
+        if on:
+            self.sel.register(fd, selectors.EVENT_WRITE, "stdin")
+        else:
+            self.sel.unregister(fd)
+
+    def _close_stdin(self) -> None:
+        fd = self.stdin_fd
+        if fd is None:
+            return
+        if self.stdin_waiting:
+            self._watch_stdin(False)
+            self.stdin_waiting = False
+        self.stdin_fd = None
+        self.stdin_queue.clear()
+        if fd != self.master:
+            os.close(fd)
+
+    # ---- the daemon's link ---------------------------------------------------------------
+
+    def _on_accept(self) -> None:
+        assert self.listener is not None
+        try:
+            sock, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, _ = struct.unpack("3i", creds)
+        # Only the daemon's account, and never the child or anything it started.
+        if uid != os.getuid() or _is_descendant(pid, os.getpid()):
+            sock.close()
+            return
+        if self.link is not None:
+            self._drop_link()
+        self.link = Link(sock)
+        self.sel.register(sock, selectors.EVENT_READ, "link")
+        self.orphan_deadline = None
+
+    def _drop_link(self) -> None:
+        link = self.link
+        if link is None:
+            return
+        self.link = None
+        self.sel.unregister(link.sock)
+        link.sock.close()
+        self.orphan_deadline = time.monotonic() + self.ttl
+
+    def _on_link_readable(self) -> None:
+        link = self.link
+        assert link is not None
+        try:
+            data = link.sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop_link()
+            return
+        link.inbox += data
+        while b"\n" in link.inbox and not self.done:
+            line, link.inbox = link.inbox.split(b"\n", 1)
+            self._command(json.loads(line))
+
+    def _command(self, command: dict[str, Any]) -> None:
+        op = command.get("op")
+        assert self.journal is not None
+        if op == "ack":
+            before = len(self.journal.segments)
+            self.journal.ack(int(command["seq"]))
+            if self.link is not None:
+                self.link.segment = max(
+                    0, self.link.segment - (before - len(self.journal.segments))
+                )
+            self._update_reading()
+        elif op == "hello":  # a re-adopting daemon: replay from its seq
+            assert self.link is not None
+            self.link.segment, self.link.offset = self.journal.position_of(int(command["from"]))
+            self.link.extra = b""
+            self._flush()
+        elif op == "write":
+            self._write_stdin(base64.b64decode(command["data"]))
+        elif op == "signal":
+            self._interrupt()
+        elif op == "terminate":
+            if not self.exited:
+                self.abandon = True
+                self._kill_tree()
+        elif op in ("kill", "release"):
+            self._finish()
+
+    def _interrupt(self) -> None:
+        if self.exited:
+            return
+        group = self.pid
+        if self.master is not None and self.master in self.streams:
+            try:
+                group = os.tcgetpgrp(self.master)
+            except OSError:
+                pass
+        try:
+            os.killpg(group, signal.SIGINT)
+        except OSError:
+            pass
+
+    def _flush(self) -> None:
+        link = self.link
+        if link is None or self.journal is None:
+            return
+        try:
+            if link.extra:
+                sent = link.sock.send(link.extra)
+                link.extra = link.extra[sent:]
+                if link.extra:
+                    self._want_write(True)
+                    return
+            segments = self.journal.segments
+            while link.segment < len(segments):
+                seg = segments[link.segment]
+                if link.offset < seg[3]:
+                    sent = os.sendfile(
+                        link.sock.fileno(), seg[2], link.offset, seg[3] - link.offset
+                    )
+                    link.offset += sent
+                    if link.offset < seg[3]:
+                        continue
+                if link.segment + 1 < len(segments):
+                    link.segment += 1
+                    link.offset = 0
+                else:
+                    break
+        except BlockingIOError:
+            self._want_write(True)
+            return
+        except OSError:
+            self._drop_link()
+            return
+        self._want_write(False)
+
+    def _want_write(self, on: bool) -> None:
+        link = self.link
+        if link is None:
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if on else 0)
+        self.sel.modify(link.sock, events, "link")
+
+
+def _move_high(fd: int) -> int:
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
+    os.close(fd)
+    return high
+
+
+def _keeper(ctl: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+    """In the forked keeper: take the fds, let go of the zygote's, run."""
+    ctl.close()
+    os.setsid()
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(PR_SET_DUMPABLE, 0)
+    moved = [_move_high(fd) for fd in fds]
+    link = socket.socket(fileno=moved[0])
+    wanted = list(request["plan"]["pass_fds"])
+    pass_fds: list[int] = []
+    for high, number in zip(moved[1:], wanted, strict=True):
+        os.dup2(high, number, inheritable=True)
+        os.close(high)
+        pass_fds.append(number)
+    keeper = Keeper(request, link, pass_fds)
+    try:
+        keeper.start()
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        # Not the child's fault (the state dir, the socket): the daemon is told why.
+        if keeper.child is not None:
+            keeper._finish()
+        keeper._answer({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+        raise
+    try:
+        keeper.run()
+    except BaseException:
+        keeper._finish()
+        raise
+
+
+def zygote(ctl_fd: int) -> None:
+    ctl = socket.socket(fileno=ctl_fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, lambda *_: _reap_keepers())
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 256)
+        except InterruptedError:
+            continue
+        if not message:
+            return  # the daemon is gone: keepers live on, the zygote does not
+        request = json.loads(message)
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                _keeper(ctl, request, fds)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 0
+            except BaseException as exc:  # the daemon's log shows why
+                sys.stderr.write(f"execserver keeper {os.getpid()}: {exc!r}\n")
+                code = 1
+            os._exit(code)
+        for fd in fds:
+            os.close(fd)
+
+
+def _reap_keepers() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "zygote":
+        zygote(int(argv[1]))
+        return 0
+    sys.stderr.write("usage: program.py zygote FD\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

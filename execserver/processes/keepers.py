@@ -1,0 +1,255 @@
+"""``--state-dir``: processes held by keepers, and what a later daemon needs to find them.
+
+Layout (every directory 0700, every file 0600, owned by the daemon's uid)::
+
+    STATE_DIR/<session id>/session.json        the session: id, principal, process dirs
+    STATE_DIR/<session id>/<name>/meta.json     the process (written by its keeper)
+    STATE_DIR/<session id>/<name>/keeper.sock   the keeper's socket (re-adoption)
+    STATE_DIR/<session id>/<name>/journal/      its output, <first seq>.seg segments
+
+``session.json`` is written atomically (tmp, fsync, rename) at every change,
+so a crash at any instant leaves the previous or the next version; the seqs
+and cursors are the keepers' own (each numbers its process's events and
+journals them before sending), so nothing else needs saving.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from execserver.keeper.client import KeeperGone, Zygote, connect_keeper, read_answer, send_line
+from execserver.keeper.program import META_NAME
+from execserver.sandbox.plan import LaunchPlan
+from execserver.wire.errors import RpcError, os_error_text
+
+__all__ = ["SESSION_FILE", "KeeperHost", "SavedSession"]
+
+log = logging.getLogger(__name__)
+
+SESSION_FILE = "session.json"
+# Journal bytes a keeper holds beyond the retained output before it stops
+# reading its child (the daemon acknowledges what its log evicted).
+JOURNAL_SLACK_BYTES = 8 << 20
+
+
+@dataclass(frozen=True)
+class SavedSession:
+    id: str
+    principal: str | None
+    processes: dict[str, str]  # process id -> its directory's name
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _private_dir(path: str) -> None:
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    info = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path) or info.st_uid != os.getuid():
+        raise RuntimeError(f"--state-dir {path}: not a directory owned by this user")
+    os.chmod(path, 0o700)
+
+
+class KeeperHost:
+    """The daemon's keepers: the zygote, the session files, re-adoption."""
+
+    def __init__(
+        self, state_dir: str, *, ttl_s: float, drain_timeout_s: float, retained_bytes: int
+    ) -> None:
+        self.state_dir = os.path.abspath(state_dir)
+        _private_dir(self.state_dir)
+        self._ttl_s = ttl_s
+        self._drain_timeout_s = drain_timeout_s
+        self._budget = retained_bytes + JOURNAL_SLACK_BYTES
+        self._zygote = Zygote()
+        self.leaving = False
+        self._names = itertools.count(1)
+        self._prefix = f"{time.time_ns():x}"
+        self._sessions: dict[str, SavedSession] = {}
+        self._keepers: dict[str, int] = {}  # process directory -> keeper pid
+
+    # ---- which plans ---------------------------------------------------------------
+
+    @staticmethod
+    def accepts(plan: LaunchPlan) -> bool:
+        """Plans without host resources the daemon must keep (bwrap's status pipe,
+        synthetic mount points): phase 1 runs only unsandboxed plans in keepers."""
+        res = plan.resources
+        return plan.mechanism == "none" and res.status_read is None and res.mounts is None
+
+    # ---- spawning --------------------------------------------------------------------
+
+    def spawn(
+        self,
+        session_id: str,
+        principal: str | None,
+        process_id: str,
+        plan: LaunchPlan,
+        *,
+        program: str,
+        cgroups: list[str],
+    ) -> tuple[socket.socket, dict[str, Any], str]:
+        """A keeper running ``plan``: (its link, its answer, its directory). Raises
+        RpcError as ``spawn`` does (the reference's texts) when the child could not
+        start. ``plan`` is closed either way."""
+        try:
+            session_dir = os.path.join(self.state_dir, session_id)
+            _private_dir(session_dir)
+            name = f"{self._prefix}-{next(self._names)}"
+            directory = os.path.join(session_dir, name)
+            os.mkdir(directory, 0o700)
+            creds = plan.credentials
+            request = {
+                "dir": directory,
+                "ttl": self._ttl_s,
+                "drain": self._drain_timeout_s,
+                "budget": self._budget,
+                "cgroups": cgroups,
+                "process_id": process_id,
+                "program": program,
+                "plan": {
+                    "argv": plan.argv,
+                    "executable": plan.executable,
+                    "env": plan.env,
+                    "cwd": plan.cwd,
+                    "tty": plan.tty,
+                    "pipe_stdin": plan.pipe_stdin,
+                    "pass_fds": list(plan.pass_fds),
+                    "credentials": dataclasses.asdict(creds) if creds is not None else None,
+                },
+            }
+            try:
+                link = self._zygote.spawn(request, plan.pass_fds)
+                answer = read_answer(link)
+            except KeeperGone as exc:
+                shutil.rmtree(directory, ignore_errors=True)
+                raise RpcError.internal(f"process keeper unavailable: {exc}") from None
+        finally:
+            plan.close()
+        if not answer.get("ok"):
+            link.close()
+            shutil.rmtree(directory, ignore_errors=True)
+            if answer.get("error"):
+                raise RpcError.internal(f"process keeper failed: {answer['error']}")
+            if answer.get("placement"):
+                raise RpcError.internal("cannot place the process in its resource-limit cgroup")
+            raise RpcError.internal(os_error_text(int(answer.get("errno") or 5)))
+        self._keepers[directory] = int(answer["keeper"])
+        saved = self._sessions.get(session_id)
+        processes = dict(saved.processes) if saved is not None else {}
+        processes[process_id] = name
+        self._save(SavedSession(session_id, principal, processes))
+        return link, answer, directory
+
+    def released(self, session_id: str, process_id: str, directory: str) -> None:
+        """The process was forgotten (its keeper exits and removes its files)."""
+        self._keepers.pop(directory, None)
+        saved = self._sessions.get(session_id)
+        if saved is None or process_id not in saved.processes or self.leaving:
+            return
+        if saved.processes[process_id] != os.path.basename(directory):
+            return
+        processes = dict(saved.processes)
+        del processes[process_id]
+        self._save(SavedSession(session_id, saved.principal, processes))
+
+    def session_closed(self, session_id: str) -> None:
+        """Its processes were killed (each keeper removed its own directory)."""
+        if self.leaving:
+            return
+        self._sessions.pop(session_id, None)
+        shutil.rmtree(os.path.join(self.state_dir, session_id), ignore_errors=True)
+
+    def _save(self, saved: SavedSession) -> None:
+        self._sessions[saved.id] = saved
+        body = {"id": saved.id, "principal": saved.principal, "processes": saved.processes}
+        path = os.path.join(self.state_dir, saved.id, SESSION_FILE)
+        _write_atomic(path, json.dumps(body).encode())
+
+    # ---- re-adoption -----------------------------------------------------------------
+
+    def saved_sessions(self) -> list[SavedSession]:
+        """The sessions a previous daemon left (unreadable leftovers are removed)."""
+        found: list[SavedSession] = []
+        for entry in sorted(os.listdir(self.state_dir)):
+            path = os.path.join(self.state_dir, entry)
+            try:
+                uuid.UUID(entry)
+                with open(os.path.join(path, SESSION_FILE), "rb") as handle:
+                    body = json.load(handle)
+                saved = SavedSession(
+                    str(body["id"]),
+                    body.get("principal"),
+                    {str(k): str(v) for k, v in body["processes"].items()},
+                )
+            except (ValueError, KeyError, OSError, TypeError, AttributeError):
+                log.warning("state dir: removing unreadable entry %s", entry)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                continue
+            if saved.id != entry:
+                continue
+            self._sessions[saved.id] = saved
+            found.append(saved)
+        return found
+
+    def adopt(self, session_id: str, name: str) -> tuple[socket.socket, dict[str, Any], str]:
+        """Reconnect to a keeper: (its link, replaying from its oldest journaled
+        event; its meta; its directory). Raises KeeperGone if it is not there."""
+        directory = os.path.join(self.state_dir, session_id, name)
+        if os.sep in name or name.startswith("."):
+            raise KeeperGone(f"bad process directory {name!r}")
+        try:
+            with open(os.path.join(directory, META_NAME), "rb") as handle:
+                meta: dict[str, Any] = json.load(handle)
+        except (OSError, ValueError) as exc:
+            raise KeeperGone(str(exc)) from None
+        link = connect_keeper(directory)
+        send_line(link, {"op": "hello", "from": 0})
+        self._keepers[directory] = int(meta["keeper"])
+        return link, meta, directory
+
+    def forget_session(self, session_id: str, process_id: str) -> None:
+        """A saved process whose keeper is gone: out of the session file."""
+        saved = self._sessions.get(session_id)
+        if saved is None or process_id not in saved.processes:
+            return
+        processes = dict(saved.processes)
+        del processes[process_id]
+        self._save(SavedSession(session_id, saved.principal, processes))
+
+    # ---- lifetime --------------------------------------------------------------------
+
+    def keeper_pids(self) -> set[int]:
+        """The zygote and every keeper: not the daemon's to kill at its shutdown."""
+        return {self._zygote.pid, *self._keepers.values()}
+
+    def leave(self) -> None:
+        """Daemon shutdown: keepers and files stay for the next daemon; the zygote goes."""
+        if self.leaving:
+            return
+        self.leaving = True
+        self._zygote.close()

@@ -1,0 +1,262 @@
+"""Processes outlive the daemon (``--state-dir``, issue 32 phase 1): real daemons,
+real SIGKILLs, real restarts on the same state directory.
+
+* a SIGKILLed daemon, restarted: the session resumes, every process's output is
+  complete, in order, with gap-free seqs, and the exit codes are right;
+* a SIGKILLed daemon never restarted: after the session TTL nothing it started
+  is left (a setsid escapee included), nor the keepers and their files;
+* big output to a client that does not read: the daemon's and the keeper's RSS
+  and the journal on disk stay bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+import pytest
+
+from tests.support.procinfo import rss_mb, wait_until
+from tests.support.rpc import RpcClient, connect, unb64
+from tests.support.servers import RunningServer, start_server
+
+ENV = {"PATH": "/usr/bin:/bin"}
+PIPE_LINES = 150
+PTY_LINES = 120
+
+
+@contextlib.asynccontextmanager
+async def _daemon(state_dir: Path, ttl: float) -> AsyncIterator[RunningServer]:
+    extra = ["--state-dir", str(state_dir), "--session-ttl", str(ttl), "--log-level", "warning"]
+    async with start_server("execserver", extra=extra) as server:
+        yield server
+
+
+def _kill9(server: RunningServer) -> None:
+    os.kill(server.process.pid, signal.SIGKILL)
+
+
+async def _reaped(server: RunningServer) -> None:
+    await asyncio.wait_for(server.process.wait(), 10)
+
+
+def _keepers(state_dir: Path) -> list[psutil.Process]:
+    found = []
+    for meta in state_dir.glob("*/*/meta.json"):
+        with contextlib.suppress(psutil.NoSuchProcess, ValueError, OSError):
+            found.append(psutil.Process(json.loads(meta.read_text())["keeper"]))
+    return found
+
+
+_SESSIONS: list[aiohttp.ClientSession] = []
+
+
+async def _open_ws(url: str, keep: object) -> aiohttp.ClientWebSocketResponse:
+    """A websocket outliving its daemon (the test kills the daemon under it)."""
+    del keep
+    http = aiohttp.ClientSession()
+    _SESSIONS.append(http)
+    return await http.ws_connect(url, max_msg_size=0)
+
+
+async def _end_keepers(state: Path) -> None:
+    """The test's own clean-up: SIGTERM ends a keeper as its TTL would (tree killed,
+    files removed)."""
+    keepers = _keepers(state)
+    for keeper in keepers:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            keeper.terminate()
+    assert await wait_until(lambda: not any(_alive(k) for k in keepers), 20)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture
+async def state(tmp_path: Path) -> AsyncIterator[Path]:
+    path = tmp_path / "state"
+    try:
+        yield path
+    finally:
+        await _end_keepers(path)
+        for http in _SESSIONS:
+            await http.close()
+        _SESSIONS.clear()
+
+
+async def _read_rest(peer: RpcClient, process_id: str, after: int) -> dict[str, Any]:
+    """process/read from ``after`` until closed: chunks, exit code, closed."""
+    chunks: list[dict[str, Any]] = []
+    while True:
+        result = await peer.read(process_id, afterSeq=after, waitMs=2000)
+        chunks.extend(result["chunks"])
+        if result["chunks"]:
+            after = result["chunks"][-1]["seq"]
+        if result["closed"]:
+            return {"chunks": chunks, "exitCode": result["exitCode"], "nextSeq": result["nextSeq"]}
+
+
+async def test_processes_survive_a_sigkilled_daemon_and_resume_gap_free(state: Path) -> None:
+    pipes = f"for i in $(seq 1 {PIPE_LINES}); do echo line$i; sleep 0.01; done; exit 3"
+    pty = f"for i in $(seq 1 {PTY_LINES}); do echo p$i; sleep 0.01; done; exit 5"
+    seen: dict[str, list[dict[str, Any]]] = {}
+    async with _daemon(state, ttl=60) as first:
+        peer = RpcClient(await _open_ws(first.url, seen), name="survive")
+        await peer.handshake()
+        session_id = peer.session_id
+        await peer.start("pipes", ["sh", "-c", pipes])
+        await peer.start("pty", ["sh", "-c", pty], tty=True)
+        # Some output of each went out before the crash; more comes while it is down.
+        await peer.wait_output("pipes", b"line5\n")
+        await peer.wait_output("pty", b"p5\r\n")
+        _kill9(first)
+        await _reaped(first)
+        for process_id in ("pipes", "pty"):
+            seen[process_id] = [
+                p for method, p in peer.events(process_id).events if method == "process/output"
+            ]
+        with contextlib.suppress(Exception):
+            await peer.aclose()
+    assert session_id is not None
+    async with _daemon(state, ttl=60) as second, connect(second.url, handshake=False) as peer:
+        reply = await peer.handshake(resume=session_id)
+        assert reply.ok, reply
+        for process_id, lines, expected_code, sep in (
+            ("pipes", PIPE_LINES, 3, "\n"),
+            ("pty", PTY_LINES, 5, "\r\n"),
+        ):
+            before = seen[process_id]
+            last = before[-1]["seq"]
+            rest = await _read_rest(peer, process_id, last)
+            assert rest["exitCode"] == expected_code
+            chunks = before + rest["chunks"]
+            seqs = [c["seq"] for c in chunks]
+            assert seqs == sorted(set(seqs)), "duplicated or out of order"
+            # Gap-free: every seq up to the last chunk is a chunk, except the exit's
+            # (output of a pipe's child can only come before its exit).
+            holes = set(range(1, seqs[-1] + 1)) - set(seqs)
+            assert len(holes) <= 1, f"{process_id}: missing seqs {sorted(holes)[:10]}"
+            text = b"".join(unb64(c["chunk"]) for c in chunks).decode()
+            prefix = "line" if process_id == "pipes" else "p"
+            expected = "".join(f"{prefix}{i}{sep}" for i in range(1, lines + 1))
+            assert text == expected
+
+
+async def test_a_daemon_killed_and_never_restarted_leaves_nothing_after_the_ttl(
+    state: Path,
+) -> None:
+    script = 'setsid sh -c "echo escapee $$; exec sleep 300" & echo child $$; exec sleep 300'
+    async with _daemon(state, ttl=2) as server, connect(server.url, handshake=False) as peer:
+        await peer.handshake()
+        await peer.start("tree", ["sh", "-c", script])
+        await peer.start("term", ["sh", "-c", "echo ready; exec sleep 300"], tty=True)
+        await peer.wait_output("tree", b"escapee")
+        await peer.wait_output("tree", b"child")
+        await peer.wait_output("term", b"ready")
+        words = peer.events("tree").output().split()
+        pids = [int(words[words.index(b"child") + 1]), int(words[words.index(b"escapee") + 1])]
+        started = [psutil.Process(pid) for pid in pids]
+        keepers = _keepers(state)
+        assert len(keepers) == 2
+        # Everything is alive while the daemon is.
+        assert all(_alive(p) for p in started + keepers)
+        _kill9(server)
+        await _reaped(server)
+        # The keepers outlive it, with their children...
+        assert all(_alive(p) for p in started + keepers)
+        everything = started + keepers
+
+        def gone() -> bool:
+            return not any(_alive(p) for p in everything)
+
+        # ... until the TTL runs out: then nothing is left, nor any file.
+        assert await wait_until(gone, 30)
+        assert await wait_until(lambda: not _leftover_files(state), 10)
+
+
+def _leftover_files(state: Path) -> list[Path]:
+    return list(state.glob("*/*"))
+
+
+async def _raw_session(ws: aiohttp.ClientWebSocketResponse) -> None:
+    await ws.send_str(
+        json.dumps({"id": 0, "method": "initialize", "params": {"clientName": "survive"}})
+    )
+    await ws.receive(timeout=10)
+    await ws.send_str('{"method":"initialized"}')
+
+
+def _journal_bytes(state: Path) -> int:
+    return sum(f.stat().st_size for f in state.glob("*/*/journal/*.seg") if f.exists())
+
+
+async def test_big_output_to_a_client_that_does_not_read_stays_bounded(state: Path) -> None:
+    size = 256 * 1024 * 1024
+    async with (
+        _daemon(state, ttl=60) as server,
+        aiohttp.ClientSession() as http,
+        http.ws_connect(server.url, max_msg_size=0) as ws,
+    ):
+        await _raw_session(ws)
+        start = {
+            "id": 1,
+            "method": "process/start",
+            "params": {
+                "processId": "big",
+                "argv": ["head", "-c", str(size), "/dev/zero"],
+                "cwd": "file:///tmp",
+                "env": ENV,
+                "tty": False,
+            },
+        }
+        await ws.send_str(json.dumps(start))
+        daemon = server.process.pid
+        baseline = rss_mb(daemon)
+        assert await wait_until(lambda: _keepers(state), 10)
+        keeper = _keepers(state)[0]
+        child = next(p for p in keeper.children() if p.name() == "head")
+
+        def blocked() -> bool:
+            # The child sleeps on a full pipe: the keeper stopped reading it.
+            with contextlib.suppress(psutil.NoSuchProcess):
+                return child.status() == psutil.STATUS_SLEEPING and _journal_bytes(state) > 0
+            return False
+
+        # The client reads nothing: the output stops somewhere, the child waits.
+        assert await wait_until(blocked, 30)
+        written = _journal_bytes(state)
+        for _ in range(3):  # and stays stopped (the journal does not grow)
+            await asyncio.sleep(0.2)
+            assert child.status() == psutil.STATUS_SLEEPING
+        assert _journal_bytes(state) <= written + (1 << 20)
+        assert _journal_bytes(state) < 32 * 1024 * 1024
+        assert rss_mb(daemon) - baseline < 100
+        assert keeper.memory_info().rss / 1e6 < 64
+        # Reading resumes the flow: everything arrives, and the journal is dropped
+        # as the daemon's log evicts (acknowledged).
+        total = 0
+        while True:
+            msg = await ws.receive(timeout=30)
+            body = json.loads(msg.data)
+            if body.get("method") == "process/output":
+                total += len(_b64len(body["params"]["chunk"]))
+            if body.get("method") == "process/closed":
+                break
+        assert total == size
+        assert _journal_bytes(state) < 32 * 1024 * 1024
+
+
+def _b64len(text: str) -> bytes:
+    return unb64(text)
