@@ -4,156 +4,160 @@ The websocket listener (server/transport_ws.py) hands every connection whose
 first request is not a websocket upgrade to the aiohttp request handler built
 here, so those requests get a full HTTP/1.x server: other methods answered
 405 as the reference does, ``HEAD`` and HTTP/1.0 served, keep-alive kept.
-What each path answers is still decided in one place, server/http_surface.py.
+What each path answers is still decided in one place, server/http_surface.py;
+every request head is bounded in time (server/http_plain_heads.py).
 
-aiohttp puts no time limit on reading a request head, so a client could hold a
-connection (and its fd) for ever by sending a head a byte at a time (measured:
-a 17 KiB head, one more line every 5 s, was still open after 75 s; the reference
-behaves the same). Every head here must be complete within ``HEAD_TIMEOUT_S``:
-the first one counted from the connection's start, each later one from the
-previous answer (so an idle kept-alive connection closes after as long).
+aiohttp is loaded by the first plain request, not at start-up: it is about
+13 MB of the daemon's resident memory and 130 ms of its start (measured on a
+2-vCPU VM: RSS and ``-X importtime`` of ``aiohttp.web`` over a process that had
+already imported the rest of the daemon), and a daemon that serves only
+websockets never needs it. The load runs in a worker thread, so the loop goes
+on serving; the connections that arrive meanwhile wait for it, their head
+deadline running.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, cast
 
-from aiohttp import web
+from execserver.aio.tasks import TaskSet
+from execserver.server.http_plain_heads import HEAD_TIMEOUT_S, BoundedHeads
+from execserver.server.http_surface import HttpSurface
 
-from execserver.server.http_surface import HttpRequest, HttpResponse, HttpSurface
+if TYPE_CHECKING:
+    from aiohttp import web
 
-__all__ = ["UPGRADE_ON_REUSED_CONNECTION", "PlainHttp"]
+__all__ = ["HEAD_TIMEOUT_S", "PlainHttp"]
 
-# How long a client has to send a complete request head (the websocket listener
-# gives a connection's first request head as long in all).
-HEAD_TIMEOUT_S = 30.0
-
-# A websocket upgrade that arrives as a later request of a kept-alive connection
-# (the listener only upgrades a connection's first request).
-UPGRADE_ON_REUSED_CONNECTION = "websocket upgrade must be the first request of a connection"
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class _BoundedHeads(asyncio.Protocol):
-    """aiohttp's handler for one connection, closed when a request head takes longer
-    than allowed (see the module's docstring). ``_bound_heads`` reports each request's
-    start and end."""
-
-    def __init__(self, inner: asyncio.Protocol, first_head_s: float, head_timeout_s: float) -> None:
-        self._inner = inner
-        self._first_head_s = first_head_s
-        self._head_timeout_s = head_timeout_s
-        self._transport: asyncio.BaseTransport | None = None
-        self._timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport
-        self._inner.connection_made(transport)
-        self._arm(self._first_head_s)
-
-    def data_received(self, data: bytes) -> None:
-        self._inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self._inner.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        self._inner.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._inner.resume_writing()
-
-    def head_received(self) -> None:
-        self._disarm()
-
-    def answered(self) -> None:
-        self._arm(self._head_timeout_s)
-
-    def _arm(self, delay: float) -> None:
-        self._disarm()
-        self._timer = asyncio.get_running_loop().call_later(delay, self._expired)
-
-    def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _expired(self) -> None:
-        self._timer = None
-        if self._transport is not None:
-            self._transport.close()
+# What one waiting connection may send before aiohttp is there to read it: more
+# pauses its reading (a request head is far smaller).
+_PENDING_LIMIT = 64 * 1024
 
 
-@web.middleware
-async def _bound_heads(request: web.Request, handler: Handler) -> web.StreamResponse:
-    transport = request.transport
-    bounded = transport.get_protocol() if transport is not None else None
-    if not isinstance(bounded, _BoundedHeads):
-        return await handler(request)
-    bounded.head_received()
-    try:
-        return await handler(request)
-    finally:
-        bounded.answered()
+def _import_app() -> ModuleType:
+    from execserver.server import http_plain_app
 
-
-@web.middleware
-async def _refuse_browsers(request: web.Request, handler: Handler) -> web.StreamResponse:
-    # Before routing's 404 and 405: no browser learns anything about the daemon.
-    if "Origin" in request.headers:
-        return web.Response(status=403)
-    return await handler(request)
-
-
-@web.middleware
-async def _bare_not_found(request: web.Request, handler: Handler) -> web.StreamResponse:
-    # The reference answers unknown paths with an empty 404 (aiohttp's has a text body).
-    try:
-        return await handler(request)
-    except web.HTTPNotFound:
-        return web.Response(status=404)
-
-
-def _to_aiohttp(response: HttpResponse) -> web.Response:
-    return web.Response(status=response.status, body=response.body, headers=response.headers)
+    return http_plain_app
 
 
 class PlainHttp:
-    """An aiohttp application over the routes of ``surface``, without a listening
-    socket of its own: ``protocol()`` makes the handler for one connection."""
+    """The plain-HTTP side of the listener: ``protocol()`` makes the handler for
+    one connection (aiohttp's, once it is loaded)."""
 
     def __init__(self, surface: HttpSurface, *, metrics: bool) -> None:
         self._surface = surface
-        app = web.Application(middlewares=[_bound_heads, _refuse_browsers, _bare_not_found])
-        # GET (and HEAD, as aiohttp adds it) on the paths the reference serves;
-        # any other method on them is aiohttp's 405, an unknown path the empty 404.
-        paths = ["/", "/readyz", "/livez"] + (["/metrics"] if metrics else [])
-        for path in paths:
-            app.router.add_get(path, self._answer)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        self._metrics = metrics
+        self._runner: web.AppRunner | None = None
+        self._handler: Callable[[], asyncio.Protocol] | None = None
+        self._waiting: list[_Pending] = []
+        self._loading = TaskSet("plain-http")
 
     async def start(self) -> None:
-        await self._runner.setup()
+        """Nothing to start: the first plain request loads aiohttp (see the module)."""
 
     async def close(self) -> None:
-        await self._runner.cleanup()
+        await self._loading.aclose()
+        self._abort_waiting()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
 
     def protocol(self, first_head_s: float) -> asyncio.Protocol:
         """The protocol for one connection; its first request head must be complete
         within ``first_head_s`` (what is left of the listener's deadline)."""
-        server = self._runner.server
-        assert server is not None, "PlainHttp.start() was not awaited"
-        return _BoundedHeads(server(), first_head_s, HEAD_TIMEOUT_S)
+        if self._handler is not None:
+            return BoundedHeads(self._handler(), first_head_s, HEAD_TIMEOUT_S)
+        pending = _Pending()
+        self._waiting.append(pending)
+        if not self._loading and not self._loading.closed:
+            self._loading.spawn(self._load(), name="load-aiohttp")
+        return BoundedHeads(pending, first_head_s, HEAD_TIMEOUT_S)
 
-    async def _answer(self, request: web.Request) -> web.StreamResponse:
-        plain = HttpRequest(request.path, request.headers, request.remote)
-        response = self._surface.answer(plain)
-        if response is None:  # an upgrade that passed every check, on a reused connection
-            return web.Response(status=400, text=UPGRADE_ON_REUSED_CONNECTION)
-        return _to_aiohttp(response)
+    async def _load(self) -> None:
+        try:
+            app = await asyncio.to_thread(_import_app)
+            runner = app.build_runner(self._surface, metrics=self._metrics)
+            await runner.setup()
+        except BaseException:
+            # Logged by the task set; the next plain connection tries again.
+            self._abort_waiting()
+            raise
+        handler = runner.server
+        assert handler is not None  # set by setup()
+        self._runner, self._handler = runner, handler
+        waiting, self._waiting = self._waiting, []
+        for pending in waiting:
+            pending.attach(handler())
+
+    def _abort_waiting(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        for pending in waiting:
+            pending.abort()
+
+
+class _Pending(asyncio.Protocol):
+    """One connection that came before aiohttp was loaded: holds what it sends,
+    then hands the connection and those bytes to aiohttp's handler."""
+
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
+        self._inner: asyncio.Protocol | None = None
+        self._held = bytearray()
+        self._eof = False
+        self._lost = False
+        self._paused_reading = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # (uvloop's transports are not asyncio.Transport subclasses, though they are one.)
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._inner is not None:
+            self._inner.data_received(data)
+            return
+        self._held += data
+        if len(self._held) > _PENDING_LIMIT and self._transport is not None:
+            self._transport.pause_reading()
+            self._paused_reading = True
+
+    def eof_received(self) -> bool | None:
+        if self._inner is not None:
+            return self._inner.eof_received()
+        self._eof = True
+        return True  # stay open: the request may still be answered
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        if self._inner is not None:
+            self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+    def attach(self, inner: asyncio.Protocol) -> None:
+        transport = self._transport
+        if self._lost or transport is None:
+            return
+        self._inner = inner
+        inner.connection_made(transport)
+        if self._held:
+            held = bytes(self._held)
+            self._held.clear()
+            inner.data_received(held)
+        if self._eof and not inner.eof_received():
+            transport.close()
+        if self._paused_reading:
+            self._paused_reading = False
+            transport.resume_reading()
+
+    def abort(self) -> None:
+        if self._transport is not None and not self._lost:
+            self._transport.abort()
