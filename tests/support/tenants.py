@@ -97,7 +97,7 @@ class TenantHost:
             if kept is None:
                 continue
             lines.append(f"[tenants.{name}]")
-            lines += [f"{key} = {_toml(value)}" for key, value in kept.items()]
+            lines += [f"{key} = {_toml(value)}" for key, value in kept.items() if value is not None]
             lines.append("")
         tmp = self.tenants_file.with_suffix(".new")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
