@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import urllib.parse
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
 from multidict import CIMultiDict
 from yarl import URL
 
-from execserver.http_request.validate import TargetUrl, parse_url
+from execserver.http_request.validate import PreparedRequest, parse_url, send_failed
 from execserver.wire.errors import RpcError
 
-__all__ = ["HttpClient", "PreparedRequest", "response_headers", "send_failed"]
+__all__ = ["HttpClient", "response_headers"]
 
 MAX_REDIRECTS = 10
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -64,19 +64,6 @@ class _VerbatimRequest(aiohttp.ClientRequest):
         for name, value in trailing:
             reordered.add(name, value)
         self.headers = reordered
-
-
-@dataclass(frozen=True)
-class PreparedRequest:
-    method: str
-    url: TargetUrl
-    headers: list[tuple[str, str]]  # lower-case names, already grouped
-    body: bytes | None
-    follow_redirects: bool
-
-
-def send_failed(url: TargetUrl) -> RpcError:
-    return RpcError.internal(f"http/request failed: error sending request for url ({url})")
 
 
 class HttpClient:

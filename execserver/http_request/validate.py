@@ -16,7 +16,15 @@ from execserver.wire.errors import RpcError
 from execserver.wire.http import HttpHeader
 from execserver.wire.rust import url as url_texts
 
-__all__ = ["TargetUrl", "check_method", "grouped", "parse_url", "resolve_headers"]
+__all__ = [
+    "PreparedRequest",
+    "TargetUrl",
+    "check_method",
+    "grouped",
+    "parse_url",
+    "resolve_headers",
+    "send_failed",
+]
 
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
 _TOKEN_RE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -195,3 +203,18 @@ def grouped(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     for name, value in headers:
         order.setdefault(name, []).append(value)
     return [(name, value) for name, values in order.items() for value in values]
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """One checked request, ready for the client (http_request/client.py)."""
+
+    method: str
+    url: TargetUrl
+    headers: list[tuple[str, str]]  # lower-case names, already grouped
+    body: bytes | None
+    follow_redirects: bool
+
+
+def send_failed(url: TargetUrl) -> RpcError:
+    return RpcError.internal(f"http/request failed: error sending request for url ({url})")
