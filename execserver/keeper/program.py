@@ -43,6 +43,7 @@ import base64
 import ctypes
 import errno
 import fcntl
+import gc
 import json
 import os
 import selectors
@@ -98,18 +99,25 @@ PR_SET_CHILD_SUBREAPER = 36
 HIGH_FD = 900
 
 
+_LIBC: list[ctypes.CDLL] = []  # loaded once, in the zygote
+
+
 def _prctl(option: int, value: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    libc = _LIBC[0]
     if libc.prctl(option, value, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
 
 
 def _write_atomic(path: str, data: bytes) -> None:
+    """tmp + rename: whole or absent whenever the daemon reads it. Not fsynced: it
+    describes a live keeper, which a machine crash ends too (a torn file after a
+    power loss names a keeper that is gone and is removed as such)."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, data)
-        os.fsync(fd)
     finally:
         os.close(fd)
     os.rename(tmp, path)
@@ -924,6 +932,10 @@ def _keeper(ctl: socket.socket, request: dict[str, Any], fds: list[int]) -> None
 
 def zygote(ctl_fd: int) -> None:
     ctl = socket.socket(fileno=ctl_fd)
+    _prctl(PR_SET_DUMPABLE, 0)
+    # What every keeper inherits stays shared: no collection touches (copies) it.
+    gc.collect()
+    gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, lambda *_: _reap_keepers())
     while True:

@@ -2,15 +2,19 @@
 
 Layout (every directory 0700, every file 0600, owned by the daemon's uid)::
 
-    STATE_DIR/<session id>/session.json        the session: id, principal, process dirs
+    STATE_DIR/<session id>/session.json        the session: id, principal
     STATE_DIR/<session id>/<name>/meta.json     the process (written by its keeper)
     STATE_DIR/<session id>/<name>/keeper.sock   the keeper's socket (re-adoption)
     STATE_DIR/<session id>/<name>/journal/      its output, <first seq>.seg segments
 
-``session.json`` is written atomically (tmp, fsync, rename) at every change,
-so a crash at any instant leaves the previous or the next version; the seqs
-and cursors are the keepers' own (each numbers its process's events and
-journals them before sending), so nothing else needs saving.
+``session.json`` is written once, at the session's first keeper, atomically
+(tmp, fsync, rename, directory fsync), so a crash at any instant leaves it
+absent or whole. The session's processes are the directories beside it: each
+keeper writes its ``meta.json`` (process id, pid, tty...; tmp + rename) before
+it answers the spawn, and removes its whole directory when it ends, so the
+list can never disagree with the keepers. The seqs and cursors are the
+keepers' own (each numbers its process's events and journals them before
+sending), so nothing else needs saving.
 """
 
 from __future__ import annotations
@@ -71,6 +75,24 @@ def _private_dir(path: str) -> None:
     if not os.path.isdir(path) or os.path.islink(path) or info.st_uid != os.getuid():
         raise RuntimeError(f"--state-dir {path}: not a directory owned by this user")
     os.chmod(path, 0o700)
+
+
+def _saved_processes(session_dir: str) -> dict[str, str]:
+    """process id -> directory name, from each keeper's meta.json (the newest when a
+    process id was reused while its predecessor's keeper was still going away)."""
+    found: dict[str, tuple[float, str]] = {}
+    for entry in os.scandir(session_dir):
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            with open(os.path.join(entry.path, META_NAME), "rb") as handle:
+                meta = json.load(handle)
+            process_id, started = str(meta["process_id"]), float(meta["started"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a keeper still starting, or one gone half-way through removal
+        if process_id not in found or found[process_id][0] < started:
+            found[process_id] = (started, entry.name)
+    return {process_id: name for process_id, (_, name) in found.items()}
 
 
 class KeeperHost:
@@ -158,23 +180,15 @@ class KeeperHost:
                 raise RpcError.internal("cannot place the process in its resource-limit cgroup")
             raise RpcError.internal(os_error_text(int(answer.get("errno") or 5)))
         self._keepers[directory] = int(answer["keeper"])
-        saved = self._sessions.get(session_id)
-        processes = dict(saved.processes) if saved is not None else {}
-        processes[process_id] = name
-        self._save(SavedSession(session_id, principal, processes))
+        if session_id not in self._sessions:
+            # Once per session (the id and principal never change): the processes are
+            # the directories beside it, each described by its keeper's meta.json.
+            self._save(SavedSession(session_id, principal, {}))
         return link, answer, directory
 
-    def released(self, session_id: str, process_id: str, directory: str) -> None:
-        """The process was forgotten (its keeper exits and removes its files)."""
+    def released(self, directory: str) -> None:
+        """The process was forgotten (its keeper exits and removes its directory)."""
         self._keepers.pop(directory, None)
-        saved = self._sessions.get(session_id)
-        if saved is None or process_id not in saved.processes or self.leaving:
-            return
-        if saved.processes[process_id] != os.path.basename(directory):
-            return
-        processes = dict(saved.processes)
-        del processes[process_id]
-        self._save(SavedSession(session_id, saved.principal, processes))
 
     def session_closed(self, session_id: str) -> None:
         """Its processes were killed (each keeper removed its own directory)."""
@@ -185,7 +199,7 @@ class KeeperHost:
 
     def _save(self, saved: SavedSession) -> None:
         self._sessions[saved.id] = saved
-        body = {"id": saved.id, "principal": saved.principal, "processes": saved.processes}
+        body = {"id": saved.id, "principal": saved.principal}
         path = os.path.join(self.state_dir, saved.id, SESSION_FILE)
         _write_atomic(path, json.dumps(body).encode())
 
@@ -200,10 +214,11 @@ class KeeperHost:
                 uuid.UUID(entry)
                 with open(os.path.join(path, SESSION_FILE), "rb") as handle:
                     body = json.load(handle)
+                principal = body.get("principal")
                 saved = SavedSession(
                     str(body["id"]),
-                    body.get("principal"),
-                    {str(k): str(v) for k, v in body["processes"].items()},
+                    str(principal) if principal is not None else None,
+                    _saved_processes(path),
                 )
             except (ValueError, KeyError, OSError, TypeError, AttributeError):
                 log.warning("state dir: removing unreadable entry %s", entry)
@@ -232,14 +247,9 @@ class KeeperHost:
         self._keepers[directory] = int(meta["keeper"])
         return link, meta, directory
 
-    def forget_session(self, session_id: str, process_id: str) -> None:
-        """A saved process whose keeper is gone: out of the session file."""
-        saved = self._sessions.get(session_id)
-        if saved is None or process_id not in saved.processes:
-            return
-        processes = dict(saved.processes)
-        del processes[process_id]
-        self._save(SavedSession(session_id, saved.principal, processes))
+    def forget_gone(self, session_id: str, name: str) -> None:
+        """A saved process whose keeper is gone (a machine restart): its files go."""
+        shutil.rmtree(os.path.join(self.state_dir, session_id, name), ignore_errors=True)
 
     # ---- lifetime --------------------------------------------------------------------
 

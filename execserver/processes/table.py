@@ -188,7 +188,6 @@ class ProcessTable:
     ) -> KeptProcess:
         keepers = self._supervisor.keepers
         assert keepers is not None
-        session_id = self._session.id
         proc = KeptProcess(
             process_id,
             link,
@@ -203,7 +202,7 @@ class ProcessTable:
             classify_denial=classify_denial,
             on_closed=self._on_closed,
             on_exited=self._on_exited,
-            on_released=lambda p: keepers.released(session_id, p.process_id, p.directory),
+            on_released=lambda p: keepers.released(p.directory),
             leaving=lambda: keepers.leaving,
         )
         self._procs[process_id] = proc
@@ -219,7 +218,7 @@ class ProcessTable:
             link, meta, directory = keepers.adopt(self._session.id, name)
         except KeeperGone as exc:
             log.warning("process %s of session %s is gone: %s", process_id, self._session.id, exc)
-            keepers.forget_session(self._session.id, process_id)
+            keepers.forget_gone(self._session.id, name)
             return None
         proc = self._kept(
             process_id,

@@ -1,0 +1,67 @@
+"""Spawn latency and output throughput with and without ``--state-dir`` (process
+keepers, issue 32), side by side in one run, and the reference's when it is
+installed. ``python -m benchmarks.keeper [--spawns N] [--megabytes M]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import tempfile
+from typing import Any
+
+from benchmarks import figures
+from scripts.servers import ReferenceUnavailable, start_server
+
+__all__ = ["main"]
+
+
+async def _measure(kind: str, extra: list[str], spawns: int, megabytes: int) -> dict[str, Any]:
+    async with start_server(
+        kind, extra=[*extra, "--log-level", "warning"] if kind == "execserver" else extra
+    ) as srv:
+        spawn = await figures.spawn_latency(srv.url, spawns, False)
+        out = await figures.output_throughput(srv.url, megabytes)
+        return {
+            "spawn_p50_ms": spawn["p50_ms"],
+            "spawn_p99_ms": spawn["p99_ms"],
+            "MB_per_s": out["MB_per_s"],
+        }
+
+
+def _end_keepers(state: str) -> None:
+    for root, _, files in os.walk(state):
+        if "meta.json" in files:
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                with open(os.path.join(root, "meta.json")) as handle:
+                    os.kill(json.load(handle)["keeper"], signal.SIGTERM)
+
+
+async def run(spawns: int, megabytes: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    with contextlib.suppress(ReferenceUnavailable):
+        results["reference"] = await _measure("reference", [], spawns, megabytes)
+    results["execserver"] = await _measure("execserver", [], spawns, megabytes)
+    with tempfile.TemporaryDirectory() as state:
+        try:
+            results["execserver --state-dir"] = await _measure(
+                "execserver", ["--state-dir", state, "--session-ttl", "5"], spawns, megabytes
+            )
+        finally:
+            _end_keepers(state)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--spawns", type=int, default=200)
+    parser.add_argument("--megabytes", type=int, default=512)
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(run(args.spawns, args.megabytes)), indent=2))
+
+
+if __name__ == "__main__":
+    main()
