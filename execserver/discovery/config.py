@@ -85,10 +85,14 @@ def project(table: dict[str, Any], key_paths: list[list[str]], prefix: list[str]
 
 
 def read_config(
-    config_paths: list[list[str]], requirements_paths: list[list[str]]
+    config_paths: list[list[str]],
+    requirements_paths: list[list[str]],
+    account_home: str | None = None,
 ) -> dict[str, Any]:
-    """Blocking: the environmentConfig/read result (wire keys)."""
-    home = codex_home()
+    """Blocking: the environmentConfig/read result (wire keys). ``account_home``: a
+    tenant's home (--tenants): its own ``~/.codex``, never the daemon's."""
+    user_home = home_dir() if account_home is None else os.path.abspath(account_home)
+    home = codex_home() if account_home is None else os.path.join(user_home, ".codex")
     layers: list[dict[str, str]] = []
     config_file = os.path.join(home, "config.toml")
     document = _load(config_file) if config_paths else None
@@ -103,7 +107,7 @@ def read_config(
                 }
             )
     return {
-        "userHomeDir": path_to_uri(home_dir()),
+        "userHomeDir": path_to_uri(user_home),
         "codexHomeDir": path_to_uri(home),
         "hostname": socket.gethostname(),
         "config": {"layers": layers, "cloudInsertionIndex": 0},

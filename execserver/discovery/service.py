@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 import msgspec
@@ -12,6 +13,8 @@ from execserver.fs.dispatch import in_thread, run_fs_op, sandboxed_fs
 from execserver.fs.paths import native_path, validate_path_uri
 from execserver.kernel.context import RequestContext
 from execserver.kernel.methods import MethodTable
+from execserver.tenancy.fsident import as_account
+from execserver.tenancy.seat import tenant_of
 from execserver.wire import methods as m
 from execserver.wire.contract import EncodesAs
 from execserver.wire.discovery import (
@@ -68,6 +71,19 @@ async def environment_config_read(
 ) -> Annotated[dict[str, Any], EncodesAs(EnvironmentConfigReadResponse)]:
     check_paths(params.config_paths, params.requirements_paths)
     native_path(params.cwd)
+    tenant = tenant_of(ctx)
+    if tenant is not None:
+        # The tenant's own config, read with its identity (never the daemon's layers).
+        reading = functools.partial(
+            as_account,
+            tenant.credentials,
+            read_config,
+            params.config_paths,
+            params.requirements_paths,
+            tenant.credentials.home,
+        )
+        tenant_result: dict[str, Any] = await in_thread(reading)
+        return tenant_result
     result: dict[str, Any] = await in_thread(
         read_config, params.config_paths, params.requirements_paths
     )
@@ -87,11 +103,18 @@ async def discover_roots_v1(
     ctx: RequestContext, params: CapabilityRootsDiscoverV1Params
 ) -> Annotated[dict[str, Any], EncodesAs(CapabilityRootsDiscoverV1Response)]:
     roots = []
+    tenant = tenant_of(ctx)
+    # A tenant's scan: within its roots, with its identity (fs/dispatch.py run_as_tenant).
+    who: dict[str, Any] = (
+        {}
+        if tenant is None
+        else {"tenant": tenant, "glob_scan_limit": ctx.server.config.sandbox.glob_scan_limit}
+    )
     for root in params.roots:
         path = native_path(root.path)
         sandbox = decode_sandbox_param(root.sandbox)
         found = await run_fs_op(
-            sandbox, SCAN_ROOT, {"path": path}, write=False, fs=lambda: sandboxed_fs(ctx)
+            sandbox, SCAN_ROOT, {"path": path}, write=False, fs=lambda: sandboxed_fs(ctx), **who
         )
         roots.append(
             {

@@ -106,9 +106,14 @@ class TenantHost:
         os.replace(tmp, self.tenants_file)
 
     @contextlib.asynccontextmanager
-    async def serve(self, *extra: str) -> AsyncIterator[RunningServer]:
+    async def serve(
+        self, *extra: str, env: dict[str, str] | None = None
+    ) -> AsyncIterator[RunningServer]:
         async with start_server(
-            "execserver", ["--tenants", str(self.tenants_file), *extra], cwd=self.base
+            "execserver",
+            ["--tenants", str(self.tenants_file), *extra],
+            cwd=self.base,
+            env=None if env is None else {**os.environ, **env},
         ) as server:
             yield server
 
