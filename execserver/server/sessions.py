@@ -122,7 +122,7 @@ class SessionRegistry:
         return session
 
     def restore(self, session: Session) -> Session:
-        """A session an earlier daemon left in --state-dir (server/readopt.py),
+        """A session an earlier daemon left in --state-dir (server/runner.py),
         registered detached: its TTL runs from now, as if its connection had just
         dropped."""
         self._sessions[session.id] = session
