@@ -728,6 +728,9 @@ class _Resumer:
     async def adopt(self, conn: RpcConnection) -> None:
         client = self._client
         old, client._conn = client._conn, conn
+        # Counted when the new connection is adopted, not after the catch-up: the
+        # catch-up's reads can complete a waiting call before it returns.
+        client.reconnects += 1
         if old is not None:
             await old.close()
 
@@ -745,7 +748,6 @@ class _Resumer:
                 proc.fail(f"cannot recover process {proc.process_id}: {exc}")
 
     def resumed(self) -> None:
-        self._client.reconnects += 1
         self._client._set_state(ClientState.CONNECTED)
 
     def give_up(self, message: str) -> None:
