@@ -37,7 +37,16 @@ async def test_seq_is_shared_by_output_exit_and_close(any_server: RunningServer)
 
 async def test_read_cursors_follow_next_seq(any_server: RunningServer) -> None:
     async with connect(any_server.url) as c:
-        await c.run("r", ["bash", "-c", "echo one; sleep 0.1; echo two; sleep 0.1; echo three"])
+        # Each line is printed only after the previous one was seen, and the shell exits
+        # only after the last one was seen. A sleep between them was not enough on a loaded
+        # machine: two lines could arrive as one chunk, or the reference (which numbers the
+        # exit when it reaps, racing its output pump) could number the exit before "three".
+        script = "echo one; read -r _; echo two; read -r _; echo three; read -r _"
+        await c.start("r", ["bash", "-c", script], pipeStdin=True)
+        for step, line in enumerate([b"one\n", b"two\n", b"three\n"]):
+            await c.wait_output("r", line)
+            await c.write("r", b"\n", f"step-{step}")
+        await c.wait_closed("r")
         full = await c.read("r")
         assert [ch["seq"] for ch in full["chunks"]] == [1, 2, 3]
         assert full["nextSeq"] == 6  # exit (4) and close (5) consumed seqs too
