@@ -46,6 +46,7 @@ from execserver.client.errors import (
     ExecServerTimeout,
     ExecServerTransportClosed,
     ExecServerUnavailable,
+    SessionAttached,
 )
 from execserver.client.fs import RemoteFileSystem
 from execserver.client.http import RemoteHttp
@@ -214,7 +215,10 @@ class ExecServerClient(TypedCalls):
         every (re)connect (rotated token files, short-lived JWTs).
         ``resume_session_id`` attaches a detached session instead of creating one.
         ``wait``: keep retrying for up to this many seconds while nothing answers
-        yet (a server still starting); a refusal (e.g. HTTP 401) is not retried.
+        yet (a server still starting), and, when resuming, while the session is
+        still attached to a connection that just closed (the server detaches it
+        only once it has seen that connection end, which can come after our
+        ``close()`` returned); a refusal (e.g. HTTP 401) is not retried.
         ``on_exit``: what leaving ``async with`` does to the processes this client
         started: ``"terminate"`` them (the default), or ``"detach"`` and leave
         them to a client that resumes the session.
@@ -241,7 +245,7 @@ class ExecServerClient(TypedCalls):
         while True:
             try:
                 await client._start(resume_session_id)
-            except (ExecServerConnectError, ExecServerTimeout) as exc:
+            except (ExecServerConnectError, ExecServerTimeout, SessionAttached) as exc:
                 refused = isinstance(exc, ExecServerConnectError) and exc.status is not None
                 if refused or loop.time() + delay > deadline:
                     raise
