@@ -11,21 +11,17 @@ own process group), which is what lets the daemon signal or kill its group.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import fcntl
-import gc
 import os
-import platform
 import pwd
 import struct
 import subprocess
 import termios
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
-from execserver.sandbox.plan import Credentials, LaunchPlan, LaunchRequest
+from execserver.sandbox.plan import LaunchPlan, LaunchRequest
 from execserver.sandbox.program import child_search_path, find_program
 from execserver.wire.errors import RpcError, os_error_text
 
@@ -160,108 +156,6 @@ def _identity(plan: LaunchPlan) -> dict[str, Any]:
     return {"user": creds.uid, "group": creds.gid, "extra_groups": list(creds.groups)}
 
 
-# ---- a tenant's spawn without fork ----------------------------------------------------
-#
-# Popen only uses vfork when it is given no user, group, extra_groups or preexec_fn:
-# with them it fork()s, and fork() of a daemon this size (page tables copied, then
-# copy-on-write faults in the daemon) made a tenant's spawn several times slower.
-# Linux keeps credentials per *thread*, and the raw set*id system calls (unlike
-# glibc's wrappers, which broadcast to every thread) change only the calling one;
-# a vfork child starts with its calling thread's credentials. So the spawning thread
-# takes the account's groups, gid and uid around a plain vfork Popen and gives its
-# own back afterwards; the child execs with the account's identity, and everything
-# Popen does in the child (chdir, exec, their error reports) is its unchanged code.
-#
-# The uid switch is setresuid(uid, uid, 0): real and effective uid the account's,
-# the saved uid still root, which is what lets the thread switch back. It keeps the
-# tenant out until the exec: the child shares the daemon's memory until then, and
-# ptrace or /proc/<pid>/mem access needs every one of the target's uids (saved
-# included) to be the caller's. execve(2) then sets the saved uid to the effective
-# one and, the real and effective uid being non-zero, computes the permitted and
-# effective capabilities from the file alone, so the program starts with uid, gid
-# and groups all the account's and no capabilities, as after Popen's own switch.
-# The one set that would survive the exec with a saved uid of 0 is the ambient one:
-# a daemon started with ambient capabilities takes Popen's fork path instead.
-
-# (setgroups, setresuid, setresgid) system call numbers; elsewhere: the fork path.
-_SETID_CALLS: Final = {"x86_64": (116, 117, 119), "aarch64": (159, 147, 149)}
-_CALLS = _SETID_CALLS.get(platform.machine())
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
-
-def _no_ambient_capabilities() -> bool:
-    try:
-        with open("/proc/thread-self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("CapAmb:"):
-                    return int(line.split()[1], 16) == 0
-    except (OSError, ValueError):
-        pass
-    return False
-
-
-# Only a root daemon (uid 0 real, effective and saved) switches this way; and only
-# once the ambient set is known empty.
-_THREAD_SWITCH: Final = (
-    _CALLS is not None and os.getresuid() == (0, 0, 0) and _no_ambient_capabilities()
-)
-
-
-def _syscall(number: int, *args: Any) -> None:
-    if _libc.syscall(number, *args) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-def _set_thread_ids(
-    groups: tuple[int, ...], gids: tuple[int, int, int], uids: tuple[int, int, int]
-) -> None:
-    assert _CALLS is not None
-    setgroups, setresuid, setresgid = _CALLS
-    array = (ctypes.c_uint * max(len(groups), 1))(*groups)
-    _syscall(setgroups, ctypes.c_size_t(len(groups)), array)
-    _syscall(setresgid, *(ctypes.c_uint(g) for g in gids))
-    _syscall(setresuid, *(ctypes.c_uint(u) for u in uids))
-
-
-@contextlib.contextmanager
-def _as_account(creds: Credentials) -> Iterator[None]:
-    """This thread with the account's identity (saved uid kept: see above)."""
-    groups, gids, uids = tuple(os.getgroups()), os.getresgid(), os.getresuid()
-    # No finaliser of the daemon's runs with the account's identity in this window.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        try:
-            # Groups and gid first, while the thread still has CAP_SETGID.
-            _set_thread_ids(creds.groups, (creds.gid,) * 3, (creds.uid, creds.uid, 0))
-        except OSError:
-            _restore(groups, gids, uids)
-            raise
-        try:
-            yield
-        finally:
-            _restore(groups, gids, uids)
-    finally:
-        if collecting:
-            gc.enable()
-
-
-def _restore(
-    groups: tuple[int, ...], gids: tuple[int, int, int], uids: tuple[int, int, int]
-) -> None:
-    assert _CALLS is not None
-    try:
-        # The uid first: back to euid 0, the permitted capabilities are effective again.
-        _syscall(_CALLS[1], *(ctypes.c_uint(u) for u in uids))
-        _set_thread_ids(groups, gids, uids)
-    except OSError:
-        # A thread stuck with an account's identity would start other principals'
-        # processes as that account: the daemon must not go on.
-        os.abort()
-
-
 def _spawn_pipes(plan: LaunchPlan, place: Callable[[], None] | None) -> Spawned:
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
@@ -274,23 +168,20 @@ def _spawn_pipes(plan: LaunchPlan, place: Callable[[], None] | None) -> Spawned:
         stdin_arg, stdin_fd = in_r, in_w
         parent_fds.append(in_w)
         child_fds.append(in_r)
-    creds = plan.credentials
-    fast = creds is not None and place is None and _THREAD_SWITCH
     try:
-        with _as_account(creds) if fast and creds is not None else contextlib.nullcontext():
-            popen = subprocess.Popen(
-                plan.argv,
-                executable=plan.executable,
-                stdin=stdin_arg,
-                stdout=out_w,
-                stderr=err_w,
-                cwd=plan.cwd,
-                env=plan.env,
-                start_new_session=True,
-                pass_fds=plan.pass_fds,
-                preexec_fn=place,
-                **({} if fast else _identity(plan)),
-            )
+        popen = subprocess.Popen(
+            plan.argv,
+            executable=plan.executable,
+            stdin=stdin_arg,
+            stdout=out_w,
+            stderr=err_w,
+            cwd=plan.cwd,
+            env=plan.env,
+            start_new_session=True,
+            pass_fds=plan.pass_fds,
+            preexec_fn=place,
+            **_identity(plan),
+        )
     except BaseException:
         _close_all(parent_fds + child_fds)
         raise
