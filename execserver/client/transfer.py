@@ -52,7 +52,7 @@ import tarfile
 import threading
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import IO, Any, Final, Protocol
@@ -213,30 +213,45 @@ class _Entry:
 
 
 def _walk(root: str, skipped: list[str]) -> list[_Entry]:
-    """The tree under ``root``, parents before children; fifos, sockets and
-    devices go to ``skipped``."""
+    """The tree under ``root`` depth first: each directory followed at once by
+    everything below it. Fifos, sockets and devices go to ``skipped``.
+
+    Depth first because GNU ``tar -x`` sets a directory's time and mode when the
+    first member outside it arrives: in ``os.walk``'s order (a directory's
+    children before any grandchild) a file written into a directory after that
+    changed the directory's time again, and a read-only one lost its time.
+    """
     if not os.path.isdir(root):
         raise NotADirectoryError(f"not a local directory: {root!r}")
     st = os.stat(root)
     entries = [_Entry("", "dir", stat.S_IMODE(st.st_mode), 0, st.st_mtime_ns)]
-    # os.walk does not descend into symlinked directories (followlinks=False).
-    for top, dirnames, filenames in os.walk(root):
-        rel_top = os.path.relpath(top, root)
-        rel_top = "" if rel_top == "." else rel_top
-        for name in [*dirnames, *filenames]:
-            rel = os.path.join(rel_top, name)
-            path = os.path.join(root, rel)
-            st = os.lstat(path)
-            mode = stat.S_IMODE(st.st_mode)
-            if stat.S_ISLNK(st.st_mode):
-                entries.append(_Entry(rel, "link", mode, 0, st.st_mtime_ns, os.readlink(path)))
-            elif stat.S_ISDIR(st.st_mode):
-                entries.append(_Entry(rel, "dir", mode, 0, st.st_mtime_ns))
-            elif stat.S_ISREG(st.st_mode):
-                entries.append(_Entry(rel, "file", mode, st.st_size, st.st_mtime_ns))
-            else:
-                skipped.append(rel)
+    # A stack of (directory, its entries not yet visited); symlinked directories
+    # are entries, never descended into.
+    stack: list[tuple[str, Iterator[os.DirEntry[str]]]] = [("", iter(_listing(root)))]
+    while stack:
+        rel_top, pending = stack[-1]
+        item = next(pending, None)
+        if item is None:
+            stack.pop()
+            continue
+        rel = os.path.join(rel_top, item.name)
+        st = item.stat(follow_symlinks=False)
+        mode = stat.S_IMODE(st.st_mode)
+        if stat.S_ISLNK(st.st_mode):
+            entries.append(_Entry(rel, "link", mode, 0, st.st_mtime_ns, os.readlink(item.path)))
+        elif stat.S_ISDIR(st.st_mode):
+            entries.append(_Entry(rel, "dir", mode, 0, st.st_mtime_ns))
+            stack.append((rel, iter(_listing(item.path))))
+        elif stat.S_ISREG(st.st_mode):
+            entries.append(_Entry(rel, "file", mode, st.st_size, st.st_mtime_ns))
+        else:
+            skipped.append(rel)
     return entries
+
+
+def _listing(path: str) -> list[os.DirEntry[str]]:
+    with os.scandir(path) as found:
+        return list(found)
 
 
 def _summarize(entries: Iterable[_Entry], summary: TransferSummary) -> None:
