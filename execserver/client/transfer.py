@@ -130,7 +130,9 @@ class TransferError(ExecServerError):
     ``detail`` is its stderr), or ``extract`` here (a member refused)."""
 
     def __init__(self, step: str, detail: str) -> None:
-        super().__init__(f"{step} failed on the executor: {detail.strip() or 'no message'}")
+        # ``extract`` is this client's own check of a downloaded archive.
+        where = "here, refusing the executor's archive" if step == "extract" else "on the executor"
+        super().__init__(f"{step} failed {where}: {detail.strip() or 'no message'}")
         self.step = step
         self.detail = detail
 

@@ -133,6 +133,7 @@ async def test_a_member_leaving_the_destination_is_refused(
         await hostile.fs.download(str(remote), dest)
     assert info.value.step == "extract"
     assert "refused archive member" in str(info.value)
+    assert "failed here, refusing the executor's archive" in str(info.value)
     assert listing(outside) == {"victim": b"victim"}
     assert (outside / "victim").stat().st_nlink == 1
     assert os.readlink(dest / "pre") == str(outside)
