@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from execserver.sandbox.plan import LaunchPlan, LaunchRequest
+from execserver.sandbox.plan import Credentials, LaunchPlan, LaunchRequest
 from execserver.sandbox.program import child_search_path, find_program
 from execserver.wire.errors import RpcError, os_error_text
 
@@ -52,11 +52,14 @@ def _daemon_home() -> str:
         return "/"
 
 
-def _login_shell() -> str:
+def _login_shell(credentials: Credentials | None) -> str:
+    """The login shell of the account the child runs as: a tenant's own, never
+    the daemon's (whose SHELL says nothing about the tenant's account)."""
+    uid = os.getuid() if credentials is None else credentials.uid
     try:
-        return pwd.getpwuid(os.getuid()).pw_shell or "/bin/sh"
+        return pwd.getpwuid(uid).pw_shell or "/bin/sh"
     except KeyError:
-        return os.environ.get("SHELL", "/bin/sh")
+        return os.environ.get("SHELL", "/bin/sh") if credentials is None else "/bin/sh"
 
 
 def _resolve_pipe_program(name: str, env: Mapping[str, str], cwd: str) -> str:
@@ -97,8 +100,8 @@ def plan_unsandboxed(request: LaunchRequest) -> LaunchPlan:
             argv[0] = request.arg0
         # A tty child whose cwd is not a directory starts in the home directory instead.
         if not os.path.isdir(cwd):
-            cwd = _daemon_home()
-        env.setdefault("SHELL", _login_shell())
+            cwd = _daemon_home() if request.credentials is None else request.credentials.home
+        env.setdefault("SHELL", _login_shell(request.credentials))
         program = _resolve_pty_program(argv[0], env, cwd)
     else:
         program = _resolve_pipe_program(argv[0], env, cwd)

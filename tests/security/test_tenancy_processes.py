@@ -96,3 +96,17 @@ async def test_a_cwd_the_tenant_cannot_enter_is_refused(host: TenantHost) -> Non
         ok, error = await start(b, "in-a", ["ls"], host.a)
     assert not ok
     assert error[1] == f"tenant bob: cwd {host.a} is not accessible to user es-tenant-b"
+
+
+async def test_a_tenants_terminal_gets_its_accounts_login_shell(host: TenantHost) -> None:
+    """A tty start without SHELL in its env gets the login shell of the account it
+    runs as (the reference's pty default), the tenant's, not the daemon's."""
+    tenant_shell = pwd.getpwuid(host.b_uid).pw_shell
+    daemon_shell = pwd.getpwuid(0).pw_shell
+    assert tenant_shell != daemon_shell  # else the test could not tell them apart
+    async with host.serve() as server, connect(server.url, token=TOKEN_B) as b:
+        ok, _ = await start(b, "tty", ["sh", "-c", 'echo "shell=$SHELL"'], host.b, tty=True)
+        assert ok
+        text, code = await output_of(b, "tty")
+    assert code == 0
+    assert f"shell={tenant_shell}" in text, text
