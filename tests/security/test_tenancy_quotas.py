@@ -1,0 +1,74 @@
+"""A tenant's quotas through a real daemon (root): B's ``max_processes`` and
+``max_sessions`` trip with a JSON-RPC error naming the ceiling, A (no quota)
+starts and connects as before, and B's room comes back when its processes end;
+a detached session of B's still counts until it is resumed or expires."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.rpc import RpcFailure, connect
+from tests.support.tenants import TOKEN_A, TOKEN_B, TenantHost, start, tenant_host
+
+INVALID_REQUEST = -32600
+
+
+@pytest.fixture
+def host() -> Iterator[TenantHost]:
+    with tenant_host() as made:
+        made.write_tenants(
+            alice={"sandbox": "optional"},
+            bob={"max_processes": 2, "max_sessions": 1},
+        )
+        yield made
+
+
+async def test_b_past_max_processes_is_refused_and_a_is_untouched(host: TenantHost) -> None:
+    async with (
+        host.serve() as server,
+        connect(server.url, token=TOKEN_B) as b,
+        connect(server.url, token=TOKEN_A) as a,
+    ):
+        for n in range(2):
+            ok, _ = await start(b, f"b{n}", ["sleep", "300"], host.b)
+            assert ok
+        ok, error = await start(b, "b-over", ["sleep", "300"], host.b)
+        assert not ok
+        assert error == (INVALID_REQUEST, "tenant bob: max_processes 2 reached")
+        # A has no quota and B's full quota does not touch it.
+        for n in range(3):
+            ok, _ = await start(a, f"a{n}", ["sleep", "300"], host.a)
+            assert ok
+        # When one of B's processes has ended, B has room for one more.
+        await b.ok("process/terminate", {"processId": "b0"})
+        await b.wait_closed("b0")
+        ok, _ = await start(b, "b-again", ["sleep", "300"], host.b)
+        assert ok
+        ok, error = await start(b, "b-over-again", ["sleep", "300"], host.b)
+        assert (ok, error) == (False, (INVALID_REQUEST, "tenant bob: max_processes 2 reached"))
+        for client, ids in ((a, ["a0", "a1", "a2"]), (b, ["b1", "b-again"])):
+            for process_id in ids:
+                await client.ok("process/terminate", {"processId": process_id})
+
+
+async def test_b_past_max_sessions_is_refused_and_a_is_untouched(host: TenantHost) -> None:
+    refusal = (INVALID_REQUEST, "tenant bob: max_sessions 1 reached")
+    async with host.serve() as server:
+        async with connect(server.url, token=TOKEN_B) as first:
+            session_id = first.session_id
+            with pytest.raises(RpcFailure) as refused:
+                async with connect(server.url, token=TOKEN_B):
+                    pass
+            assert (refused.value.code, refused.value.message) == refusal
+            async with connect(server.url, token=TOKEN_A), connect(server.url, token=TOKEN_A):
+                pass  # A has no quota: two sessions at once
+        # A detached session still counts (it can be resumed until its TTL runs
+        # out): B may resume it, not open another beside it.
+        with pytest.raises(RpcFailure) as still:
+            async with connect(server.url, token=TOKEN_B):
+                pass
+        assert (still.value.code, still.value.message) == refusal
+        async with connect(server.url, token=TOKEN_B, resume=session_id) as resumed:
+            assert resumed.session_id == session_id
