@@ -22,6 +22,7 @@ __all__ = [
     "LIMIT_EXCEEDED",
     "LIMIT_FLAGS",
     "LimitExceeded",
+    "PolicyRefusal",
     "ServerLimits",
     "Slots",
     "check_below",
@@ -98,3 +99,15 @@ class ServerLimits:
             self.config.max_concurrent_http_requests,
             "too many concurrent http/request calls on this server",
         )
+
+
+class PolicyRefusal(RpcError):
+    """A request a principal's profile does not allow (execserver.tenancy): the
+    client gets ``tenant <principal>: <reason>``, and the dispatcher writes an
+    audit record of the refusal with the principal and the reason, so that an
+    operator sees every ceiling a tenant ran into."""
+
+    def __init__(self, code: int, principal: str, reason: str) -> None:
+        super().__init__(code, f"tenant {principal}: {reason}")
+        self.principal = principal
+        self.reason = reason

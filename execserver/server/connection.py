@@ -23,7 +23,7 @@ import msgspec
 from execserver.aio.eager import start_eagerly
 from execserver.aio.tasks import TaskSet
 from execserver.kernel.context import RequestContext
-from execserver.kernel.limits import LimitExceeded
+from execserver.kernel.limits import LimitExceeded, PolicyRefusal
 from execserver.kernel.methods import MUST_WAIT, MethodSpec
 from execserver.kernel.scoped import ScopedState
 from execserver.server.metrics import UNKNOWN_METHOD
@@ -327,10 +327,25 @@ class Connection:
         if isinstance(exc, RpcError):
             if isinstance(exc, LimitExceeded):
                 self.runtime.metrics.limit_rejections.labels(exc.limit).inc()
+            elif isinstance(exc, PolicyRefusal):
+                self._audit_refusal(request.method, exc)
             error = ErrorMessage(ErrorObject(exc.code, exc.message), request.id)
             return encode_message(error), str(exc.code)
         log.error("internal error serving %s (id %r)", request.method, request.id, exc_info=exc)
         return encode_error(request.id, INTERNAL_ERROR, "internal error"), str(INTERNAL_ERROR)
+
+    def _audit_refusal(self, method: str, refusal: PolicyRefusal) -> None:
+        """Every ceiling a tenant runs into is on the record, with the line of its
+        profile that said no (before initialize there is no session yet)."""
+        session = self.session.id if self.session is not None else None
+        self.runtime.audit.emit(
+            "tenant.refuse",
+            session=session,
+            peer=self.peer,
+            principal=refusal.principal,
+            method=method,
+            reason=refusal.reason,
+        )
 
     def _observe(self, method: str, outcome: str, started: float) -> None:
         # Unknown names share one label so clients cannot grow the metric without bound.

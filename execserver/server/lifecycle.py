@@ -14,13 +14,19 @@ import tempfile
 
 from execserver import REFERENCE_VERSION, __version__
 from execserver.kernel.context import RequestContext
+from execserver.kernel.limits import PolicyRefusal
 from execserver.kernel.methods import MethodTable
 from execserver.server.connection import Connection
 from execserver.server.sessions import SessionRegistry
 from execserver.tenancy.directory import TenantDirectory, TenantGone
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
-from execserver.wire.errors import DRAINING_MESSAGE, EXECUTOR_DRAINING, RpcError
+from execserver.wire.errors import (
+    DRAINING_MESSAGE,
+    EXECUTOR_DRAINING,
+    PARSE_OR_INVALID_REQUEST,
+    RpcError,
+)
 from execserver.wire.lifecycle import (
     EnvironmentCapabilities,
     EnvironmentInfo,
@@ -129,8 +135,8 @@ def _check_tenant(
         raise RpcError.invalid_request(f"tenant {principal} no longer exists") from None
     if params.resume_session_id is None and profile.max_sessions is not None:
         if sessions.count(principal) >= profile.max_sessions:
-            raise RpcError.invalid_request(
-                f"tenant {principal}: max_sessions {profile.max_sessions} reached"
+            raise PolicyRefusal(
+                PARSE_OR_INVALID_REQUEST, principal, f"max_sessions {profile.max_sessions} reached"
             )
 
 

@@ -16,9 +16,10 @@ import errno
 import os
 from collections.abc import Sequence
 
+from execserver.kernel.limits import PolicyRefusal
 from execserver.sandbox.policy import PROTECTED_NAMES, ResolvedPolicy
 from execserver.tenancy.profile import NETWORK_LEVELS, NetworkCeiling, TenantProfile
-from execserver.wire.errors import RpcError, rpc_error_from_os_error
+from execserver.wire.errors import PARSE_OR_INVALID_REQUEST, RpcError, rpc_error_from_os_error
 from execserver.wire.sandbox import FileSystemSandboxContext
 
 __all__ = [
@@ -40,8 +41,8 @@ def inside(path: str, roots: Sequence[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
-def refused(profile: TenantProfile, what: str) -> RpcError:
-    return RpcError.invalid_request(f"tenant {profile.name}: {what}")
+def refused(profile: TenantProfile, what: str) -> PolicyRefusal:
+    return PolicyRefusal(PARSE_OR_INVALID_REQUEST, profile.name, what)
 
 
 def network_level(policy: ResolvedPolicy, *, managed_network: bool) -> NetworkCeiling:

@@ -1,15 +1,18 @@
 """A tenant's quotas through a real daemon (root): B's ``max_processes`` and
 ``max_sessions`` trip with a JSON-RPC error naming the ceiling, A (no quota)
 starts and connects as before, and B's room comes back when its processes end;
-a detached session of B's still counts until it is resumed or expires."""
+a detached session of B's still counts until it is resumed or expires. Every
+refusal is on the audit log with the principal and the ceiling that said no."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.support.rpc import RpcFailure, connect
+from tests.support.rpc import RpcFailure, connect, poll_until
 from tests.support.tenants import TOKEN_A, TOKEN_B, TenantHost, start, tenant_host
 
 INVALID_REQUEST = -32600
@@ -72,3 +75,44 @@ async def test_b_past_max_sessions_is_refused_and_a_is_untouched(host: TenantHos
         assert (still.value.code, still.value.message) == refusal
         async with connect(server.url, token=TOKEN_B, resume=session_id) as resumed:
             assert resumed.session_id == session_id
+
+
+def _refusals(path: Path) -> list[dict[str, object]]:
+    text = path.read_text() if path.exists() else ""
+    return [r for r in map(json.loads, text.splitlines()) if r.get("event") == "tenant.refuse"]
+
+
+async def test_every_refusal_is_audited_with_principal_method_and_ceiling(
+    host: TenantHost, tmp_path: Path
+) -> None:
+    audit = tmp_path / "audit.jsonl"
+    async with host.serve("--audit-log", str(audit)) as server:
+        async with connect(server.url, token=TOKEN_B) as b:
+            for n in range(2):
+                ok, _ = await start(b, f"b{n}", ["sleep", "300"], host.b)
+                assert ok
+            ok, _ = await start(b, "b-over", ["sleep", "300"], host.b)
+            assert not ok
+            with pytest.raises(RpcFailure):
+                async with connect(server.url, token=TOKEN_B):
+                    pass
+            # A's work is not a refusal and leaves no such record.
+            async with connect(server.url, token=TOKEN_A) as a:
+                ok, _ = await start(a, "a0", ["true"], host.a)
+                assert ok
+            # The log is appended by the daemon's writer thread: wait for both.
+            assert await poll_until(lambda: len(_refusals(audit)) >= 2, 20)
+            session_b = b.session_id
+            for process_id in ("b0", "b1"):
+                await b.ok("process/terminate", {"processId": process_id})
+    by_method = {str(record["method"]): record for record in _refusals(audit)}
+    assert sorted(by_method) == ["initialize", "process/start"]
+    started = by_method["process/start"]
+    assert started["principal"] == "bob"
+    assert started["reason"] == "max_processes 2 reached"
+    assert started["session"] == session_b
+    opened = by_method["initialize"]
+    assert opened["principal"] == "bob"
+    assert opened["reason"] == "max_sessions 1 reached"
+    assert opened["session"] is None  # refused before it had one
+    assert all(isinstance(record["peer"], str) for record in by_method.values())
