@@ -11,6 +11,13 @@ Where the cgroups live:
   cpuacct for CPU time and freezer for the kill, when present); each gets
   ``execserver-<daemon pid>/p<n>`` under the daemon's own cgroup there.
 
+With ``--tenants``, each principal has a group of its own between the daemon's
+cgroup and its processes' (``tenant-<daemon pid>-<name>`` on v2,
+``execserver-<daemon pid>/tenant-<name>`` on v1), holding the principal's quota
+(memory, pids, CPU over everything it runs); a process's own limits sit inside
+it. The kernel enforces a parent's limit over all its descendants, so no
+tenant's processes can take another's share however many it starts.
+
 ``open_process_cgroups`` makes the factory (or refuses to start: fail closed);
 the server provides it in its ``Resources`` (execserver/server/runner.py), and
 whoever starts a process gets it from there.
@@ -24,7 +31,7 @@ import itertools
 import logging
 import os
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Final
 
 import psutil
@@ -54,6 +61,19 @@ DAEMON_LEAF: Final = "execserver.daemon"
 
 class ContainmentError(Exception):
     """Limits were asked for and cannot be applied: the daemon refuses to start."""
+
+
+def needed_controllers(limits: ProcessLimitsConfig) -> set[str]:
+    """The controllers ``limits`` needs delegated."""
+    return {
+        name
+        for name, value in (
+            ("memory", limits.memory_max_bytes),
+            ("pids", limits.pids_max),
+            ("cpu", limits.cpu_max_cores),
+        )
+        if value is not None
+    }
 
 
 def _limit_files(version: int, limits: ProcessLimitsConfig) -> list[tuple[str, str, str]]:
@@ -86,25 +106,70 @@ def _limit_files(version: int, limits: ProcessLimitsConfig) -> list[tuple[str, s
 # Files that may be missing without weakening the limit the flag asked for
 # (swap accounting is off on many kernels: then there is no swap to escape into).
 _OPTIONAL_FILES: Final = {"memory.swap.max", "memory.memsw.limit_in_bytes"}
+_CONTROLLERS: Final = ("memory", "pids", "cpu")
+
+
+def _group_files(version: int, quota: ProcessLimitsConfig) -> list[tuple[str, str, str]]:
+    """(controller, file, value) to write into a principal's group, in this order: its
+    quota, and "no limit" for what the quota leaves out, so that a reload that drops
+    or raises a limit lifts it. v1 refuses a memory limit above the memory+swap one,
+    so that one is lifted first and set again last."""
+    files: list[tuple[str, str, str]] = []
+    if version == 2:
+        if quota.memory_max_bytes is None:
+            files += [("memory", "memory.max", "max"), ("memory", "memory.swap.max", "max")]
+        if quota.pids_max is None:
+            files.append(("pids", "pids.max", "max"))
+        if quota.cpu_max_cores is None:
+            files.append(("cpu", "cpu.max", f"max {CPU_PERIOD_US}"))
+    else:
+        files.append(("memory", "memory.memsw.limit_in_bytes", "-1"))
+        if quota.memory_max_bytes is None:
+            files.append(("memory", "memory.limit_in_bytes", "-1"))
+        if quota.pids_max is None:
+            files.append(("pids", "pids.max", "max"))
+        if quota.cpu_max_cores is None:
+            files.append(("cpu", "cpu.cfs_quota_us", "-1"))
+    return files + _limit_files(version, quota)
 
 
 class ProcessCgroups:
     """Creates the per-process cgroups of one daemon (``runtime.containment``)."""
 
-    def __init__(self, limits: ProcessLimitsConfig, version: int, parents: dict[str, str]) -> None:
+    def __init__(
+        self,
+        limits: ProcessLimitsConfig,
+        version: int,
+        parents: dict[str, str],
+        controllers: frozenset[str] = frozenset(),
+    ) -> None:
         self.limits = limits
         self.version = version
         self._parents = parents  # v2: {"": dir}; v1: {controller: execserver-<pid> dir}
+        # The controllers enabled for our children (v2: what a group passes on).
+        self._controllers = controllers
         self._counter = itertools.count(1)
         self._files = _limit_files(version, limits)
+        # Per principal: the directories its processes' cgroups are made in.
+        self._groups: dict[str, dict[str, str]] = {}
+        self.group_limits: dict[str, ProcessLimitsConfig] = {}
 
-    def create(self) -> ProcessCgroup:
-        """A new cgroup with the limits set; raises OSError (the caller fails the start)."""
+    def create(self, group: str | None = None) -> ProcessCgroup:
+        """A new cgroup with the limits set, inside ``group``'s (a principal's) when
+        given; raises OSError (the caller fails the start): a principal without its
+        group has no process of its own outside its quota."""
+        if group is None:
+            parents = self._parents
+        else:
+            found = self._groups.get(group)
+            if found is None:
+                raise OSError(errno.ENOENT, f"no cgroup for tenant {group}")
+            parents = found
         n = next(self._counter)
         dirs: dict[str, str] = {}
         made: list[str] = []
         try:
-            for controller, parent in self._parents.items():
+            for controller, parent in parents.items():
                 leaf = f"proc-{os.getpid()}-{n}" if self.version == 2 else f"p{n}"
                 directory = os.path.join(parent, leaf)
                 real = os.path.realpath(parent)
@@ -134,6 +199,57 @@ class ProcessCgroups:
                     os.rmdir(directory)
             raise
 
+    def set_groups(self, quotas: Mapping[str, ProcessLimitsConfig]) -> None:
+        """Make (or update) a group per principal with its quota, at start-up and on
+        each reload. Raises ContainmentError when a quota cannot be applied: the
+        caller then refuses to start, or keeps the previous tenants table. A group
+        whose principal is gone stays until its processes have ended (``close``)."""
+        lacking = set().union(*map(needed_controllers, quotas.values())) - set(
+            self._controllers if self.version == 2 else self._parents
+        )
+        if lacking:
+            raise ContainmentError(
+                f"tenant quotas need the {', '.join(sorted(lacking))} cgroup controller(s), "
+                "which this daemon's cgroups do not have (they are chosen at start-up)"
+            )
+        groups: dict[str, dict[str, str]] = {}
+        try:
+            for name, quota in quotas.items():
+                groups[name] = self._make_group(name, quota)
+        except OSError as exc:
+            raise ContainmentError(
+                f"cannot set up the cgroup of tenant {name}: {exc.filename or ''} {exc.strerror}"
+            ) from None
+        self._groups.update(groups)
+        self.group_limits = dict(quotas)
+
+    def _make_group(self, name: str, quota: ProcessLimitsConfig) -> dict[str, str]:
+        dirs: dict[str, str] = {}
+        for controller, parent in self._parents.items():
+            leaf = f"tenant-{os.getpid()}-{name}" if self.version == 2 else f"tenant-{name}"
+            directory = os.path.join(parent, leaf)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(directory, 0o755)
+            dirs[controller] = directory
+        if self.version == 2 and self._controllers:
+            # A group holds no process itself, so it may pass the controllers on.
+            control = os.path.join(dirs[""], "cgroup.subtree_control")
+            write_file(control, " ".join(f"+{c}" for c in sorted(self._controllers)))
+        target: dict[str, str | None] = {
+            c: (dirs[""] if c in self._controllers else None) if self.version == 2 else dirs.get(c)
+            for c in _CONTROLLERS
+        }
+        for controller, file, value in _group_files(self.version, quota):
+            place = target[controller]
+            if place is None:
+                continue  # a controller no quota needs (checked by set_groups)
+            try:
+                write_file(os.path.join(place, file), value)
+            except OSError:
+                if file not in _OPTIONAL_FILES:
+                    raise
+        return dirs
+
     @contextlib.asynccontextmanager
     async def helper_cgroup(self) -> AsyncIterator[Callable[[], None]]:
         """For a short-lived helper of the daemon's (the sandboxed fs program): yields
@@ -151,23 +267,30 @@ class ProcessCgroups:
 
     def close(self) -> None:
         """Daemon shutdown (after every tree was killed): remove what is left of ours."""
-        for controller, parent in self._parents.items():
-            if self.version == 2:
-                prefix = f"proc-{os.getpid()}-"
-                with contextlib.suppress(OSError):
-                    for name in os.listdir(parent):
-                        if name.startswith(prefix):
-                            with contextlib.suppress(OSError):
-                                os.rmdir(os.path.join(parent, name))
-            else:
-                with contextlib.suppress(OSError):
-                    for name in os.listdir(parent):
-                        if name.startswith("p") and name[1:].isdigit():
-                            with contextlib.suppress(OSError):
-                                os.rmdir(os.path.join(parent, name))
+        pid = os.getpid()
+        for parent in self._parents.values():
+            with contextlib.suppress(OSError):
+                names = os.listdir(parent)
+            for name in names:
+                if self.version == 2:
+                    ours = name.startswith((f"proc-{pid}-", f"tenant-{pid}-"))
+                else:
+                    ours = (name.startswith("p") and name[1:].isdigit()) or name.startswith(
+                        "tenant-"
+                    )
+                if ours:
+                    _remove_tree(os.path.join(parent, name))
+            if self.version == 1:
                 with contextlib.suppress(OSError):
                     os.rmdir(parent)
-            del controller
+
+
+def _asked_by(limits: ProcessLimitsConfig, for_tenants: set[str]) -> str:
+    """What asked for the cgroups: the --process-* flags, the tenants' quotas."""
+    asked = [FLAGS[n] for n in sorted(needed_controllers(limits))]
+    if for_tenants:
+        asked.append("the tenants' quotas")
+    return ", ".join(asked)
 
 
 def _missing_message(needed: set[str], host: HostCgroups) -> str:
@@ -184,25 +307,30 @@ def _missing_message(needed: set[str], host: HostCgroups) -> str:
     )
 
 
-_OURS = re.compile(r"^(?:proc|execserver)-(\d+)(?:-\d+)?$")
+_OURS = re.compile(r"^(?:proc|execserver|tenant)-(\d+)(?:-[\w.-]+)?$")
+
+
+def _remove_tree(directory: str, depth: int = 3) -> None:
+    """rmdir ``directory`` and the cgroups under it, deepest first; one that still has
+    members stays (rmdir refuses it), and so do its parents."""
+    if depth > 0:
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(directory):
+                if entry.is_dir(follow_symlinks=False):
+                    _remove_tree(entry.path, depth - 1)
+    with contextlib.suppress(OSError):
+        os.rmdir(directory)
 
 
 def _remove_stale(directory: str) -> None:
     """Empty cgroups a previous daemon (a pid no longer running) left behind when it
-    was killed; rmdir refuses any that still has members."""
+    was killed: its process cgroups, its tenants' groups and what is in them."""
     with contextlib.suppress(OSError):
         for name in os.listdir(directory):
             match = _OURS.match(name)
             if match is None or psutil.pid_exists(int(match.group(1))):
                 continue
-            path = os.path.join(directory, name)
-            with contextlib.suppress(OSError):
-                for leaf in os.listdir(path):
-                    if os.path.isdir(os.path.join(path, leaf)):
-                        with contextlib.suppress(OSError):
-                            os.rmdir(os.path.join(path, leaf))
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
+            _remove_tree(os.path.join(directory, name))
 
 
 def _setup_v2(directory: str, needed: set[str]) -> None:
@@ -232,20 +360,20 @@ def _setup_v2(directory: str, needed: set[str]) -> None:
     write_file(control, request)
 
 
-def open_process_cgroups(limits: ProcessLimitsConfig) -> ProcessCgroups | None:
+def open_process_cgroups(
+    limits: ProcessLimitsConfig, quotas: Mapping[str, ProcessLimitsConfig] | None = None
+) -> ProcessCgroups | None:
     """None without limits (nothing changes); raises ContainmentError when they cannot
-    be applied. The daemon then refuses to start: fail closed, like the sandbox."""
-    if not limits.requested:
+    be applied. The daemon then refuses to start: fail closed, like the sandbox.
+
+    ``quotas``: with --tenants, each principal's quota (an empty config for one
+    without). Any quota set opens the factory even without per-process limits;
+    whenever it is open, every principal gets its group."""
+    quotas = quotas or {}
+    for_tenants = set().union(*map(needed_controllers, quotas.values()))
+    if not limits.requested and not for_tenants:
         return None
-    needed = {
-        name
-        for name, value in (
-            ("memory", limits.memory_max_bytes),
-            ("pids", limits.pids_max),
-            ("cpu", limits.cpu_max_cores),
-        )
-        if value is not None
-    }
+    needed = needed_controllers(limits) | for_tenants
     host = probe_host(limits.cgroup_root)
     cgroups: ProcessCgroups
     try:
@@ -255,7 +383,7 @@ def open_process_cgroups(limits: ProcessLimitsConfig) -> ProcessCgroups | None:
             wanted = needed | ({"cpu", "memory"} & host.v2_controllers)
             _remove_stale(host.v2_dir)
             _setup_v2(host.v2_dir, wanted)
-            cgroups = ProcessCgroups(limits, 2, {"": host.v2_dir})
+            cgroups = ProcessCgroups(limits, 2, {"": host.v2_dir}, frozenset(wanted))
         elif host.v1_usable(needed):
             parents: dict[str, str] = {}
             for name in (*sorted(needed), *V1_OPTIONAL):
@@ -270,17 +398,23 @@ def open_process_cgroups(limits: ProcessLimitsConfig) -> ProcessCgroups | None:
                         raise
                     continue
                 parents[name] = parent
-            cgroups = ProcessCgroups(limits, 1, parents)
+            cgroups = ProcessCgroups(limits, 1, parents, frozenset(parents))
         else:
-            raise ContainmentError(_missing_message(needed, host))
+            what = _missing_message(needed, host)
+            if for_tenants:
+                what = f"the tenants' quotas: {what}"
+            raise ContainmentError(what)
         # Prove that a cgroup with these limits can be made before serving anyone.
         trial = cgroups.create()
         trial.remove()
     except OSError as exc:
         raise ContainmentError(
-            f"cannot set up per-process cgroups ({', '.join(FLAGS[n] for n in sorted(needed))}): "
+            f"cannot set up per-process cgroups ({_asked_by(limits, for_tenants)}): "
             f"{exc.filename or ''} {exc.strerror}; {DELEGATION_HINT}"
         ) from None
+    if quotas:
+        # Every principal gets its group, quota or not: its processes are all in it.
+        cgroups.set_groups(quotas)
     log.info(
         "per-process limits on cgroup v%d: %s",
         cgroups.version,

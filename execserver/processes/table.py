@@ -52,6 +52,8 @@ class ProcessTable:
         self._limits = limits
         self._telemetry = telemetry
         self._containment = containment
+        # With --tenants, its principal: its processes' cgroups go in that one's group.
+        self._principal: str | None = getattr(session, "principal", None)
         self._procs: dict[str, ManagedProcess] = {}
         self._expiry: dict[str, asyncio.TimerHandle] = {}
         self._leftover_trees: list[ProcessTree] = []
@@ -95,7 +97,7 @@ class ProcessTable:
             tree = self._supervisor.track(spawned.pid, plan.env)
         else:
             try:
-                cgroup = self._containment.create()
+                cgroup = self._containment.create(self._principal)
             except OSError as exc:
                 # Fail closed: with limits configured nothing runs without them.
                 raise RpcError.internal(
@@ -141,7 +143,7 @@ class ProcessTable:
         cgroup: ProcessCgroup | None = None
         if self._containment is not None:
             try:
-                cgroup = self._containment.create()
+                cgroup = self._containment.create(self._principal)
             except OSError as exc:
                 plan.close()
                 raise RpcError.internal(
@@ -150,7 +152,7 @@ class ProcessTable:
         try:
             link, answer, directory = keepers.spawn(
                 self._session.id,
-                getattr(self._session, "principal", None),
+                self._principal,
                 process_id,
                 plan,
                 program=name,

@@ -18,8 +18,8 @@ from typing import Any
 
 from execserver import REFERENCE_VERSION, __version__
 from execserver.aio.tasks import TaskSet
-from execserver.config import LimitsConfig, ServerConfig
-from execserver.containment import ProcessCgroups, open_process_cgroups
+from execserver.config import LimitsConfig, ProcessLimitsConfig, ServerConfig
+from execserver.containment import ContainmentError, ProcessCgroups, open_process_cgroups
 from execserver.discovery import service as discovery
 from execserver.fs import service as fs
 from execserver.http_request import service as http_request
@@ -43,6 +43,7 @@ from execserver.server.sessions import Session, SessionRegistry
 from execserver.server.transport_stdio import serve_stdio
 from execserver.server.transport_ws import WebsocketServer
 from execserver.tenancy.directory import TenantDirectory
+from execserver.tenancy.tenants_file import TenantTable
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def build_method_table() -> MethodTable:
     return table
 
 
-def build_runtime(config: ServerConfig) -> ServerRuntime:
+def build_runtime(config: ServerConfig, tenants: TenantDirectory | None = None) -> ServerRuntime:
     runtime = ServerRuntime(
         config=config,
         methods=build_method_table(),
@@ -83,12 +84,19 @@ def build_runtime(config: ServerConfig) -> ServerRuntime:
     )
     # Raises ContainmentError when limits are set and cannot be applied; None
     # without --process-*-max limits. Closed by ServerRuntime.aclose.
-    cgroups = open_process_cgroups(config.process_limits)
+    cgroups = open_process_cgroups(config.process_limits, _quotas(tenants))
     if cgroups is not None:
         runtime.resources.provide(ProcessCgroups, cgroups)
     # --state-dir: the keeper zygote (processes then outlive the daemon).
     open_keepers(runtime)
     return runtime
+
+
+def _quotas(tenants: TenantDirectory | None) -> dict[str, ProcessLimitsConfig] | None:
+    """Each principal's cgroup quota, for the containment factory (None: no tenants)."""
+    if tenants is None:
+        return None
+    return {name: profile.quota for name, profile in tenants.table.tenants.items()}
 
 
 def too_many_connections(limits: LimitsConfig, open_connections: int) -> HttpResponse | None:
@@ -175,13 +183,14 @@ class Server:
         # Fail closed: a config that asks for auth (or that must have it) never serves
         # without it, however the Server was constructed.
         verifier = auth.startup_checks(config)
-        self.runtime = build_runtime(config)
         # --tenants: the live table the upgrade check identifies principals in and
         # the services read profiles from; SIGHUP reloads it.
         self.tenants: TenantDirectory | None = None
         if isinstance(verifier, auth.TenantVerifier):
             self.tenants = verifier.directory
-            self.runtime.resources.provide(TenantDirectory, verifier.directory)
+        self.runtime = build_runtime(config, self.tenants)
+        if self.tenants is not None:
+            self.runtime.resources.provide(TenantDirectory, self.tenants)
         self._upgrade_checks = [
             *operational_checks(self.runtime, verifier),
             *(upgrade_checks or []),
@@ -248,8 +257,8 @@ class Server:
             return
         runtime = self.runtime
         try:
-            table = directory.reload()
-        except ValueError as exc:
+            table = directory.reload(admit=self._admit_quotas)
+        except (ValueError, ContainmentError) as exc:
             log.error("tenants file reload failed; keeping the previous table: %s", exc)
             runtime.audit.emit("tenants.reload", ok=False, reason=str(exc))
             return
@@ -267,6 +276,20 @@ class Server:
         runtime.audit.emit(
             "tenants.reload", ok=True, tenants=sorted(names), removed=sorted(removed)
         )
+
+    def _admit_quotas(self, table: TenantTable) -> None:
+        """A reloaded table goes live only once its cgroup quotas are in place (the
+        groups of new tenants made, changed limits written): else it is refused."""
+        quotas = {name: profile.quota for name, profile in table.tenants.items()}
+        cgroups = self.runtime.resources.get(ProcessCgroups)
+        if cgroups is None:
+            if any(quota.requested for quota in quotas.values()):
+                raise ContainmentError(
+                    "a tenant quota (memory_max, pids_max, cpu_max) needs cgroups, which "
+                    "this daemon did not open at start-up: restart it to apply quotas"
+                )
+            return
+        cgroups.set_groups(quotas)
 
     async def _run(self) -> int:
         log.info(

@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import logging
 from collections import Counter
+from collections.abc import Callable
 
 from execserver.tenancy.profile import TenantProfile
 from execserver.tenancy.tenants_file import TenantTable, load_tenants
@@ -44,10 +45,15 @@ class TenantDirectory:
     def jwt(self) -> bool:
         return self._jwt
 
-    def reload(self) -> TenantTable:
-        """Read the file again; raises TenantsFileError (the old table stays)."""
-        self._table = load_tenants(self._table.path, jwt=self._jwt)
-        return self._table
+    def reload(self, admit: Callable[[TenantTable], None] | None = None) -> TenantTable:
+        """Read the file again; raises TenantsFileError, or what ``admit`` (the last
+        check before the new table goes live, e.g. its cgroup quotas) raises: the
+        old table stays."""
+        table = load_tenants(self._table.path, jwt=self._jwt)
+        if admit is not None:
+            admit(table)
+        self._table = table
+        return table
 
     def names(self) -> frozenset[str]:
         return frozenset(self._table.tenants)

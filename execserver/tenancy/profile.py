@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from execserver.config import ProcessLimitsConfig
 from execserver.sandbox.plan import Credentials
 
 __all__ = ["NETWORK_LEVELS", "NetworkCeiling", "SandboxRule", "TenantProfile"]
@@ -38,6 +39,9 @@ class TenantProfile:
     max_processes: int | None
     max_sessions: int | None
     env: Mapping[str, str]
+    # memory_max / pids_max / cpu_max: one cgroup over everything it runs
+    # (execserver.containment); every field None when the profile sets none.
+    quota: ProcessLimitsConfig
 
     def may_read_roots(self) -> tuple[str, ...] | None:
         """The roots reads are confined to (None: not confined by the ceiling)."""

@@ -37,6 +37,18 @@ def _http(profile: TenantProfile) -> str:
     return ", ".join(allowed)
 
 
+def _quota(profile: TenantProfile) -> str:
+    quota = profile.quota
+    parts = []
+    if quota.memory_max_bytes is not None:
+        parts.append(f"memory {quota.memory_max_bytes} bytes")
+    if quota.pids_max is not None:
+        parts.append(f"pids {quota.pids_max}")
+    if quota.cpu_max_cores is not None:
+        parts.append(f"cpu {quota.cpu_max_cores:g} cores")
+    return ", ".join(parts) or "no quota"
+
+
 def principal_lines(table: TenantTable) -> list[str]:
     lines: list[str] = []
     privileged = os.geteuid() == 0
@@ -54,6 +66,7 @@ def principal_lines(table: TenantTable) -> list[str]:
             f"    max processes {profile.max_processes or 'unlimited'}, "
             f"max sessions {profile.max_sessions or 'unlimited'}; forced env: "
             + (", ".join(sorted(profile.env)) or "none"),
+            f"    its cgroup over all it runs: {_quota(profile)}",
         ]
     lines.append(
         "  the daemon runs as root: it can run each tenant as its account"

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from execserver.config import ProcessLimitsConfig
+from execserver.containment.sizes import parse_size
 from execserver.sandbox.plan import Credentials
 from execserver.tenancy.accounts import AccountError, lookup_account
 from execserver.tenancy.profile import NETWORK_LEVELS, NetworkCeiling, SandboxRule, TenantProfile
@@ -34,6 +36,9 @@ _KEYS: Final = frozenset(
         "http_request",
         "max_processes",
         "max_sessions",
+        "memory_max",
+        "pids_max",
+        "cpu_max",
         "env",
     }
 )
@@ -147,6 +152,7 @@ def _profile(where: str, name: str, entry: dict[str, object], *, jwt: bool) -> T
         max_processes=_count(where, "max_processes", entry.get("max_processes")),
         max_sessions=_count(where, "max_sessions", entry.get("max_sessions")),
         env=_env(where, entry.get("env", {})),
+        quota=_quota(where, entry),
     )
 
 
@@ -209,6 +215,29 @@ def _count(where: str, key: str, value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise TenantsFileError(f"{where}: {key} must be a positive integer")
     return value
+
+
+def _quota(where: str, entry: dict[str, object]) -> ProcessLimitsConfig:
+    """memory_max ("4G", or bytes), pids_max, cpu_max (cores): the cgroup over all it runs."""
+    memory = entry.get("memory_max")
+    memory_bytes: int | None = None
+    if isinstance(memory, str):
+        try:
+            memory_bytes = parse_size(memory)
+        except ValueError as exc:
+            raise TenantsFileError(f"{where}: memory_max: {exc}") from None
+    elif memory is not None:
+        memory_bytes = _count(where, "memory_max", memory)
+    cpu = entry.get("cpu_max")
+    if cpu is not None and (
+        isinstance(cpu, bool) or not isinstance(cpu, int | float) or not 0.01 <= cpu <= 4096
+    ):
+        raise TenantsFileError(f"{where}: cpu_max must be a number of cores (e.g. 2 or 0.5)")
+    return ProcessLimitsConfig(
+        memory_max_bytes=memory_bytes,
+        pids_max=_count(where, "pids_max", entry.get("pids_max")),
+        cpu_max_cores=None if cpu is None else float(cpu),
+    )
 
 
 def _env(where: str, value: object) -> Mapping[str, str]:
