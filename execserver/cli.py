@@ -224,6 +224,12 @@ def _add_ops_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-format", choices=("text", "json"), default="text")
     p.add_argument("--metrics", action="store_true", help="serve Prometheus metrics on /metrics")
     p.add_argument(
+        "--metrics-token-file",
+        metavar="PATH",
+        help="with --tenants (required with --metrics there): the bearer token /metrics "
+        "accepts, the operator's; tenants' tokens get 403",
+    )
+    p.add_argument(
         "--tenants",
         metavar="PATH",
         help="tenants file (TOML): each tenant's credential, Unix account and ceilings; "
@@ -278,6 +284,7 @@ def config_from_args(
         audit_log=args.audit_log,
         log_format=args.log_format,
         metrics=args.metrics,
+        metrics_token_file=args.metrics_token_file,
         process_limits=ProcessLimitsConfig(
             memory_max_bytes=args.process_memory_max,
             pids_max=args.process_pids_max,

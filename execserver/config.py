@@ -131,6 +131,9 @@ class ServerConfig:
     audit_log: str | None = None  # JSON-lines audit file (execserver.server.audit)
     log_format: str = "text"  # "text" | "json"
     metrics: bool = False  # serve Prometheus text on GET /metrics
+    # --metrics-token-file: with --tenants, the one bearer token /metrics accepts (the
+    # operator's scrape job); a tenant's credential gets 403 there.
+    metrics_token_file: str | None = None
     process_limits: ProcessLimitsConfig = field(default_factory=ProcessLimitsConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     # Run the doctor's policy-shape probe at start-up and log its table.

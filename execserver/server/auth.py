@@ -16,7 +16,7 @@ import ipaddress
 import logging
 import string
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -24,6 +24,7 @@ import jwt
 import msgspec
 
 from execserver.config import DEFAULT_WS_MAX_CLOCK_SKEW_S, ServerConfig, WsAuthConfig
+from execserver.sandbox.plan import Credentials
 from execserver.server.http_surface import HttpRequest, HttpResponse, UpgradeCheck
 from execserver.server.listen import ListenAddress, parse_listen
 from execserver.tenancy.directory import TenantDirectory
@@ -38,6 +39,7 @@ __all__ = [
     "INVALID_JWT",
     "INVALID_TOKEN",
     "JWT_NOT_YET_VALID",
+    "METRICS_NOT_FOR_TENANTS",
     "MISSING_TOKEN",
     "SIGNED_BEARER_TOKEN",
     "AuthConfigError",
@@ -49,6 +51,7 @@ __all__ = [
     "check_exposure",
     "load_verifier",
     "make_upgrade_check",
+    "metrics_checks",
     "startup_checks",
     "validate_flags",
 ]
@@ -69,6 +72,12 @@ EXPIRED_JWT: Final = "expired websocket jwt"
 JWT_NOT_YET_VALID: Final = "websocket jwt is not valid yet"
 ISSUER_MISMATCH: Final = "websocket jwt issuer mismatch"
 AUDIENCE_MISMATCH: Final = "websocket jwt audience mismatch"
+
+# The 403 body of /metrics for a tenant's credential (our addition): it says whose
+# route it is, nothing of what the daemon is doing.
+METRICS_NOT_FOR_TENANTS: Final = (
+    "/metrics is the operator's: scrape it with the token of --metrics-token-file"
+)
 
 _I64_MAX: Final = 2**63 - 1
 _BEARER_PREFIX: Final = "bearer "
@@ -153,21 +162,21 @@ def check_exposure(config: ServerConfig, address: ListenAddress) -> None:
         )
 
 
-def _read_secret(path: str) -> str:
+def _read_secret(path: str, what: str = "websocket auth secret") -> str:
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
     except OSError as exc:
         detail = os_error_text(exc.errno) if exc.errno is not None else str(exc)
-        raise AuthConfigError(f"failed to read websocket auth secret {path}: {detail}") from None
+        raise AuthConfigError(f"failed to read {what} {path}: {detail}") from None
     try:
         text = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
         raise AuthConfigError(
-            f"failed to read websocket auth secret {path}: stream did not contain valid UTF-8"
+            f"failed to read {what} {path}: stream did not contain valid UTF-8"
         ) from None
     if not text:
-        raise AuthConfigError(f"websocket auth secret {path} must not be empty")
+        raise AuthConfigError(f"{what} {path} must not be empty")
     return text
 
 
@@ -206,6 +215,7 @@ def startup_checks(config: ServerConfig) -> TokenVerifier | None:
             "`--tenants` takes each tenant's token from the tenants file (token_sha256); "
             "drop `--ws-auth capability-token` and its token flags"
         )
+    validate_metrics_flags(config)
     address = parse_listen(config.listen)
     if address.kind == "stdio" and config.ws_auth.mode is not None:
         raise AuthConfigError("WebSocket auth requires a WebSocket listener, not stdio")
@@ -218,6 +228,44 @@ def startup_checks(config: ServerConfig) -> TokenVerifier | None:
     return load_tenant_verifier(config, verifier)
 
 
+def validate_metrics_flags(config: ServerConfig) -> None:
+    """With --tenants, /metrics is the operator's alone (every tenant's counts are in
+    it), so --metrics needs the operator's token there; without --tenants /metrics
+    takes the websocket's token, as before, and the flag has no meaning."""
+    if config.metrics_token_file is not None:
+        if config.tenants_file is None:
+            raise AuthConfigError(
+                "`--metrics-token-file` requires `--tenants` (without it /metrics takes "
+                "the websocket's token)"
+            )
+        if not config.metrics:
+            raise AuthConfigError("`--metrics-token-file` requires `--metrics`")
+    elif config.metrics and config.tenants_file is not None:
+        raise AuthConfigError(
+            "`--metrics` with `--tenants` requires `--metrics-token-file`: no tenant's "
+            "token may read /metrics"
+        )
+
+
+def load_metrics_token(
+    path: str, directory: TenantDirectory, accounts: Sequence[Credentials]
+) -> CapabilityTokenVerifier:
+    """The operator's /metrics token, refused (as the JWT secret is) when a tenant's
+    account could read its file, and when it is a tenant's own token."""
+    try:
+        check_private(path, "metrics token file", accounts)
+    except SecretModeError as exc:
+        raise AuthConfigError(str(exc)) from None
+    token = _read_secret(path, "metrics token file")
+    tenant = directory.identify_token(token)
+    if tenant is not None:
+        raise AuthConfigError(
+            f"metrics token file {path} holds tenant {tenant}'s token; give the scrape "
+            "job a token of its own"
+        )
+    return CapabilityTokenVerifier(hashlib.sha256(token.encode()).digest())
+
+
 def load_tenant_verifier(
     config: ServerConfig, jwt_verifier: TokenVerifier | None
 ) -> TenantVerifier:
@@ -226,14 +274,17 @@ def load_tenant_verifier(
     assert config.tenants_file is not None
     jwt = isinstance(jwt_verifier, SignedBearerVerifier)
     directory = TenantDirectory.load(config.tenants_file, jwt=jwt)
+    accounts = [t.credentials for t in directory.table.tenants.values()]
     secret = config.ws_auth.shared_secret_file
     if secret is not None:
-        accounts = [t.credentials for t in directory.table.tenants.values()]
         try:
             check_private(secret, "websocket auth secret", accounts)
         except SecretModeError as exc:
             raise AuthConfigError(str(exc)) from None
-    return TenantVerifier(directory, jwt_verifier if jwt else None)
+    operator = None
+    if config.metrics_token_file is not None:
+        operator = load_metrics_token(config.metrics_token_file, directory, accounts)
+    return TenantVerifier(directory, jwt_verifier if jwt else None, operator)
 
 
 # ---- verifiers --------------------------------------------------------------------
@@ -308,6 +359,8 @@ class TenantVerifier:
 
     directory: TenantDirectory
     jwt: TokenVerifier | None  # the signed-bearer verifier, with --ws-auth signed-bearer-token
+    # --metrics-token-file: the operator's token, the only one /metrics accepts.
+    operator: CapabilityTokenVerifier | None = None
 
     @property
     def mode(self) -> str:
@@ -387,3 +440,38 @@ def make_upgrade_check(
         return HttpResponse.text(401, refusal)
 
     return check
+
+
+TenantHook = Callable[[HttpRequest, str], None]
+
+
+def metrics_checks(
+    verifier: TokenVerifier | None, on_tenant: TenantHook | None = None
+) -> list[UpgradeCheck]:
+    """What /metrics asks for: nothing without authentication, the websocket's token
+    with --ws-auth, and with --tenants the operator's token alone: a tenant's
+    credential gets 403 (``on_tenant`` hears its principal), so that no tenant reads
+    another's figures or the daemon's."""
+    if verifier is None:
+        return []
+    if not isinstance(verifier, TenantVerifier):
+        return [make_upgrade_check(verifier)]
+    tenants, operator = verifier, verifier.operator
+
+    def operator_only(request: HttpRequest) -> HttpResponse | None:
+        token, refusal = bearer_token(request)
+        if token is not None:
+            # A tenant's credential first: were the operator's token ever a tenant's
+            # too (a reload can make it so), that tenant is refused, not let in.
+            principal, refusal = tenants.identify(token)
+            if principal is not None:
+                if on_tenant is not None:
+                    on_tenant(request, principal)
+                log.info("/metrics refused to tenant %s", principal)
+                return HttpResponse.text(403, METRICS_NOT_FOR_TENANTS)
+            if operator is not None and operator.verify(token) is None:
+                return None
+        assert refusal is not None
+        return HttpResponse.text(401, refusal)
+
+    return [operator_only]

@@ -195,8 +195,14 @@ class Server:
             *operational_checks(self.runtime, verifier),
             *(upgrade_checks or []),
         ]
-        # /metrics asks for the websocket's credentials (not its connection limit).
-        self._metrics_checks = [auth.make_upgrade_check(verifier)] if verifier is not None else []
+        # /metrics asks for the websocket's credentials (not its connection limit); with
+        # --tenants, the operator's token alone (a tenant's gets 403, on the audit log).
+        audit = self.runtime.audit
+
+        def tenant_refused(request: HttpRequest, principal: str) -> None:
+            audit.emit("metrics.refuse", peer=request.remote, principal=principal)
+
+        self._metrics_checks = auth.metrics_checks(verifier, tenant_refused)
         self._stop = asyncio.Event()
         # Everything Server.run starts beside serving (the drain, the stdin watch, the
         # start-up probe): cancelled and awaited before run returns.
