@@ -336,7 +336,9 @@ class Connection:
 
     def _audit_refusal(self, method: str, refusal: PolicyRefusal) -> None:
         """Every ceiling a tenant runs into is on the record, with the line of its
-        profile that said no (before initialize there is no session yet)."""
+        profile that said no (before initialize there is no session yet), and
+        counted for its principal (execserver_tenant_refusals_total)."""
+        self.runtime.metrics.principal_refused(refusal.principal)
         session = self.session.id if self.session is not None else None
         self.runtime.audit.emit(
             "tenant.refuse",

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import platform
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -21,11 +22,13 @@ from prometheus_client import (
     Info,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from execserver import REFERENCE_VERSION, __version__
 from execserver.server.request_meter import RequestMeter
 
-__all__ = ["CONTENT_TYPE", "UNKNOWN_METHOD", "Metrics"]
+__all__ = ["CONTENT_TYPE", "UNKNOWN_METHOD", "Metrics", "PrincipalSeries"]
 
 # Requests range from sub-millisecond fs calls to long-poll reads of many seconds.
 _REQUEST_BUCKETS = (
@@ -54,6 +57,104 @@ _MEMORY_BUCKETS = tuple(float(1 << n) for n in range(20, 36, 2))  # 1 MiB .. 16 
 UNKNOWN_METHOD = "unknown"
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# A per-principal figure of a --tenants daemon, read when scraped: principal -> count.
+Figures = Callable[[], Mapping[str, int]]
+
+
+class _PrincipalCounts:
+    __slots__ = ("created", "refused", "started")
+
+    def __init__(self) -> None:
+        self.created = time.time()
+        self.started = 0
+        self.refused = 0
+
+
+# started, refused (counters); live processes, sessions (gauges)
+_PrincipalFamilies = tuple[
+    CounterMetricFamily, CounterMetricFamily, GaugeMetricFamily, GaugeMetricFamily
+]
+
+
+class PrincipalSeries(Collector):
+    """With --tenants, per principal: execserver_tenant_processes_started_total,
+    execserver_tenant_refusals_total, execserver_tenant_processes_live and
+    execserver_tenant_sessions, each labelled ``principal``.
+
+    The label's values come only from the tenants file (a credential names a
+    principal at the upgrade; nothing a client sends can make one), and a scrape
+    shows the principals of the current table plus those a reload removed that
+    still have a session or a process; once a removed principal has neither, its
+    series and its counts go, so reloads cannot grow the output without bound.
+    The live figures are read when scraped from the daemon's own tables (the
+    process quota's count, the session registry), so they cannot drift from what
+    the quotas enforce."""
+
+    def __init__(self, principals: Callable[[], Iterable[str]], live: Figures, sessions: Figures):
+        self._principals = principals
+        self._live = live
+        self._sessions = sessions
+        self._counts: dict[str, _PrincipalCounts] = {}
+
+    def _row(self, principal: str) -> _PrincipalCounts:
+        row = self._counts.get(principal)
+        if row is None:
+            row = self._counts[principal] = _PrincipalCounts()
+        return row
+
+    def process_started(self, principal: str) -> None:
+        self._row(principal).started += 1
+
+    def refused(self, principal: str) -> None:
+        self._row(principal).refused += 1
+
+    def _families(self) -> _PrincipalFamilies:
+        return (
+            CounterMetricFamily(
+                "execserver_tenant_processes_started",
+                "Child processes started, by principal (--tenants).",
+                labels=["principal"],
+            ),
+            CounterMetricFamily(
+                "execserver_tenant_refusals",
+                "Requests refused by the principal's profile (tenant.refuse records), "
+                "by principal.",
+                labels=["principal"],
+            ),
+            GaugeMetricFamily(
+                "execserver_tenant_processes_live",
+                "Processes of the principal not yet closed, as its max_processes counts them.",
+                labels=["principal"],
+            ),
+            GaugeMetricFamily(
+                "execserver_tenant_sessions",
+                "Sessions (attached or detached) of the principal, as its max_sessions "
+                "counts them.",
+                labels=["principal"],
+            ),
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        # Registration asks for the names only: the daemon's tables need not exist yet.
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        live, sessions = self._live(), self._sessions()
+        shown = set(self._principals())
+        shown.update(name for name, count in live.items() if count > 0)
+        shown.update(name for name, count in sessions.items() if count > 0)
+        # A principal removed by a reload, with nothing left: forget it.
+        for gone in self._counts.keys() - shown:
+            del self._counts[gone]
+        started, refused, live_family, session_family = self._families()
+        for name in sorted(shown):
+            row = self._row(name)
+            started.add_metric([name], row.started, created=row.created)
+            refused.add_metric([name], row.refused, created=row.created)
+            live_family.add_metric([name], live.get(name, 0))
+            session_family.add_metric([name], sessions.get(name, 0))
+        yield from (started, refused, live_family, session_family)
 
 
 class Metrics:
@@ -161,6 +262,24 @@ class Metrics:
             ["limit"],
             registry=r,
         )
+        # With --tenants only (track_principals).
+        self.principals: PrincipalSeries | None = None
+
+    def track_principals(
+        self, principals: Callable[[], Iterable[str]], live: Figures, sessions: Figures
+    ) -> None:
+        """--tenants: the per-principal series (PrincipalSeries). Not called without
+        it, so a single-tenant daemon's /metrics has none of them."""
+        self.principals = PrincipalSeries(principals, live, sessions)
+        self.registry.register(self.principals)
+
+    def principal_process_started(self, principal: str | None) -> None:
+        if self.principals is not None and principal is not None:
+            self.principals.process_started(principal)
+
+    def principal_refused(self, principal: str) -> None:
+        if self.principals is not None:
+            self.principals.refused(principal)
 
     def track_sessions(self, count: Callable[[], int]) -> None:
         self.sessions.set_function(lambda: float(count()))

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import signal
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
@@ -196,13 +197,21 @@ class Server:
             *(upgrade_checks or []),
         ]
         # /metrics asks for the websocket's credentials (not its connection limit); with
-        # --tenants, the operator's token alone (a tenant's gets 403, on the audit log).
+        # --tenants, the operator's token alone (a tenant's gets 403, on the audit log)
+        # and it has per-principal series, whose live figures are the quotas' own.
         audit = self.runtime.audit
 
         def tenant_refused(request: HttpRequest, principal: str) -> None:
             audit.emit("metrics.refuse", peer=request.remote, principal=principal)
 
         self._metrics_checks = auth.metrics_checks(verifier, tenant_refused)
+        if self.tenants is not None:
+            directory, sessions = self.tenants, self.runtime.sessions
+            self.runtime.metrics.track_principals(
+                directory.names,
+                live=lambda: directory.live_processes,
+                sessions=lambda: Counter(s.principal for s in sessions.sessions() if s.principal),
+            )
         self._stop = asyncio.Event()
         # Everything Server.run starts beside serving (the drain, the stdin watch, the
         # start-up probe): cancelled and awaited before run returns.

@@ -52,6 +52,8 @@ class ServerTelemetry:
         tty: bool,
         sandbox: object | None,
     ) -> None:
+        if self._principal_of is not None:
+            self._metrics.principal_process_started(self._principal_of(session_id))
         self._audit(
             "process.start",
             session=session_id,

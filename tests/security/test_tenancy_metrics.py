@@ -1,14 +1,17 @@
 """/metrics on a --tenants daemon, through a real daemon (root) and real websockets:
-it is the operator's alone (what every tenant does is in it), so A's and B's tokens
-get 403 and only the --metrics-token-file token reads it; and a metrics token a
-tenant could read, or that is a tenant's own, stops the start-up."""
+it is the operator's alone (every tenant's figures are in it), so A's and B's tokens
+get 403 and only the --metrics-token-file token reads it; its per-principal series
+count A's and B's processes, sessions and refusals apart; a tenant a reload removed
+leaves no series behind; and a metrics token a tenant could read, or that is a
+tenant's own, stops the start-up."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -18,8 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.http import http_get
 from tests.support.rpc import connect, poll_until
 from tests.support.servers import PROJECT_ROOT, RunningServer, execserver_command
-from tests.support.tenants import TOKEN_A, TOKEN_B, TenantHost, start, tenant_host
+from tests.support.tenants import TOKEN_A, TOKEN_B, TenantHost, sighup, start, tenant_host
 
+INVALID_REQUEST = -32600
 OPERATOR_TOKEN = "operator-scrape-token-5f3a9c"
 FORBIDDEN = "/metrics is the operator's: scrape it with the token of --metrics-token-file"
 
@@ -55,6 +59,36 @@ async def _scrape(server: RunningServer) -> Samples:
     return found
 
 
+async def _scrape_until(
+    server: RunningServer, done: Callable[[Samples], bool], timeout: float = 30
+) -> Samples:
+    """The first scrape ``done`` accepts: what the daemon does after a reload or an
+    exit happens after the request that caused it has been answered."""
+    async with asyncio.timeout(timeout):
+        while True:
+            got = await _scrape(server)
+            if done(got):
+                return got
+            await asyncio.sleep(0.05)
+
+
+def _of(got: Samples, principal: str) -> dict[str, float]:
+    """The per-principal series of ``principal``, by metric name."""
+    return {
+        name.removeprefix("execserver_tenant_"): value
+        for (name, labels), value in got.items()
+        if name.startswith("execserver_tenant_")
+        and not name.endswith("_created")
+        and labels == (("principal", principal),)
+    }
+
+
+def _principals(got: Samples) -> set[str]:
+    return {
+        dict(labels)["principal"] for name, labels in got if name.startswith("execserver_tenant_")
+    }
+
+
 async def test_tenant_tokens_get_403_and_only_the_operator_token_reads_metrics(
     host: TenantHost, tmp_path: Path
 ) -> None:
@@ -75,6 +109,73 @@ async def test_tenant_tokens_get_403_and_only_the_operator_token_reads_metrics(
         # The operator sees who tried (the audit log is the operator's, not B's).
         assert await poll_until(lambda: len(_records(audit, "metrics.refuse")) == 2, 20)
     assert [r["principal"] for r in _records(audit, "metrics.refuse")] == ["bob", "alice"]
+
+
+async def test_per_principal_series_count_a_and_b_apart(host: TenantHost) -> None:
+    async with (
+        _serve(host) as server,
+        connect(server.url, token=TOKEN_A) as a,
+        connect(server.url, token=TOKEN_A),  # A's second session
+        connect(server.url, token=TOKEN_B) as b,
+    ):
+        for process_id in ("a0", "a1"):
+            ok, _ = await start(a, process_id, ["sleep", "300"], host.a)
+            assert ok
+        await a.ok("process/terminate", {"processId": "a0"})
+        ok, _ = await start(b, "b0", ["sleep", "300"], host.b)
+        assert ok
+        ok, error = await start(b, "b1", ["sleep", "300"], host.b)
+        assert (ok, error) == (False, (INVALID_REQUEST, "tenant bob: max_processes 1 reached"))
+        # a0 is counted live until it is closed, which follows its terminate's answer.
+        got = await _scrape_until(server, lambda s: _of(s, "alice").get("processes_live") == 1)
+        for process_id, client in (("a1", a), ("b0", b)):
+            await client.ok("process/terminate", {"processId": process_id})
+    assert _of(got, "alice") == {
+        "processes_started_total": 2,
+        "processes_live": 1,
+        "sessions": 2,
+        "refusals_total": 0,
+    }
+    assert _of(got, "bob") == {
+        "processes_started_total": 1,
+        "processes_live": 1,
+        "sessions": 1,
+        "refusals_total": 1,
+    }
+    assert got[("execserver_processes_started_total", ())] == 3
+    assert _principals(got) == {"alice", "bob"}
+
+
+async def test_a_tenant_removed_on_sighup_leaves_no_series(host: TenantHost) -> None:
+    async with _serve(host) as server:
+        async with connect(server.url, token=TOKEN_A) as a, connect(server.url, token=TOKEN_B) as b:
+            ok, _ = await start(b, "b0", ["sleep", "300"], host.b)
+            assert ok
+            ok, _ = await start(b, "b1", ["sleep", "300"], host.b)
+            assert not ok
+            ok, _ = await start(a, "a0", ["true"], host.a)
+            assert ok
+            got = await _scrape(server)
+            assert _of(got, "bob")["refusals_total"] == 1
+            host.write_tenants(alice={"sandbox": "optional"}, bob=None)
+            sighup(server)
+            await b.closed(timeout=20)
+            # Its session ends and its process is killed; then bob has nothing live
+            # and its series go, counters too, while alice's stay.
+            got = await _scrape_until(server, lambda s: "bob" not in _principals(s))
+            assert _principals(got) == {"alice"}
+            assert _of(got, "alice")["processes_started_total"] == 1
+            # Added back, bob starts afresh: nothing of the removed tenant was kept.
+            host.write_tenants(alice={"sandbox": "optional"}, bob={"max_processes": 1})
+            sighup(server)
+            got = await _scrape_until(server, lambda s: "bob" in _principals(s))
+            assert _of(got, "bob") == {
+                "processes_started_total": 0,
+                "processes_live": 0,
+                "sessions": 0,
+                "refusals_total": 0,
+            }
+            assert (await a.call("environment/status", {})).ok
 
 
 def _records(path: Path, event: str) -> list[dict[str, object]]:
