@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,14 +95,24 @@ async def start_server(
     # The start-up sandbox probe (tested in tests/unit/test_doctor.py) would briefly
     # add fds and children to every server started here.
     full_env.setdefault("EXECSERVER_STARTUP_PROBE", "0")
-    if kind == "reference":
-        full_env.setdefault("CODEX_HOME", str(reference.codex_home()))
-    async with start_daemon(
-        [*wrapper, *cmd],
-        env=full_env,
-        cwd=str(PROJECT_ROOT if cwd is None else cwd),
-        # A pipe, so a test can close the server's stdin (--exit-on-stdin-close).
-        stdin=asyncio.subprocess.PIPE,
-        stderr=stderr,
-    ) as daemon:
-        yield RunningServer(kind, daemon.url, daemon.process)
+    own_home: tempfile.TemporaryDirectory[str] | None = None
+    if kind == "reference" and "CODEX_HOME" not in full_env:
+        # A $CODEX_HOME per server: codex keeps its sandbox helper's arg0 links under
+        # $CODEX_HOME/tmp/arg0 and prunes the ones it takes for stale, so reference
+        # servers sharing one home (parallel workers, two suites at once) could lose
+        # their `codex-linux-sandbox` mid-run ("bwrap: execvp codex-linux-sandbox").
+        own_home = tempfile.TemporaryDirectory(prefix="home-", dir=reference.codex_home())
+        full_env["CODEX_HOME"] = own_home.name
+    try:
+        async with start_daemon(
+            [*wrapper, *cmd],
+            env=full_env,
+            cwd=str(PROJECT_ROOT if cwd is None else cwd),
+            # A pipe, so a test can close the server's stdin (--exit-on-stdin-close).
+            stdin=asyncio.subprocess.PIPE,
+            stderr=stderr,
+        ) as daemon:
+            yield RunningServer(kind, daemon.url, daemon.process)
+    finally:
+        if own_home is not None:
+            own_home.cleanup()
