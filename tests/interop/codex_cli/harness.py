@@ -5,6 +5,12 @@ refuses to create its ``codex-linux-sandbox`` helper alias under a temporary
 directory, and the denial scenario needs /tmp to be *outside* the sandbox),
 a workspace, and knows how to reach the server under test over websocket
 (through the logging proxy) or stdio (through ``stdio_tee``).
+
+A rig given a ``token`` is a client the server authenticates (a tenant of a
+daemon started with ``--tenants``, through ``server_args``): the CLI reaches the
+server through an ``environments.toml`` entry whose ``auth_bearer_token`` it
+sends as ``Authorization: Bearer`` on the websocket upgrade, and the proxy hands
+the CLI's own header on upstream (``authorizing_proxy``).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import shutil
@@ -22,10 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+from aiohttp import web
+
 from scripts import reference
-from tests.interop.codex_cli.frames import FrameLog
+from tests.interop.codex_cli.frames import CLIENT, SERVER, FrameLog
 from tests.interop.codex_cli.mock_model import MockModel, Turn, serve
-from tests.interop.codex_cli.proxy import logging_proxy
+from tests.interop.codex_cli.proxy import _forward, logging_proxy
 from tests.support.servers import (
     PROJECT_ROOT,
     execserver_command,
@@ -40,6 +50,15 @@ CLI_TIMEOUT_S = 90
 LOG_WAIT_STEPS = 100  # x 0.1 s: how long the stdio tee may outlive the CLI
 FrameSource = Callable[[], Awaitable[FrameLog]]
 MODEL_SLUG = "gpt-5.5"  # has bundled model metadata, so the CLI offers apply_patch
+UPGRADED = 101  # the status of an accepted websocket upgrade
+
+
+@dataclass(frozen=True)
+class Handshake:
+    """One websocket upgrade of the CLI, as ``authorizing_proxy`` saw it."""
+
+    authorization: str | None  # the CLI's Authorization header
+    status: int  # the server's answer: UPGRADED, or its refusal (401, ...)
 
 
 @dataclass
@@ -49,6 +68,7 @@ class CliResult:
     stderr: str
     model: MockModel
     frames: FrameLog
+    handshakes: list[Handshake] = field(default_factory=list)  # with a token only
 
     def items(self, kind: str) -> list[dict[str, Any]]:
         """Completed thread items of one type (command_execution, file_change, ...)."""
@@ -64,6 +84,7 @@ class CliResult:
             f"exit status {self.returncode}\n--- events\n"
             + "\n".join(json.dumps(e)[:600] for e in self.events)
             + f"\n--- stderr (tail)\n{self.stderr[-3000:]}\n--- frames\n{self.frames.dump()}"
+            + "".join(f"\n--- upgrade: {h.status}" for h in self.handshakes)
         )
 
 
@@ -75,15 +96,24 @@ class Rig:
     codex: str  # path of the codex CLI binary
     workspace: Path = field(init=False)
     home: Path = field(init=False)
+    token: str | None = None  # the environment's auth_bearer_token (websocket only)
+    include_local: bool = True  # with a token: may the CLI also run tools on its own host
+    server_args: list[str] = field(default_factory=list)  # appended to the server's argv
+    workspace_dir: Path | None = None  # an existing workspace (default: a new one in root)
 
     def __post_init__(self) -> None:
-        self.workspace = self.root / "workspace"
+        if self.workspace_dir is None:
+            self.workspace = self.root / "workspace"
+            self.workspace.mkdir()
+        else:
+            self.workspace = self.workspace_dir
         self.home = self.root / "codex-home"
-        self.workspace.mkdir()
         self.home.mkdir()
+        if self.token is not None and self.transport != "websocket":
+            raise ValueError("a bearer token needs the websocket transport")
 
     def server_command(self) -> list[str]:
-        listen = ["--listen", "stdio"]
+        listen = ["--listen", "stdio", *self.server_args]
         if self.server == "execserver":
             return execserver_command(listen)
         return reference_command(listen)
@@ -123,6 +153,18 @@ apps = false
             f"program = {json.dumps(sys.executable)}\nargs = {json.dumps(argv)}\n"
         )
 
+    def _write_websocket_environment(self, url: str) -> None:
+        # How codex 0.169.0 authenticates to a remote exec-server: a url entry's
+        # auth_bearer_token goes out as `Authorization: Bearer <token>`.
+        path = self.home / "environments.toml"
+        include_local = "true" if self.include_local else "false"
+        path.write_text(
+            f'default = "remote"\ninclude_local = {include_local}\n\n'
+            f'[[environments]]\nid = "remote"\n'
+            f"url = {json.dumps(url)}\nauth_bearer_token = {json.dumps(self.token)}\n"
+        )
+        path.chmod(0o600)
+
     def cli_env(self) -> dict[str, str]:
         return {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -142,7 +184,7 @@ apps = false
         prompt: str = "do the scripted thing",
     ) -> CliResult:
         """One ``codex exec`` turn: the model plays ``turns``, tools run on the server."""
-        async with serve(turns) as model, self._server() as (env, frames):
+        async with serve(turns) as model, self._server() as (env, frames, handshakes):
             self._write_config(model.url, config)
             cmd = [
                 self.codex,
@@ -173,27 +215,84 @@ apps = false
                 ) from None
         log = await frames()
         events = [json.loads(ln) for ln in out.decode().splitlines() if ln.startswith("{")]
-        return CliResult(proc.returncode or 0, events, err.decode(errors="replace"), model, log)
+        stderr = err.decode(errors="replace")
+        return CliResult(proc.returncode or 0, events, stderr, model, log, list(handshakes))
 
     @contextlib.asynccontextmanager
-    async def _server(self) -> AsyncIterator[tuple[dict[str, str], FrameSource]]:
-        """Yield (extra CLI environment, how to get the frame log after the run)."""
+    async def _server(
+        self,
+    ) -> AsyncIterator[tuple[dict[str, str], FrameSource, list[Handshake]]]:
+        """Yield (extra CLI environment, how to get the frame log after the run,
+        the upgrades the authorizing proxy saw)."""
         if self.transport == "stdio":
             log_path = self.root / f"frames-{len(list(self.root.glob('frames-*')))}.jsonl"
             self._write_stdio_environment(log_path)
-            yield {}, lambda: _complete_log(log_path)
+            yield {}, lambda: _complete_log(log_path), []
             return
         (self.home / "environments.toml").unlink(missing_ok=True)
         # Same environment as a stdio server spawned by the CLI would inherit.
-        async with (
-            start_server(self.server, env=self.cli_env()) as running,
-            logging_proxy(running.url) as (url, log),
-        ):
+        async with start_server(self.server, self.server_args, env=self.cli_env()) as running:
+            if self.token is None:
+                async with logging_proxy(running.url) as (url, log):
 
-            async def frames() -> FrameLog:
-                return log
+                    async def frames() -> FrameLog:
+                        return log
 
-            yield {"CODEX_EXEC_SERVER_URL": url}, frames
+                    yield {"CODEX_EXEC_SERVER_URL": url}, frames, []
+                return
+            async with authorizing_proxy(running.url) as (url, log, handshakes):
+                self._write_websocket_environment(url)
+
+                async def authorized_frames() -> FrameLog:
+                    return log
+
+                yield {}, authorized_frames, handshakes
+
+
+@contextlib.asynccontextmanager
+async def authorizing_proxy(
+    upstream: str,
+) -> AsyncIterator[tuple[str, FrameLog, list[Handshake]]]:
+    """``logging_proxy`` for an authenticating server: each upgrade goes upstream
+    with the CLI's own Authorization header, before the CLI's is accepted, so a
+    server's refusal reaches the CLI as the same HTTP status. Yield (ws:// URL,
+    the frame log, every upgrade with its status)."""
+    log = FrameLog()
+    handshakes: list[Handshake] = []
+    counter = itertools.count()
+    session = aiohttp.ClientSession()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        authorization = request.headers.get("Authorization")
+        headers = {} if authorization is None else {"Authorization": authorization}
+        try:
+            up = await session.ws_connect(upstream, headers=headers, max_msg_size=0)
+        except aiohttp.WSServerHandshakeError as refused:
+            handshakes.append(Handshake(authorization, refused.status))
+            return web.Response(status=refused.status, text=refused.message)
+        handshakes.append(Handshake(authorization, UPGRADED))
+        conn = next(counter)
+        downstream = web.WebSocketResponse(max_msg_size=0)
+        async with up:
+            await downstream.prepare(request)
+            await asyncio.gather(
+                _forward(downstream, up, log, conn, CLIENT),
+                _forward(up, downstream, log, conn, SERVER),
+            )
+        return downstream
+
+    app = web.Application()
+    app.router.add_get("/", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"ws://127.0.0.1:{port}", log, handshakes
+    finally:
+        await runner.cleanup()
+        await session.close()
 
 
 def _proxy_env(origin: str) -> dict[str, str]:
@@ -227,14 +326,32 @@ async def _complete_log(path: Path) -> FrameLog:
 
 
 @contextlib.asynccontextmanager
-async def rig(server: str, transport: str, codex: str) -> AsyncIterator[Rig]:
+async def rig(
+    server: str,
+    transport: str,
+    codex: str,
+    *,
+    token: str | None = None,
+    include_local: bool = True,
+    server_args: list[str] | None = None,
+    workspace_dir: Path | None = None,
+) -> AsyncIterator[Rig]:
     SCRATCH_ROOT.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f"{server}-{transport}-", dir=SCRATCH_ROOT))
     try:
-        yield Rig(server, transport, root, codex)
+        yield Rig(
+            server,
+            transport,
+            root,
+            codex,
+            token=token,
+            include_local=include_local,
+            server_args=server_args or [],
+            workspace_dir=workspace_dir,
+        )
     finally:
         if not os.environ.get("CODEX_INTEROP_KEEP"):  # keep the scratch dir for debugging
             shutil.rmtree(root, ignore_errors=True)
 
 
-__all__ = ["PROJECT_ROOT", "CliResult", "Rig", "rig"]
+__all__ = ["PROJECT_ROOT", "UPGRADED", "CliResult", "Handshake", "Rig", "authorizing_proxy", "rig"]
