@@ -39,6 +39,17 @@ $(BENCH_STAMP): $(STAMP)
 
 venv: $(STAMP)
 
+# exec-as (execserver/processes/exec_as.py): a tenant's or cgroup-limited spawn keeps
+# the daemon's vfork path. Static when the C library allows (no dynamic loader at each
+# spawn); without a C compiler the daemon falls back to a slower fork, and says so.
+EXEC_AS := execserver/processes/native/exec-as
+$(EXEC_AS): execserver/processes/native/exec_as.c
+	@if command -v cc >/dev/null 2>&1; then \
+	  cc -O2 -Wall -Wextra -static -o $@ $< 2>/dev/null || cc -O2 -Wall -Wextra -o $@ $<; \
+	else \
+	  echo "warning: no C compiler; tenants' and cgroup-limited spawns fall back to fork (install gcc)"; \
+	fi
+
 # The sandbox needs bubblewrap; install it when missing and we may (root + apt).
 system-deps:
 	@if ! command -v bwrap >/dev/null 2>&1; then \
@@ -52,7 +63,7 @@ system-deps:
 	  fi; \
 	fi
 
-run: $(STAMP) system-deps
+run: $(STAMP) $(EXEC_AS) system-deps
 	$(BIN)/execserver serve --listen $(LISTEN)
 
 lint: lint-code lint-deploy
@@ -116,7 +127,7 @@ typecheck: $(BENCH_STAMP)
 # other workers' tests would skew. The last line is the wall time of both runs.
 TEST_WORKERS ?= 3
 SERIAL_TESTS := tests/reliability tests/container tests/interop
-test: $(STAMP) $(LINT_STAMP) system-deps lint-code typecheck
+test: $(STAMP) $(EXEC_AS) $(LINT_STAMP) system-deps lint-code typecheck
 	@start=$$(date +%s); status=0; \
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(SERIAL_TESTS:%=--ignore=%) $(PYTEST_ARGS) \
 	  || status=$$?; \
@@ -132,24 +143,24 @@ schema: $(STAMP)
 vectors: $(STAMP)
 	$(BIN)/python -m tests.support.vectors record
 
-interop: $(STAMP) system-deps
+interop: $(STAMP) $(EXEC_AS) system-deps
 	$(BIN)/pytest -m interop $(PYTEST_ARGS)
 
-bench: $(BENCH_STAMP) system-deps
+bench: $(BENCH_STAMP) $(EXEC_AS) system-deps
 	$(BIN)/python -m benchmarks.run
 
-bench-smoke: $(BENCH_STAMP) system-deps
+bench-smoke: $(BENCH_STAMP) $(EXEC_AS) system-deps
 	$(BIN)/python -m benchmarks.run --smoke
 
 # N = 1, 10, 100, 1,000 agents against both servers (docs/scale.md);
 # BENCH_SCALE_ARGS=--smoke for N = 1 and 10, a few seconds each.
 BENCH_SCALE_ARGS ?=
-bench-scale: $(BENCH_STAMP) system-deps
+bench-scale: $(BENCH_STAMP) $(EXEC_AS) system-deps
 	$(BIN)/python -m benchmarks.scale $(BENCH_SCALE_ARGS)
 
 # The full reliability suite (100k fuzz messages, 1,000-cycle storms, 1 GB
 # outputs, 10,000 processes, 10-minute soak); `make test` runs a bounded subset.
-reliability: $(STAMP) system-deps
+reliability: $(STAMP) $(EXEC_AS) system-deps
 	RELIABILITY_SCALE=full $(BIN)/pytest -s tests/reliability $(PYTEST_ARGS)
 
 # The container image, built with podman (rootful, no daemon; installed with apt
@@ -161,11 +172,11 @@ image:
 	deploy/image/build.sh $(IMAGE)
 
 # Builds the image and runs it with the documented security options (tests/container).
-container-test: $(STAMP) system-deps
+container-test: $(STAMP) $(EXEC_AS) system-deps
 	@command -v podman >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get install -y -qq podman runc debootstrap >/dev/null 2>&1 || \
 	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq podman runc debootstrap >/dev/null 2>&1)); } || true
 	$(BIN)/pytest -m container tests/container $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(LINT_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(LINT_VENV) $(EXEC_AS) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

@@ -1,6 +1,8 @@
 """Spawn latency as a tenant against without tenancy (the target: within 1.5x).
 
-Two real daemons, one serving ``--tenants`` (a tenant whose processes run as a
+Three real daemons: one serving ``--tenants`` with a tenant whose processes run as
+its account, one whose tenant also has a cgroup quota (``pids_max``: each process
+then also enters its tenant's cgroup), and one without tenancy. The first two
 Unix account, ``es-bench-tenant``, made with useradd when missing) and one
 without; ``process/start`` of ``true`` until its ``process/closed``, over the
 websocket, alternately on each so that load on the machine falls on both alike.
@@ -48,7 +50,8 @@ def _account() -> pwd.struct_passwd:
 
 @contextlib.contextmanager
 def _tenant_files() -> Any:
-    """A workspace owned by the account and a tenants file (root, 0600) naming it."""
+    """A workspace owned by the account and two tenants files (root, 0600) naming it,
+    the second with a quota."""
     account = _account()
     base = Path(tempfile.mkdtemp(prefix="es-bench-tenant-", dir="/tmp"))
     try:
@@ -56,18 +59,22 @@ def _tenant_files() -> Any:
         work = base / "work"
         work.mkdir()
         os.chown(work, account.pw_uid, account.pw_gid)
-        tenants = base / "tenants.toml"
-        fd = os.open(tenants, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(
-                "[tenants.bench]\n"
-                f'token_sha256 = "{hashlib.sha256(TOKEN.encode()).hexdigest()}"\n'
-                f'user = "{ACCOUNT}"\n'
-                'sandbox = "optional"\n'
-                f'writable_roots = ["{work}"]\n'
-                'network = "none"\n'
-            )
-        yield work, tenants
+        entry = (
+            "[tenants.bench]\n"
+            f'token_sha256 = "{hashlib.sha256(TOKEN.encode()).hexdigest()}"\n'
+            f'user = "{ACCOUNT}"\n'
+            'sandbox = "optional"\n'
+            f'writable_roots = ["{work}"]\n'
+            'network = "none"\n'
+        )
+        files = []
+        for name, text in (("tenants.toml", entry), ("quota.toml", entry + "pids_max = 100000\n")):
+            path = base / name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+            files.append(path)
+        yield work, files[0], files[1]
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -83,13 +90,14 @@ async def _connect(url: str, token: str | None) -> BenchClient:
 
 
 @contextlib.asynccontextmanager
-async def _daemons(tenants: Path) -> AsyncIterator[tuple[str, str]]:
+async def _daemons(tenants: Path, quota: Path) -> AsyncIterator[tuple[str, str, str]]:
     quiet = ["--log-level", "warning"]
     async with (
         start_server("execserver", [*quiet, "--tenants", str(tenants)]) as tenant,
+        start_server("execserver", [*quiet, "--tenants", str(quota)]) as quota_tenant,
         start_server("execserver", quiet) as plain,
     ):
-        yield tenant.url, plain.url
+        yield tenant.url, quota_tenant.url, plain.url
 
 
 async def _one(client: BenchClient, watcher: ProcessWatcher, pid: str, cwd: str) -> float:
@@ -111,35 +119,38 @@ def _figures(times: list[float]) -> dict[str, float]:
 async def run(spawns: int, warmup: int) -> dict[str, Any]:
     if os.geteuid() != 0:
         raise SystemExit("tenant_spawn: needs root (a tenant's process runs as its account)")
-    with _tenant_files() as (work, tenants):
+    names = ("tenant", "tenant_cgroup", "no_tenancy")
+    with _tenant_files() as (work, tenants, quota):
         cwd = "file://" + str(work)
-        async with _daemons(tenants) as (tenant_url, plain_url):
-            tenant = await _connect(tenant_url, TOKEN)
-            plain = await _connect(plain_url, None)
+        async with _daemons(tenants, quota) as urls:
+            clients = [
+                await _connect(url, TOKEN if name != "no_tenancy" else None)
+                for name, url in zip(names, urls, strict=True)
+            ]
             try:
-                watchers = ProcessWatcher(tenant), ProcessWatcher(plain)
-                times: dict[str, list[float]] = {"tenant": [], "no_tenancy": []}
+                watchers = [ProcessWatcher(client) for client in clients]
+                times: dict[str, list[float]] = {name: [] for name in names}
                 for i in range(warmup + spawns):
-                    # Alternate which goes first, so neither always follows the other.
-                    order = [("tenant", 0), ("no_tenancy", 1)]
-                    if i % 2:
-                        order.reverse()
-                    for name, index in order:
-                        client = (tenant, plain)[index]
-                        took = await _one(client, watchers[index], f"s{i}", cwd)
+                    # Rotate which goes first, so none always follows another.
+                    order = list(range(len(names)))
+                    order = order[i % len(order) :] + order[: i % len(order)]
+                    for index in order:
+                        took = await _one(clients[index], watchers[index], f"s{i}", cwd)
                         if i >= warmup:
-                            times[name].append(took)
+                            times[names[index]].append(took)
             finally:
-                await tenant.close()
-                await plain.close()
+                for client in clients:
+                    await client.close()
     load = Path("/proc/loadavg").read_text().strip()  # noqa: ASYNC240 - a procfs read
-    tenant_fig, plain_fig = _figures(times["tenant"]), _figures(times["no_tenancy"])
+    figures = {name: _figures(times[name]) for name in names}
+    plain = figures["no_tenancy"]
     return {
         "spawns": spawns,
-        "tenant": tenant_fig,
-        "no_tenancy": plain_fig,
-        "p50_ratio": round(tenant_fig["p50_ms"] / plain_fig["p50_ms"], 2),
-        "p99_ratio": round(tenant_fig["p99_ms"] / plain_fig["p99_ms"], 2),
+        **figures,
+        "p50_ratio": round(figures["tenant"]["p50_ms"] / plain["p50_ms"], 2),
+        "p99_ratio": round(figures["tenant"]["p99_ms"] / plain["p99_ms"], 2),
+        "cgroup_p50_ratio": round(figures["tenant_cgroup"]["p50_ms"] / plain["p50_ms"], 2),
+        "cgroup_p99_ratio": round(figures["tenant_cgroup"]["p99_ms"] / plain["p99_ms"], 2),
         "loadavg_after": load,
         "cores": os.cpu_count(),
     }

@@ -18,12 +18,13 @@ from execserver.containment.factory import (
     open_process_cgroups,
 )
 from execserver.containment.host import describe_host
-from execserver.containment.process_cgroup import CgroupUsage, ProcessCgroup
+from execserver.containment.process_cgroup import CgroupUsage, Placement, ProcessCgroup
 from execserver.containment.sizes import parse_size
 
 __all__ = [
     "CgroupUsage",
     "ContainmentError",
+    "Placement",
     "ProcessCgroup",
     "ProcessCgroups",
     "describe_host",

@@ -17,7 +17,7 @@ import errno
 import logging
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from execserver.containment.cgroupfs import (
@@ -62,6 +62,12 @@ class Placement:
         for fd in self._fds:
             os.write(fd, b"0")
 
+    @property
+    def fds(self) -> tuple[int, ...]:
+        """The open ``cgroup.procs`` files, for a child that writes them itself
+        (``execserver/processes/exec_as.py``) instead of a pre-exec hook."""
+        return tuple(self._fds)
+
     def close(self) -> None:
         for fd in self._fds:
             with contextlib.suppress(OSError):
@@ -87,10 +93,10 @@ class ProcessCgroup:
         return self._dirs.get(controller)
 
     @contextlib.contextmanager
-    def placement(self) -> Iterator[Callable[[], None]]:
+    def placement(self) -> Iterator[Placement]:
         placement = Placement(self.directories)
         try:
-            yield placement.preexec
+            yield placement
         finally:
             placement.close()
 

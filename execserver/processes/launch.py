@@ -17,10 +17,12 @@ import pwd
 import struct
 import subprocess
 import termios
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from execserver.containment import Placement
+from execserver.processes.exec_as import EXEC_AS_PROGRAM, ExecAs
 from execserver.sandbox.plan import Credentials, LaunchPlan, LaunchRequest
 from execserver.sandbox.program import child_search_path, find_program
 from execserver.wire.errors import RpcError, os_error_text
@@ -130,17 +132,24 @@ def _close_all(fds: list[int]) -> None:
             os.close(fd)
 
 
-def spawn(plan: LaunchPlan, place: Callable[[], None] | None = None) -> Spawned:
+def spawn(
+    plan: LaunchPlan,
+    place: Placement | None = None,
+    *,
+    exec_as_program: str | None = EXEC_AS_PROGRAM,
+) -> Spawned:
     """Start the child. Raises RpcError (the reference's spawn error) on failure.
 
-    ``place`` runs in the forked child before exec: it puts the child into its
-    resource-limit cgroup (execserver.containment). Only given when limits are
-    configured, because any pre-exec hook costs the vfork fast path.
+    ``place``: the child's resource-limit cgroup (execserver.containment), entered
+    before exec. Only given when limits are configured: entering it, like a
+    tenant's account switch, costs subprocess its vfork fast path, which
+    ``exec-as`` gives back (``execserver/processes/exec_as.py``);
+    ``exec_as_program`` None spawns without it.
     """
     try:
         if plan.tty:
             return _spawn_pty(plan, place)
-        return _spawn_pipes(plan, place)
+        return _spawn_pipes(plan, place, exec_as_program)
     except OSError as exc:
         raise RpcError.internal(os_error_text(exc.errno or 5)) from None
     except subprocess.SubprocessError:
@@ -159,7 +168,7 @@ def _identity(plan: LaunchPlan) -> dict[str, Any]:
     return {"user": creds.uid, "group": creds.gid, "extra_groups": list(creds.groups)}
 
 
-def _spawn_pipes(plan: LaunchPlan, place: Callable[[], None] | None) -> Spawned:
+def _spawn_pipes(plan: LaunchPlan, place: Placement | None, program: str | None) -> Spawned:
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     parent_fds = [out_r, err_r]
@@ -171,33 +180,68 @@ def _spawn_pipes(plan: LaunchPlan, place: Callable[[], None] | None) -> Spawned:
         stdin_arg, stdin_fd = in_r, in_w
         parent_fds.append(in_w)
         child_fds.append(in_r)
+    shim = _through_exec_as(plan, place, program)
     try:
-        popen = subprocess.Popen(
-            plan.argv,
-            executable=plan.executable,
-            stdin=stdin_arg,
-            stdout=out_w,
-            stderr=err_w,
-            cwd=plan.cwd,
-            env=plan.env,
-            start_new_session=True,
-            pass_fds=plan.pass_fds,
-            preexec_fn=place,
-            **_identity(plan),
-        )
+        if shim is not None:
+            popen = subprocess.Popen(
+                shim.argv,
+                executable=shim.argv[0],
+                stdin=stdin_arg,
+                stdout=out_w,
+                stderr=err_w,
+                cwd=plan.cwd,
+                env=plan.env,
+                start_new_session=True,
+                pass_fds=(*plan.pass_fds, *shim.pass_fds),
+            )
+        else:
+            popen = subprocess.Popen(
+                plan.argv,
+                executable=plan.executable,
+                stdin=stdin_arg,
+                stdout=out_w,
+                stderr=err_w,
+                cwd=plan.cwd,
+                env=plan.env,
+                start_new_session=True,
+                pass_fds=plan.pass_fds,
+                preexec_fn=place.preexec if place is not None else None,
+                **_identity(plan),
+            )
     except BaseException:
+        if shim is not None:
+            shim.close()
         _close_all(parent_fds + child_fds)
         raise
     _close_all(child_fds)
+    if shim is not None:
+        failure = shim.outcome()
+        if failure is not None:
+            popen.wait()  # exec-as exited 127 without running anything
+            _close_all(parent_fds)
+            raise failure
     for fd in parent_fds:
         os.set_blocking(fd, False)
     return Spawned(popen.pid, popen, stdin_fd, [(out_r, "stdout"), (err_r, "stderr")], None)
 
 
-def _spawn_pty(plan: LaunchPlan, place: Callable[[], None] | None) -> Spawned:
+def _through_exec_as(
+    plan: LaunchPlan, place: Placement | None, program: str | None
+) -> ExecAs | None:
+    """The exec-as spawn of a plan that changes account or enters a cgroup, when the
+    program is there (else None: subprocess does both, without vfork)."""
+    if plan.credentials is None and place is None:
+        return None  # subprocess vforks already
+    if program is None:
+        return None
+    fds = place.fds if place is not None else ()
+    return ExecAs(program, plan.credentials, fds, plan.executable, plan.argv, plan.env)
+
+
+def _spawn_pty(plan: LaunchPlan, place: Placement | None) -> Spawned:
     def child_setup() -> None:  # pragma: no cover - runs in the forked child
         if place is not None:
-            place()
+            place.preexec()
         _acquire_controlling_tty()
 
     master, slave = os.openpty()

@@ -245,7 +245,7 @@ def test_v2_cgroup_placement_kill_and_accounting(tmp_path: Path) -> None:
                     "setsid sleep 100 >/dev/null & (setsid sleep 100 >/dev/null &); "
                     "cat /proc/self/cgroup",
                 ],
-                preexec_fn=place,
+                preexec_fn=place.preexec,
                 start_new_session=True,
                 stdout=subprocess.PIPE,
             )
