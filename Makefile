@@ -37,7 +37,7 @@ $(BENCH_STAMP): $(STAMP)
 	$(call EDITABLE_INSTALL,.[dev$(comma)bench])
 	@touch $@
 
-venv: $(STAMP)
+venv: $(STAMP) execserver/processes/native/exec-as
 
 # exec-as (execserver/processes/exec_as.py): a tenant's or cgroup-limited spawn keeps
 # the daemon's vfork path. Static when the C library allows (no dynamic loader at each
