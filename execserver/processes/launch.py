@@ -181,33 +181,31 @@ def _spawn_pipes(plan: LaunchPlan, place: Placement | None, program: str | None)
         parent_fds.append(in_w)
         child_fds.append(in_r)
     shim = _through_exec_as(plan, place, program)
+    # Through exec-as: its argv, and it enters the cgroups and switches the account;
+    # else subprocess does both (and forks instead of vforking).
+    argv, executable, pass_fds, switch = (
+        (shim.argv, shim.argv[0], (*plan.pass_fds, *shim.pass_fds), {})
+        if shim is not None
+        else (
+            plan.argv,
+            plan.executable,
+            plan.pass_fds,
+            {"preexec_fn": place.preexec if place is not None else None, **_identity(plan)},
+        )
+    )
     try:
-        if shim is not None:
-            popen = subprocess.Popen(
-                shim.argv,
-                executable=shim.argv[0],
-                stdin=stdin_arg,
-                stdout=out_w,
-                stderr=err_w,
-                cwd=plan.cwd,
-                env=plan.env,
-                start_new_session=True,
-                pass_fds=(*plan.pass_fds, *shim.pass_fds),
-            )
-        else:
-            popen = subprocess.Popen(
-                plan.argv,
-                executable=plan.executable,
-                stdin=stdin_arg,
-                stdout=out_w,
-                stderr=err_w,
-                cwd=plan.cwd,
-                env=plan.env,
-                start_new_session=True,
-                pass_fds=plan.pass_fds,
-                preexec_fn=place.preexec if place is not None else None,
-                **_identity(plan),
-            )
+        popen = subprocess.Popen(
+            argv,
+            executable=executable,
+            stdin=stdin_arg,
+            stdout=out_w,
+            stderr=err_w,
+            cwd=plan.cwd,
+            env=plan.env,
+            start_new_session=True,
+            pass_fds=pass_fds,
+            **switch,
+        )
     except BaseException:
         if shim is not None:
             shim.close()
