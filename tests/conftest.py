@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
@@ -28,6 +29,22 @@ from tests.support.shared_daemon import SharedDaemon, helper_subtrees
 # for itself and its children. A handled signal is reset to the default by exec.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# ---- the commands the tests start read no one's startup files -------------------
+#
+# Under the network filter bash takes a `bash -c` for an rsh login and sources
+# ~/.bashrc (as it does under codex: execserver/sandbox/seccomp.py says why), and
+# a login shell reads ~/.profile. The output the tests compare would then carry
+# whatever the developer's startup files print: a pyenv `init` in ~/.bashrc wrote
+# "pyenv: cannot rehash: ... isn't writable" from inside read-only sandboxes and
+# failed seven unified-exec tests in one run. So the suite, the daemons it starts
+# and their commands get an empty HOME of their own (one per pytest process); the
+# caches stay where they were, so the reference is not installed again.
+_REAL_HOME = os.path.expanduser("~")
+os.environ.setdefault("XDG_CACHE_HOME", os.path.join(_REAL_HOME, ".cache"))
+os.environ.setdefault("npm_config_cache", os.path.join(_REAL_HOME, ".npm"))
+_SUITE_HOME = tempfile.TemporaryDirectory(prefix="execserver-test-home-")
+os.environ["HOME"] = _SUITE_HOME.name
 
 # ---- the reference binary: resolved once, its absence is one skip reason ---------
 #
