@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from execserver.keeper.program import FRAME, KIND_INFO, SOCKET_NAME, short_path
+from execserver.keeper.program import FRAME, KIND_INFO, REQUEST_HEAD, SOCKET_NAME, short_path
 
 __all__ = ["PROGRAM", "KeeperGone", "Zygote", "connect_keeper", "read_answer", "send_line"]
 
@@ -57,8 +57,10 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
 
 
 class Zygote:
-    """The one ``python -I -S program.py zygote`` process, started with the daemon:
-    forking a keeper from it costs about a millisecond, a fresh interpreter ~15 ms."""
+    """The one ``python -I -S program.py zygote`` process, started with the daemon,
+    and the warm keeper it forked ahead of the next spawn: handing a request to a
+    warm keeper costs a message; forking one from the zygote about a millisecond
+    (and a fresh interpreter ~15 ms)."""
 
     def __init__(self) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -78,26 +80,49 @@ class Zygote:
             theirs.close()
         self._ctl = mine
         self.pid = self._popen.pid
+        self._warm: socket.socket | None = None
+        with contextlib.suppress(KeeperGone):
+            self._warm = self._fork_warm()
 
-    def spawn(self, request: dict[str, Any], pass_fds: Sequence[int]) -> socket.socket:
-        """A new keeper running ``request``'s plan; its link, once it answered."""
+    def _fork_warm(self) -> socket.socket:
+        """A link to a keeper the zygote forks now; it waits there for its request."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            try:
-                socket.send_fds(
-                    self._ctl, [json.dumps(request).encode()], [theirs.fileno(), *pass_fds]
-                )
-            except OSError as exc:
-                raise KeeperGone(f"the keeper zygote is gone: {exc}") from None
-        except BaseException:
+            socket.send_fds(self._ctl, [b"warm"], [theirs.fileno()])
+        except OSError as exc:
             mine.close()
-            raise
+            raise KeeperGone(f"the keeper zygote is gone: {exc}") from None
         finally:
             theirs.close()
         return mine
 
+    def spawn(self, request: dict[str, Any], pass_fds: Sequence[int]) -> socket.socket:
+        """A keeper running ``request``'s plan: the warm one, given the request (it
+        may still be forking: the request waits in its link), then the next is
+        forked. Its link; the keeper answers on it."""
+        payload = json.dumps(request).encode()
+        message = REQUEST_HEAD.pack(len(payload)) + payload
+        for _attempt in range(2):
+            link = self._warm if self._warm is not None else self._fork_warm()
+            self._warm = None
+            try:
+                link.setblocking(True)
+                sent = socket.send_fds(link, [message], list(pass_fds))
+                if sent < len(message):
+                    link.sendall(message[sent:])
+            except OSError:
+                link.close()  # a warm keeper that died (killed): fork another once
+                continue
+            with contextlib.suppress(KeeperGone):
+                self._warm = self._fork_warm()
+            return link
+        raise KeeperGone("the keeper zygote's keepers do not take requests")
+
     def close(self) -> None:
-        """The zygote exits (keepers it forked live on)."""
+        """The zygote exits, and so does the warm keeper (keepers it forked live on)."""
+        if self._warm is not None:
+            self._warm.close()
+            self._warm = None
         self._ctl.close()
         try:
             self._popen.wait(5)

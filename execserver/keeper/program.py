@@ -2,10 +2,13 @@
 
 Run as ``python -I -S program.py zygote FD`` (stdlib only, no site, no
 execserver import: the same reasons as sandbox/launcher.py, and start-up cost).
-That process is the *zygote*: the daemon starts it once, and for each spawn
-request on the SOCK_SEQPACKET socket FD (a JSON message and, by SCM_RIGHTS,
-the daemon's end of a fresh link socketpair plus the plan's ``pass_fds``) it
-forks a *keeper*, which:
+That process is the *zygote*: the daemon starts it once, and for each message
+on the SOCK_SEQPACKET socket FD (carrying, by SCM_RIGHTS, one end of a fresh
+link socketpair) it forks a *warm keeper*, which gets ready and waits on that
+link for a spawn request (``REQUEST_HEAD`` + JSON, the plan's ``pass_fds`` by
+SCM_RIGHTS). The daemon keeps one warm keeper ahead, so the fork and the
+set-up are not on a spawn's path (and a warm keeper whose link closes exits).
+A keeper:
 
 * sets ``PR_SET_CHILD_SUBREAPER`` (setsid and double-fork escapees of the child
   are re-parented to it, not to init) and ``PR_SET_DUMPABLE`` 0 (nothing of
@@ -70,6 +73,7 @@ __all__ = [
     "KIND_STDERR",
     "KIND_STDOUT",
     "META_NAME",
+    "REQUEST_HEAD",
     "SOCKET_NAME",
     "STREAM_KINDS",
     "main",
@@ -77,6 +81,8 @@ __all__ = [
 ]
 
 FRAME = struct.Struct("<QBI")
+# Daemon -> warm keeper: the spawn request's length, then its JSON.
+REQUEST_HEAD = struct.Struct("<I")
 KIND_STDOUT, KIND_STDERR, KIND_PTY, KIND_EXIT, KIND_CLOSED, KIND_INFO = 0, 1, 2, 3, 4, 5
 STREAM_KINDS = {"stdout": KIND_STDOUT, "stderr": KIND_STDERR, "pty": KIND_PTY}
 SOCKET_NAME = "keeper.sock"
@@ -898,17 +904,23 @@ def _move_high(fd: int) -> int:
     return high
 
 
-def _keeper(ctl: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
-    """In the forked keeper: take the fds, let go of the zygote's, run."""
+def _keeper(ctl: socket.socket, link_fd: int) -> None:
+    """In the forked keeper: let go of the zygote's socket, get ready, then wait on the
+    link for the daemon's request (a warm keeper: the fork and this set-up are done
+    before a spawn needs them, off its path)."""
     ctl.close()
     os.setsid()
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_DUMPABLE, 0)
+    link = socket.socket(fileno=_move_high(link_fd))
+    received = _receive_request(link)
+    if received is None:
+        return  # the daemon let go of its warm keeper (or is gone): nothing to keep
+    request, fds = received
     moved = [_move_high(fd) for fd in fds]
-    link = socket.socket(fileno=moved[0])
     wanted = list(request["plan"]["pass_fds"])
     pass_fds: list[int] = []
-    for high, number in zip(moved[1:], wanted, strict=True):
+    for high, number in zip(moved, wanted, strict=True):
         os.dup2(high, number, inheritable=True)
         os.close(high)
         pass_fds.append(number)
@@ -930,6 +942,23 @@ def _keeper(ctl: socket.socket, request: dict[str, Any], fds: list[int]) -> None
         raise
 
 
+def _receive_request(link: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+    """The spawn request on a warm keeper's link: REQUEST_HEAD (its length), the
+    JSON, and the plan's pass_fds by SCM_RIGHTS with the first bytes. None at EOF."""
+    data, fds, _, _ = socket.recv_fds(link, 1 << 16, 256)
+    head = REQUEST_HEAD.size
+    while len(data) < head or len(data) < head + REQUEST_HEAD.unpack_from(data)[0]:
+        more = link.recv(1 << 16)
+        if not more:
+            for fd in fds:
+                os.close(fd)
+            return None
+        data += more
+    (length,) = REQUEST_HEAD.unpack_from(data)
+    request: dict[str, Any] = json.loads(data[head : head + length])
+    return request, list(fds)
+
+
 def zygote(ctl_fd: int) -> None:
     ctl = socket.socket(fileno=ctl_fd)
     _prctl(PR_SET_DUMPABLE, 0)
@@ -940,17 +969,20 @@ def zygote(ctl_fd: int) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: _reap_keepers())
     while True:
         try:
-            message, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 256)
+            message, fds, _, _ = socket.recv_fds(ctl, 64, 4)
         except InterruptedError:
             continue
         if not message:
             return  # the daemon is gone: keepers live on, the zygote does not
-        request = json.loads(message)
+        if len(fds) != 1:  # one message, one warm keeper: the link's other end
+            for fd in fds:
+                os.close(fd)
+            continue
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
-                _keeper(ctl, request, fds)
+                _keeper(ctl, fds[0])
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 0
             except BaseException as exc:  # the daemon's log shows why

@@ -260,3 +260,33 @@ async def test_big_output_to_a_client_that_does_not_read_stays_bounded(state: Pa
 
 def _b64len(text: str) -> bytes:
     return unb64(text)
+
+
+def _warm_keepers(server: RunningServer, state: Path) -> list[psutil.Process]:
+    """The zygote's children that hold no process yet (no meta.json names them)."""
+    held = {k.pid for k in _keepers(state)}
+    zygotes = [p for p in psutil.Process(server.process.pid).children() if "zygote" in p.cmdline()]
+    return [c for z in zygotes for c in z.children() if c.pid not in held]
+
+
+async def test_a_spawn_after_the_warm_keeper_was_killed_still_starts_its_process(
+    state: Path,
+) -> None:
+    async with _daemon(state, ttl=5) as server, connect(server.url, handshake=False) as peer:
+        await peer.handshake()
+        # One keeper is forked ahead of each spawn; kill it, and the one after it.
+        for round_ in range(2):
+            assert await wait_until(lambda: len(_warm_keepers(server, state)) == 1, 10)
+            warm = _warm_keepers(server, state)[0]
+            warm.kill()
+            warm.wait(10)
+            events = await peer.run(f"after-kill-{round_}", ["sh", "-c", "echo alive; exit 4"])
+            exited = events.exited()
+            assert exited is not None and exited["exitCode"] == 4
+            assert events.output() == b"alive\n"
+        # Nothing waits for a request once the daemon lets go (SIGTERM).
+        assert await wait_until(lambda: len(_warm_keepers(server, state)) == 1, 10)
+        warm = _warm_keepers(server, state)[0]
+        server.process.terminate()
+        await _reaped(server)
+        assert await wait_until(lambda: not _alive(warm), 10)
