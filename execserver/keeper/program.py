@@ -61,7 +61,7 @@ import time
 # typing costs milliseconds to import at every start: for the checker only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from typing import Any
 
 __all__ = [
@@ -92,7 +92,11 @@ SEGMENT_BYTES = 1 << 20
 # The reference's chunk sizes (processes/output.py): pipes <= 8192, a pty <= 4095.
 PIPE_CHUNK = 8192
 PTY_CHUNK = 4095
-CHUNKS_PER_READ = 8
+CHUNKS_PER_READ = 32
+# A child's output pipe holds this much (Linux's default is 64 KiB): the keeper
+# then reads it in fewer, larger reads.
+PIPE_BUFFER_BYTES = 256 << 10
+F_SETPIPE_SZ = 1031
 READS_PER_WAKEUP = 4
 DRAIN_READS = 16
 # The reference's pseudo-terminal is 24 rows x 80 columns (processes/launch.py).
@@ -213,7 +217,7 @@ class Journal:
         self.segments: list[list[int]] = []
         self.acked = 0
 
-    def append(self, frames: list[bytes], first_seq: int, last_seq: int) -> None:
+    def append(self, frames: Sequence[bytes | memoryview], first_seq: int, last_seq: int) -> None:
         seg = self.segments[-1] if self.segments else None
         if seg is None or seg[3] >= SEGMENT_BYTES:
             path = os.path.join(self.dir, f"{first_seq:020d}.seg")
@@ -223,7 +227,7 @@ class Journal:
         written = os.writev(seg[2], frames)
         total = sum(len(f) for f in frames)
         while written < total:  # a regular file takes it all; a full disk raises
-            rest = b"".join(frames)[written:]
+            rest = b"".join(frames)[written:]  # never taken for a regular file
             written += os.write(seg[2], rest)
         seg[1] = last_seq
         seg[3] += total
@@ -408,6 +412,11 @@ class Keeper:
     ) -> None:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        for fd in (out_r, err_r):
+            try:
+                fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BUFFER_BYTES)
+            except OSError:
+                pass  # above /proc/sys/fs/pipe-max-size: the default size works too
         mine, theirs = [out_r, err_r], [out_w, err_w]
         stdin_arg: int = subprocess.DEVNULL
         if plan["pipe_stdin"]:
@@ -543,10 +552,11 @@ class Keeper:
             if not data:
                 self._close_stream(fd)
                 return
-            frames: list[bytes] = []
+            frames: list[bytes | memoryview] = []
             first = self.seq + 1
+            view = memoryview(data)  # the pieces are views: writev copies them once
             for start in range(0, len(data), size):
-                piece = data[start : start + size]
+                piece = view[start : start + size]
                 self.seq += 1
                 frames.append(FRAME.pack(self.seq, kind, len(piece)))
                 frames.append(piece)
