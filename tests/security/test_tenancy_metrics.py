@@ -8,7 +8,6 @@ tenant's own, stops the start-up."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -21,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.http import http_get
 from tests.support.rpc import connect, poll_until
 from tests.support.servers import PROJECT_ROOT, RunningServer, execserver_command
-from tests.support.tenants import TOKEN_A, TOKEN_B, TenantHost, sighup, start, tenant_host
+from tests.support.tenants import TOKEN_A, TOKEN_B, TenantHost, records, sighup, start, tenant_host
 
 INVALID_REQUEST = -32600
 OPERATOR_TOKEN = "operator-scrape-token-5f3a9c"
@@ -107,8 +106,8 @@ async def test_tenant_tokens_get_403_and_only_the_operator_token_reads_metrics(
             assert got[("execserver_connections", ())] == 1
             await a.ok("process/terminate", {"processId": "a0"})
         # The operator sees who tried (the audit log is the operator's, not B's).
-        assert await poll_until(lambda: len(_records(audit, "metrics.refuse")) == 2, 20)
-    assert [r["principal"] for r in _records(audit, "metrics.refuse")] == ["bob", "alice"]
+        assert await poll_until(lambda: len(records(audit, "metrics.refuse")) == 2, 20)
+    assert [r["principal"] for r in records(audit, "metrics.refuse")] == ["bob", "alice"]
 
 
 async def test_per_principal_series_count_a_and_b_apart(host: TenantHost) -> None:
@@ -176,11 +175,6 @@ async def test_a_tenant_removed_on_sighup_leaves_no_series(host: TenantHost) -> 
                 "refusals_total": 0,
             }
             assert (await a.call("environment/status", {})).ok
-
-
-def _records(path: Path, event: str) -> list[dict[str, object]]:
-    text = path.read_text() if path.exists() else ""
-    return [r for r in map(json.loads, text.splitlines()) if r.get("event") == event]
 
 
 def _startup_error(host: TenantHost, *flags: str) -> list[str]:

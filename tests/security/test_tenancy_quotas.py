@@ -6,14 +6,13 @@ refusal is on the audit log with the principal and the ceiling that said no."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.rpc import RpcFailure, connect, poll_until
-from tests.support.tenants import TOKEN_A, TOKEN_B, TenantHost, start, tenant_host
+from tests.support.tenants import TOKEN_A, TOKEN_B, TenantHost, records, start, tenant_host
 
 INVALID_REQUEST = -32600
 
@@ -77,11 +76,6 @@ async def test_b_past_max_sessions_is_refused_and_a_is_untouched(host: TenantHos
             assert resumed.session_id == session_id
 
 
-def _refusals(path: Path) -> list[dict[str, object]]:
-    text = path.read_text() if path.exists() else ""
-    return [r for r in map(json.loads, text.splitlines()) if r.get("event") == "tenant.refuse"]
-
-
 async def test_every_refusal_is_audited_with_principal_method_and_ceiling(
     host: TenantHost, tmp_path: Path
 ) -> None:
@@ -101,11 +95,11 @@ async def test_every_refusal_is_audited_with_principal_method_and_ceiling(
                 ok, _ = await start(a, "a0", ["true"], host.a)
                 assert ok
             # The log is appended by the daemon's writer thread: wait for both.
-            assert await poll_until(lambda: len(_refusals(audit)) >= 2, 20)
+            assert await poll_until(lambda: len(records(audit, "tenant.refuse")) >= 2, 20)
             session_b = b.session_id
             for process_id in ("b0", "b1"):
                 await b.ok("process/terminate", {"processId": process_id})
-    by_method = {str(record["method"]): record for record in _refusals(audit)}
+    by_method = {str(record["method"]): record for record in records(audit, "tenant.refuse")}
     assert sorted(by_method) == ["initialize", "process/start"]
     started = by_method["process/start"]
     assert started["principal"] == "bob"

@@ -7,7 +7,6 @@ records name the principal."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,11 +14,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.support.rpc import RpcFailure, connect, poll_until
+from tests.support.rpc import RpcFailure, connect
 from tests.support.tenants import (
     TOKEN_A,
     TOKEN_B,
     TenantHost,
+    audit_records,
     sha,
     sighup,
     start,
@@ -40,18 +40,6 @@ async def _upgrade_status(url: str, token: str) -> int:
                 return 101
         except aiohttp.WSServerHandshakeError as exc:
             return exc.status
-
-
-def _records(path: Path, event: str) -> list[dict[str, object]]:
-    text = path.read_text() if path.exists() else ""
-    return [r for r in map(json.loads, text.splitlines()) if r.get("event") == event]
-
-
-async def _audit_records(path: Path, event: str, count: int = 1) -> list[dict[str, object]]:
-    """The audit log's ``event`` records once there are ``count`` of them: the log is
-    a file another process's writer thread appends to (no event to wait on)."""
-    assert await poll_until(lambda: len(_records(path, event)) >= count, 20), event
-    return _records(path, event)
 
 
 async def test_b_cannot_resume_as_session_of_a_even_knowing_its_id(host: TenantHost) -> None:
@@ -88,7 +76,7 @@ async def test_a_token_revoked_by_a_reload_is_refused_at_the_next_upgrade(
         assert await _upgrade_status(server.url, TOKEN_A) == 101
         host.write_tenants(alice={"token_sha256": sha("alice-new-token-abcdef")})
         sighup(server)
-        await _audit_records(audit, "tenants.reload")
+        await audit_records(audit, "tenants.reload")
         assert await _upgrade_status(server.url, TOKEN_A) == 401
         assert await _upgrade_status(server.url, "alice-new-token-abcdef") == 101
         assert await _upgrade_status(server.url, TOKEN_B) == 101
@@ -105,9 +93,9 @@ async def test_a_removed_tenant_loses_its_connection_session_and_processes(
             session_b = b.session_id
             host.write_tenants(bob=None)
             sighup(server)
-            closed = await _audit_records(audit, "session.close")
+            closed = await audit_records(audit, "session.close")
             assert closed[0]["session"] == session_b and closed[0]["principal"] == "bob"
-            exits = await _audit_records(audit, "process.exit")
+            exits = await audit_records(audit, "process.exit")
             assert exits[0]["principal"] == "bob"
             # Its connection was dropped by the daemon.
             await b.closed(timeout=10)
@@ -123,7 +111,7 @@ async def test_a_bad_file_on_reload_keeps_the_previous_table(
         async with connect(server.url, token=TOKEN_A) as a:
             host.tenants_file.write_text("[tenants.alice]\nwriteable_roots = 3\n")
             sighup(server)
-            record = (await _audit_records(audit, "tenants.reload"))[0]
+            record = (await audit_records(audit, "tenants.reload"))[0]
             assert record["ok"] is False
             assert "unknown key 'writeable_roots'" in str(record["reason"])
             # The session goes on, and the old tokens still upgrade.
@@ -138,7 +126,7 @@ async def test_audit_records_name_the_principal(host: TenantHost, tmp_path: Path
         async with connect(server.url, token=TOKEN_B) as b:
             ok, _ = await start(b, "p", ["true"], host.b)
             assert ok
-            await _audit_records(audit, "process.exit")
-    opened = await _audit_records(audit, "session.open")
-    started = await _audit_records(audit, "process.start")
+            await audit_records(audit, "process.exit")
+    opened = await audit_records(audit, "session.open")
+    started = await audit_records(audit, "process.start")
     assert opened[0]["principal"] == "bob" and started[0]["principal"] == "bob"

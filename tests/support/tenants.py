@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import hashlib
+import json
 import os
 import pwd
 import shutil
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.rpc import RpcClient, read_all, uri
+from tests.support.rpc import RpcClient, poll_until, read_all, uri
 from tests.support.servers import RunningServer, start_server
 
 __all__ = [
@@ -31,8 +32,10 @@ __all__ = [
     "TOKEN_A",
     "TOKEN_B",
     "TenantHost",
+    "audit_records",
     "ensure_account",
     "output_of",
+    "records",
     "sha",
     "sighup",
     "start",
@@ -210,3 +213,16 @@ async def output_of(client: RpcClient, process_id: str, timeout: float = 30) -> 
 
 def sighup(server: RunningServer) -> None:
     server.process.send_signal(signal.SIGHUP)
+
+
+def records(path: Path, event: str) -> list[dict[str, object]]:
+    """The audit log's ``event`` records so far (one JSON object per line)."""
+    text = path.read_text() if path.exists() else ""
+    return [r for r in map(json.loads, text.splitlines()) if r.get("event") == event]
+
+
+async def audit_records(path: Path, event: str, count: int = 1) -> list[dict[str, object]]:
+    """The audit log's ``event`` records once there are ``count`` of them: the log is
+    a file another process's writer thread appends to (no event to wait on)."""
+    assert await poll_until(lambda: len(records(path, event)) >= count, 20), event
+    return records(path, event)
