@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import itertools
 import json
 import os
 import shutil
@@ -29,13 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-from aiohttp import web
-
 from scripts import reference
-from tests.interop.codex_cli.frames import CLIENT, SERVER, FrameLog
+from tests.interop.codex_cli.frames import FrameLog
 from tests.interop.codex_cli.mock_model import MockModel, Turn, serve
-from tests.interop.codex_cli.proxy import _forward, logging_proxy
+from tests.interop.codex_cli.proxy import (
+    UPGRADED,
+    Handshake,
+    authorizing_proxy,
+    logging_proxy,
+)
 from tests.support.servers import (
     PROJECT_ROOT,
     execserver_command,
@@ -50,15 +51,6 @@ CLI_TIMEOUT_S = 90
 LOG_WAIT_STEPS = 100  # x 0.1 s: how long the stdio tee may outlive the CLI
 FrameSource = Callable[[], Awaitable[FrameLog]]
 MODEL_SLUG = "gpt-5.5"  # has bundled model metadata, so the CLI offers apply_patch
-UPGRADED = 101  # the status of an accepted websocket upgrade
-
-
-@dataclass(frozen=True)
-class Handshake:
-    """One websocket upgrade of the CLI, as ``authorizing_proxy`` saw it."""
-
-    authorization: str | None  # the CLI's Authorization header
-    status: int  # the server's answer: UPGRADED, or its refusal (401, ...)
 
 
 @dataclass
@@ -247,52 +239,6 @@ apps = false
                     return log
 
                 yield {}, authorized_frames, handshakes
-
-
-@contextlib.asynccontextmanager
-async def authorizing_proxy(
-    upstream: str,
-) -> AsyncIterator[tuple[str, FrameLog, list[Handshake]]]:
-    """``logging_proxy`` for an authenticating server: each upgrade goes upstream
-    with the CLI's own Authorization header, before the CLI's is accepted, so a
-    server's refusal reaches the CLI as the same HTTP status. Yield (ws:// URL,
-    the frame log, every upgrade with its status)."""
-    log = FrameLog()
-    handshakes: list[Handshake] = []
-    counter = itertools.count()
-    session = aiohttp.ClientSession()
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        authorization = request.headers.get("Authorization")
-        headers = {} if authorization is None else {"Authorization": authorization}
-        try:
-            up = await session.ws_connect(upstream, headers=headers, max_msg_size=0)
-        except aiohttp.WSServerHandshakeError as refused:
-            handshakes.append(Handshake(authorization, refused.status))
-            return web.Response(status=refused.status, text=refused.message)
-        handshakes.append(Handshake(authorization, UPGRADED))
-        conn = next(counter)
-        downstream = web.WebSocketResponse(max_msg_size=0)
-        async with up:
-            await downstream.prepare(request)
-            await asyncio.gather(
-                _forward(downstream, up, log, conn, CLIENT),
-                _forward(up, downstream, log, conn, SERVER),
-            )
-        return downstream
-
-    app = web.Application()
-    app.router.add_get("/", handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"ws://127.0.0.1:{port}", log, handshakes
-    finally:
-        await runner.cleanup()
-        await session.close()
 
 
 def _proxy_env(origin: str) -> dict[str, str]:
