@@ -166,23 +166,9 @@ class ProcessCgroups:
                 raise OSError(errno.ENOENT, f"no cgroup for tenant {group}")
             parents = found
         n = next(self._counter)
-        dirs: dict[str, str] = {}
-        made: list[str] = []
+        leaf = f"proc-{os.getpid()}-{n}" if self.version == 2 else f"p{n}"
+        dirs, made = _make_dirs(parents, leaf, exist_ok=False)
         try:
-            for controller, parent in parents.items():
-                leaf = f"proc-{os.getpid()}-{n}" if self.version == 2 else f"p{n}"
-                directory = os.path.join(parent, leaf)
-                real = os.path.realpath(parent)
-                shared = next((d for d in made if os.path.dirname(d) == real), None)
-                if shared is None:
-                    try:
-                        os.mkdir(directory, 0o755)
-                    except FileNotFoundError:
-                        # Our v1 parent was removed under us (e.g. as stale by a
-                        # daemon in another pid namespace): make it again.
-                        os.makedirs(directory, 0o755)
-                    made.append(os.path.join(real, leaf))
-                dirs[controller] = directory
             cgroup = ProcessCgroup(self.version, dirs)
             for controller, name, value in self._files:
                 target = cgroup.directory_of(controller)
@@ -224,13 +210,9 @@ class ProcessCgroups:
         self.group_limits = dict(quotas)
 
     def _make_group(self, name: str, quota: ProcessLimitsConfig) -> dict[str, str]:
-        dirs: dict[str, str] = {}
-        for controller, parent in self._parents.items():
-            leaf = f"tenant-{os.getpid()}-{name}" if self.version == 2 else f"tenant-{name}"
-            directory = os.path.join(parent, leaf)
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(directory, 0o755)
-            dirs[controller] = directory
+        leaf = f"tenant-{os.getpid()}-{name}" if self.version == 2 else f"tenant-{name}"
+        # Kept when it exists: a reload updates the group its processes are in.
+        dirs, _ = _make_dirs(self._parents, leaf, exist_ok=True)
         if self.version == 2 and self._controllers:
             # A group holds no process itself, so it may pass the controllers on.
             control = os.path.join(dirs[""], "cgroup.subtree_control")
@@ -308,6 +290,39 @@ def _missing_message(needed: set[str], host: HostCgroups) -> str:
 
 
 _OURS = re.compile(r"^(?:proc|execserver|tenant)-(\d+)(?:-[\w.-]+)?$")
+
+
+def _make_dirs(
+    parents: Mapping[str, str], leaf: str, *, exist_ok: bool
+) -> tuple[dict[str, str], list[str]]:
+    """``leaf`` under each controller's parent: (controller -> its directory, the
+    directories made, by real path). Hierarchies mounted together (v1 ``cpu,cpuacct``)
+    share one directory, made once. On failure nothing made here is left."""
+    dirs: dict[str, str] = {}
+    made: list[str] = []
+    try:
+        for controller, parent in parents.items():
+            directory = os.path.join(parent, leaf)
+            real = os.path.join(os.path.realpath(parent), leaf)
+            if real not in made:
+                try:
+                    os.mkdir(directory, 0o755)
+                    made.append(real)
+                except FileExistsError:
+                    if not exist_ok:
+                        raise
+                except FileNotFoundError:
+                    # Our v1 parent was removed under us (e.g. as stale by a
+                    # daemon in another pid namespace): make it again.
+                    os.makedirs(directory, 0o755)
+                    made.append(real)
+            dirs[controller] = directory
+    except BaseException:
+        for directory in reversed(made):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+        raise
+    return dirs, made
 
 
 def _remove_tree(directory: str, depth: int = 3) -> None:
