@@ -87,8 +87,15 @@ class ProcessTable:
         so a cancelled request can never leave an unowned child behind.
 
         ``program``: the name the log gives the process, the requested argv[0]
-        (a sandboxed plan execs bwrap or the launcher, not the program)."""
-        self.check_available(process_id)
+        (a sandboxed plan execs bwrap or the launcher, not the program).
+        ``plan`` is closed either way: a refused start releases its fds and mount
+        points (process_start checks the id before planning; a cgroup that could
+        not be made left them held)."""
+        try:
+            self.check_available(process_id)
+        except BaseException:
+            plan.close()
+            raise
         keepers = self._supervisor.keepers
         if keepers is not None and keepers.accepts(plan):
             return self._start_kept(process_id, plan, classify_denial, program)
@@ -96,13 +103,7 @@ class ProcessTable:
             spawned = spawn(plan)
             tree = self._supervisor.track(spawned.pid, plan.env)
         else:
-            try:
-                cgroup = self._containment.create(self._principal)
-            except OSError as exc:
-                # Fail closed: with limits configured nothing runs without them.
-                raise RpcError.internal(
-                    f"cannot create the process's resource-limit cgroup: {exc.strerror}"
-                ) from None
+            cgroup = self._new_cgroup(plan)
             try:
                 with cgroup.placement() as place:
                     spawned = spawn(plan, place)
@@ -140,15 +141,7 @@ class ProcessTable:
         keepers = self._supervisor.keepers
         assert keepers is not None
         name = program if program is not None else plan.executable
-        cgroup: ProcessCgroup | None = None
-        if self._containment is not None:
-            try:
-                cgroup = self._containment.create(self._principal)
-            except OSError as exc:
-                plan.close()
-                raise RpcError.internal(
-                    f"cannot create the process's resource-limit cgroup: {exc.strerror}"
-                ) from None
+        cgroup = self._new_cgroup(plan) if self._containment is not None else None
         try:
             link, answer, directory = keepers.spawn(
                 self._session.id,
@@ -175,6 +168,19 @@ class ProcessTable:
         if self._telemetry is not None:
             self._telemetry.process_spawned()
         return proc
+
+    def _new_cgroup(self, plan: LaunchPlan) -> ProcessCgroup:
+        """The process's resource-limit cgroup (in its principal's group). Fails
+        closed: with limits configured nothing runs without them (``plan`` is then
+        closed and the start refused)."""
+        assert self._containment is not None
+        try:
+            return self._containment.create(self._principal)
+        except OSError as exc:
+            plan.close()
+            raise RpcError.internal(
+                f"cannot create the process's resource-limit cgroup: {exc.strerror}"
+            ) from None
 
     def _kept(
         self,
