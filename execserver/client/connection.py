@@ -432,6 +432,9 @@ class ExecServerClient(TypedCalls):
             if self._state is ClientState.FAILED:
                 raise self.unavailable_error(f"exec-server connection failed: {self._failure}")
             if self._state is ClientState.RECOVERING:
+                if not self._recovery.running:
+                    # Defence: no attempt will change the state, so waiting would spin.
+                    raise self.unavailable_error("exec-server session recovery stopped")
                 await self._recovery.wait()
                 continue
             conn = self._conn

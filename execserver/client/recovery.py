@@ -132,6 +132,11 @@ class SessionRecovery:
     async def _run(self, reason: str) -> None:
         try:
             await self._recover(reason)
+        except asyncio.CancelledError:
+            # Cancelled from outside (its loop closing, not aclose: a closed client is
+            # CLOSED already): a call waiting for it must not wait for nothing.
+            self._client.give_up(f"recovery of session {self._client.session_id} was cancelled")
+            raise
         except Exception as exc:
             # A bug, not a lost server: still end the recovery, so no call waits
             # for one that has stopped (the task set logs the traceback).

@@ -131,3 +131,33 @@ async def test_a_pool_session_on_a_dead_replica_fails_at_once_with_replica_unava
                 assert isinstance(info.value, ExecServerUnavailable)
                 with pytest.raises(ReplicaUnavailable):
                     await pool.session("conversation-1")
+
+
+async def test_a_call_waiting_on_a_cancelled_recovery_fails_instead_of_spinning(
+    execserver: RunningServer, tmp_path: Path
+) -> None:
+    # A recovery attempt cancelled from outside (its event loop closing: a test's
+    # teardown, an application's asyncio.run ending) once left the client RECOVERING
+    # with no attempt running, and every waiting call spun on the CPU forever.
+    async with TcpProxy(execserver.url) as proxy:
+        client = await ExecServerClient.connect(proxy.url, recovery_deadline=60)
+        recovering = asyncio.Event()
+        client.add_state_listener(
+            lambda state, _: recovering.set() if state is ClientState.RECOVERING else None
+        )
+        try:
+            proxy.refusing = True
+            proxy.drop()
+            await recovering.wait()
+            waiting = asyncio.create_task(client.environment_status())
+            await asyncio.sleep(0.1)
+            assert not waiting.done()
+            attempt = client._recovery._attempt
+            assert attempt is not None
+            attempt.cancel()
+            async with asyncio.timeout(10):
+                with pytest.raises(ExecServerUnavailable, match="cancelled"):
+                    await waiting
+            assert client.state is ClientState.FAILED
+        finally:
+            await client.close()
