@@ -242,6 +242,13 @@ def _add_ops_flags(p: argparse.ArgumentParser) -> None:
         "(a restarted daemon re-adopts them)",
     )
     p.add_argument(
+        "--take-over",
+        action="store_true",
+        help="with --state-dir: take the listening socket, the sessions and their processes "
+        "over from the daemon serving that state directory, which then exits (an upgrade "
+        "without downtime); with none running there, start as usual",
+    )
+    p.add_argument(
         "--drain-timeout",
         type=float,
         default=0.0,
@@ -295,6 +302,7 @@ def config_from_args(
         drain_timeout_s=max(0.0, args.drain_timeout),
         tenants_file=args.tenants,
         state_dir=args.state_dir,
+        take_over=args.take_over,
         # The start-up sandbox report spawns a few sandboxes right after listening;
         # harnesses that count the daemon's fds or children switch it off.
         startup_probe=env.get("EXECSERVER_STARTUP_PROBE", "1") not in _FALSE_WORDS,
@@ -376,6 +384,7 @@ def serve(args: argparse.Namespace, config: ServerConfig) -> int:
     from execserver.containment import ContainmentError
     from execserver.server.audit import AuditLogError
     from execserver.server.auth import startup_checks
+    from execserver.server.handover import HandoverError
     from execserver.server.logs import configure_logging
 
     configure_logging(args.log_level, args.log_format)
@@ -392,7 +401,7 @@ def serve(args: argparse.Namespace, config: ServerConfig) -> int:
         # modules are imported, instead of after: start-up is that much shorter.
         with probing_ahead(bwrap=config.sandbox.bwrap, allow_landlock=config.sandbox.landlock):
             return run_server(config)
-    except (AuditLogError, ContainmentError) as exc:
+    except (AuditLogError, ContainmentError, HandoverError) as exc:
         sys.stderr.write(f"Error: {exc}\n")
         return 1
     except OSError as exc:

@@ -146,6 +146,9 @@ class ServerConfig:
     # --state-dir: where sessions and process keepers' journals live so that
     # processes outlive the daemon (execserver.keeper). None: they die with it.
     state_dir: str | None = None
+    # --take-over: with --state-dir, take the listening sockets and the keepers over
+    # from the daemon serving that state directory (execserver.server.handover).
+    take_over: bool = False
     # Test hook, settable only by code that constructs the config (no flag, no
     # environment variable): name -> address for the managed-network proxy's
     # resolver, exclusive (no DNS) and exempt from the local-address block.

@@ -504,9 +504,11 @@ class ExecServerClient(TypedCalls):
         conn = await self._ready()
         try:
             raw = await conn.request(method, params, timeout=seconds)
-        except ExecServerTransportClosed:
-            # Only a read is safe to repeat: it changes nothing on the server.
-            if method != methods.PROCESS_READ or not self.auto_reconnect:
+        except ExecServerTransportClosed as exc:
+            # Safe to repeat: a read (it changes nothing on the server), or any call a
+            # restarting server never executed (it closed with 1012; the next daemon
+            # serves the resumed session).
+            if not self.auto_reconnect or not (method == methods.PROCESS_READ or exc.unexecuted):
                 raise
             conn = await self._ready()
             raw = await conn.request(method, params, timeout=seconds)

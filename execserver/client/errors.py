@@ -111,7 +111,16 @@ def rpc_error(code: int, message: str, data: object = None) -> ExecServerRpcErro
 
 
 class ExecServerTransportClosed(ExecServerError):
-    """The connection went away before the answer arrived (retryable by reconnecting)."""
+    """The connection went away before the answer arrived (retryable by reconnecting).
+
+    ``unexecuted``: the server said the request was never executed (it closed with
+    1012, service restart, which promises that every request it executed was
+    answered first), so sending it again on the next connection cannot run it twice.
+    """
+
+    def __init__(self, message: str, *, unexecuted: bool = False) -> None:
+        super().__init__(message)
+        self.unexecuted = unexecuted
 
 
 class ExecServerTimeout(ExecServerError):

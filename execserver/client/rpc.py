@@ -142,7 +142,9 @@ class RpcConnection:
             try:
                 await self._send(frame)
             except (ConnectionError, RuntimeError, OSError) as exc:
-                raise ExecServerTransportClosed(f"JSON-RPC transport closed: {exc}") from exc
+                raise ExecServerTransportClosed(
+                    f"JSON-RPC transport closed: {exc}", unexecuted=self.restarting
+                ) from exc
             try:
                 async with asyncio.timeout(timeout):
                     return await future
@@ -191,6 +193,8 @@ class RpcConnection:
             while True:
                 data = await self.transport.receive()
                 if data is None:
+                    if self.restarting:
+                        reason = "server restarting (websocket close 1012)"
                     break
                 message = decode_incoming(data)
                 if isinstance(message, MalformedMessage):
@@ -296,6 +300,12 @@ class RpcConnection:
 
         self._spawn(send(), f"refuse {method}")
 
+    @property
+    def restarting(self) -> bool:
+        """The server closed this connection with 1012 (it hands over to a successor):
+        every request left unanswered was never executed."""
+        return bool(getattr(self.transport, "restarting", False))
+
     def _mark_lost(self, reason: str) -> bool:
         if self._lost is not None:
             return False
@@ -305,8 +315,11 @@ class RpcConnection:
 
     def _fail_pending(self) -> None:
         reason = self._lost or "closed"
+        unexecuted = self.restarting
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(
-                    ExecServerTransportClosed(f"JSON-RPC transport closed: {reason}")
+                    ExecServerTransportClosed(
+                        f"JSON-RPC transport closed: {reason}", unexecuted=unexecuted
+                    )
                 )

@@ -60,6 +60,8 @@ class Transport(Protocol):
         """Drop the connection at once, without a goodbye (used on decode errors)."""
 
 
+# The websocket close code of a server handing over to its successor.
+SERVICE_RESTART = 1012
 # How long close() waits for the server to answer our close frame (aiohttp's
 # default was 10 s; a server that does not answer is dropped after this).
 _CLOSE_TIMEOUT = 5.0
@@ -84,6 +86,8 @@ class _Inbox(picows.WSListener):
         self.ended = False
         self._fragments: list[bytes] | None = None
         self._waiter: asyncio.Future[None] | None = None
+        # The code of the server's close frame (1012: it restarts, see ``restarting``).
+        self.close_code: int | None = None
         self.writable = asyncio.Event()
         self.writable.set()
 
@@ -107,6 +111,7 @@ class _Inbox(picows.WSListener):
                 message, self._fragments = b"".join(self._fragments), None
                 self._deliver(message)
         elif kind == picows.WSMsgType.CLOSE:
+            self.close_code = int(frame.get_close_code().value)
             # Complete the close handshake (with 1000, as aiohttp's client did) and
             # hang up: whatever the server's code, this socket is done.
             transport.send_close(picows.WSCloseCode.OK)
@@ -240,6 +245,12 @@ class WebSocketTransport:
 
     async def receive(self) -> bytes | None:
         return await self._inbox.next_message()
+
+    @property
+    def restarting(self) -> bool:
+        """The server closed with 1012 (service restart): execserver sends it when it
+        hands over to its successor, after answering every request it executed."""
+        return self._inbox.close_code == SERVICE_RESTART
 
     async def close(self) -> None:
         ws = self._ws

@@ -196,6 +196,14 @@ class KeeperHost:
         self._sessions.pop(session_id, None)
         shutil.rmtree(os.path.join(self.state_dir, session_id), ignore_errors=True)
 
+    def keep_session(self, session_id: str, principal: str | None) -> None:
+        """A session a successor must know even with no keeper of its own (a
+        handover: it may have done nothing but fs calls so far, and its client
+        resumes it on the next daemon)."""
+        if session_id not in self._sessions:
+            _private_dir(os.path.join(self.state_dir, session_id))
+            self._save(SavedSession(session_id, principal, {}))
+
     def _save(self, saved: SavedSession) -> None:
         self._sessions[saved.id] = saved
         body = {"id": saved.id, "principal": saved.principal}

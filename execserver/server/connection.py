@@ -117,6 +117,8 @@ class Connection:
         self._writing = TaskSet(f"connection {peer} writer", logger=log)
         self._writing.spawn(self._write_loop(), name="write loop")
         self.closed = False
+        # Handover: requests read from now on are dropped unexecuted (settle_for_restart).
+        self._holding = False
         self.close_reason: str | None = None
         self._closed_event = asyncio.Event()
         runtime.metrics.connections.inc()
@@ -199,6 +201,8 @@ class Connection:
             return self._refuse(_frame_id(frame), "", refusal)
         message = decode_incoming(frame)
         if isinstance(message, IncomingRequest):
+            if self._holding:
+                return None  # handover: never executed, never answered (close_for_restart)
             # ops: --max-inflight-requests bounds the tasks one connection can pile up.
             max_inflight = self._max_inflight
             if (
@@ -436,6 +440,25 @@ class Connection:
         if self.session is not None:
             self.runtime.sessions.detach(self.session, self)
             session_detached(self.runtime, self.session, self.peer)
+
+    async def settle_for_restart(self, timeout: float) -> bool:
+        """Handover: execute no request read from now on, answer the ones in flight
+        and let the queue drain, up to ``timeout``; True when nothing was left over.
+
+        A waiting ``process/read`` is cut at once instead of waited for: it changes
+        nothing, so the client may repeat it, and its ``waitMs`` (seconds, at times)
+        would hold the handover up. A request still running after ``timeout`` is
+        cut too, and then False: the transport must not promise that every
+        unanswered request was left unexecuted."""
+        self._holding = True
+        for task in self._tasks:
+            if task.get_name() == m.PROCESS_READ:
+                task.cancel()
+        settled = await self._tasks.wait(timeout)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._outbound.join()
+        return settled and self._outbound.empty()
 
     async def finish(self, timeout: float) -> None:
         """Let in-flight requests answer and the queue drain (stdio EOF), up to ``timeout``."""

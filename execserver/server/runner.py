@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -36,6 +38,15 @@ from execserver.sandbox.backend import SandboxBackend, log_backend, probe_backen
 from execserver.sandbox.keyring import isolate_session_keyring
 from execserver.server import auth, lifecycle
 from execserver.server.audit import AuditLog
+from execserver.server.handover import (
+    ControlServer,
+    HandoverError,
+    SuccessorLink,
+    daemon_answers,
+    send_listeners,
+    systemd_listeners,
+    take_over,
+)
 from execserver.server.http_surface import HttpRequest, HttpResponse, UpgradeCheck
 from execserver.server.listen import ListenAddress, parse_listen
 from execserver.server.memory_tuning import freeze_startup_objects, tune_malloc
@@ -219,6 +230,13 @@ class Server:
         self._drain: asyncio.Task[None] | None = None
         self._exit_status = 0
         self.url: str | None = None
+        # Upgrade without downtime (server/handover.py): the listening sockets this
+        # daemon inherited (from a predecessor or systemd), its control socket, and
+        # the successor it is handing over to.
+        self._inherited: list[socket.socket] = []
+        self._control: ControlServer | None = None
+        self._successor: SuccessorLink | None = None
+        self._ws_server: WebsocketServer | None = None
 
     def stop(self, status: int = 0) -> None:
         self._exit_status = status
@@ -317,6 +335,9 @@ class Server:
         self.runtime.resources.provide(SandboxBackend, backend)
         if self.config.startup_probe:
             self._tasks.spawn(log_sandbox_report(backend), name="sandbox report")
+        # Before re-adopting: a predecessor still serving this state directory lets go
+        # of its keepers first (--take-over), or this start is refused.
+        await self._inherit_listeners()
         # --state-dir: what a previous daemon left, detached until resumed or expired.
         readopt_sessions(self.runtime)
         # Everything start-up imported and built stays: keep it out of full collections.
@@ -333,6 +354,86 @@ class Server:
             # With --state-dir the processes stay with their keepers for the next daemon.
             leave_keepers(self.runtime)
             await self.runtime.aclose()
+            await self._end_control()
+
+    async def _inherit_listeners(self) -> None:
+        """The listening sockets this daemon serves on instead of binding --listen:
+        a running predecessor's (--take-over, which also waits until it has let
+        go of its keepers), else systemd's (socket activation)."""
+        config = self.config
+        websocket = self.address.kind == "ws"
+        if config.take_over and (config.state_dir is None or not websocket):
+            raise HandoverError("--take-over needs --state-dir and a ws:// --listen")
+        activated = systemd_listeners(os.environ) if websocket else []
+        state_dir = config.state_dir
+        if state_dir is None:
+            self._inherited = activated
+            return
+        if not config.take_over:
+            if await asyncio.to_thread(daemon_answers, state_dir):
+                for sock in activated:
+                    sock.close()
+                # Two daemons adopting the same keepers would take them from each other.
+                raise HandoverError(
+                    f"another daemon serves --state-dir {state_dir}; pass --take-over to "
+                    "replace it without downtime, or stop it first"
+                )
+            self._inherited = activated
+            return
+        inherited = await asyncio.to_thread(take_over, state_dir, __version__)
+        if inherited is None:
+            log.info("--take-over: no daemon serves %s; starting as usual", state_dir)
+            self._inherited = activated
+            return
+        for sock in activated:
+            sock.close()  # the predecessor's sockets are the ones its clients know
+        log.info(
+            "took over from pid %d: %d listening socket(s)",
+            inherited.predecessor_pid,
+            len(inherited.sockets),
+        )
+        self._inherited = inherited.sockets
+
+    def _open_control(self) -> None:
+        """--state-dir: the control socket a successor takes over through."""
+        state_dir = self.config.state_dir
+        if state_dir is None:
+            return
+        self._control = ControlServer(state_dir, self._on_take_over)
+        self._control.open()
+
+    async def _end_control(self) -> None:
+        control = self._control
+        successor = self._successor
+        if successor is not None:
+            # After runtime.aclose: every keeper link is closed, none will be used again.
+            successor.released()
+            log.info("handed over: keepers released to the successor")
+        if control is not None:
+            # After a handover the path is the successor's (it renames its own over it).
+            await control.aclose(unlink=successor is None)
+            self._control = None
+
+    async def _on_take_over(self, successor: SuccessorLink, request: object) -> None:
+        server = self._ws_server
+        if server is None or self._stop.is_set():
+            successor.sock.close()
+            if self._control is not None:
+                self._control.taken = False
+            return
+        try:
+            send_listeners(successor, server.listening_fds())
+        except OSError as exc:
+            log.warning("take-over failed (the successor went away?): %s", exc)
+            successor.sock.close()
+            if self._control is not None:
+                self._control.taken = False
+            return
+        # From here on the successor holds the sockets: stop accepting, then close.
+        server.stop_listening()
+        self._successor = successor
+        log.info("handing over: no longer accepting; closing connections with 1012")
+        self.stop(0)
 
     async def _run_stdio(self) -> int:
         running = TaskSet("stdio", logger=log)
@@ -349,14 +450,20 @@ class Server:
 
     async def _run_websocket(self) -> int:
         server = WebsocketServer(self.runtime, self._upgrade_checks, self._metrics_checks)
-        # Every listening socket's (host, port): one per address family the host resolves to.
-        listening = await server.start(self.address.host, self.address.port)
+        self._ws_server = server
+        # Every listening socket's (host, port): one per address family the host resolves
+        # to, or the inherited ones (whatever --listen says then).
+        listening = await server.start(self.address.host, self.address.port, self._inherited)
         port = listening[0][1] if listening else self.address.port
         # No sandbox may reach this listener through a managed proxy or bridge.
         bound = listening or [(self.address.host, port)]
         for host, bound_port in bound:
             protect_listener(host, bound_port)
-        self.url = self.address.url(port)
+        address = self.address
+        if self._inherited and listening:
+            address = ListenAddress("ws", listening[0][0], port)
+        self.url = address.url(port)
+        self._open_control()
         # The first (and only) stdout line is the URL, as the reference prints it.
         sys.stdout.write(self.url + "\n")
         sys.stdout.flush()
@@ -373,12 +480,25 @@ class Server:
                 await asyncio.wait({stdin_watch})
             log.info("shutting down")
             self.runtime.shutting_down = True
+            if self._successor is not None:
+                await self._hand_over_connections(server)
             await self._close_connections()
             with contextlib.suppress(Exception):
                 await server.close(SHUTDOWN_GRACE_S)
             for host, bound_port in bound:
                 release_listener(host, bound_port)
         return self._exit_status
+
+    async def _hand_over_connections(self, server: WebsocketServer) -> None:
+        """Every websocket closed with 1012 once what it read is answered, then every
+        session saved for the successor (one with no process yet has no file)."""
+        clean = await server.restart_connections(SHUTDOWN_GRACE_S)
+        if not clean:
+            log.warning("handover: a request outlived the grace; its connection closed with 1001")
+        host = self.runtime.resources.get(KeeperHost)
+        if host is not None:
+            for session in self.runtime.sessions.sessions():
+                host.keep_session(session.id, session.principal)
 
     async def _close_connections(self) -> None:
         for conn in list(self.runtime.connections):

@@ -24,6 +24,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import socket
 import struct
 from collections.abc import Coroutine, Sequence
 from typing import Any, cast
@@ -136,7 +137,8 @@ class WebsocketServer:
         self.runtime = runtime
         self.surface = HttpSurface(runtime, upgrade_checks, metrics_checks)
         self.plain_http = PlainHttp(self.surface, metrics=runtime.config.metrics)
-        self._server: asyncio.Server | None = None
+        # One asyncio.Server per listening socket (several when inherited).
+        self._servers: list[asyncio.Server] = []
         # Websockets not yet closed down (Connection.aclose done); shutdown waits for them.
         self._live: set[_Socket] = set()
         self._none_live = asyncio.Event()
@@ -144,20 +146,50 @@ class WebsocketServer:
         # Each disconnected websocket's close-down (its Connection.aclose).
         self.closing = TaskSet("websocket close-down", logger=log)
 
-    async def start(self, host: str, port: int) -> list[tuple[str, int]]:
-        """Listen; returns every listening socket's (host, port)."""
+    async def start(
+        self, host: str, port: int, inherited: Sequence[socket.socket] = ()
+    ) -> list[tuple[str, int]]:
+        """Listen (on ``inherited`` listening sockets when given: a predecessor's or
+        systemd's, already bound); returns every listening socket's (host, port)."""
         loop = asyncio.get_running_loop()
         await self.plain_http.start()
-        self._server = await loop.create_server(
-            self._new_protocol, host=host, port=port, reuse_address=True
+        if inherited:
+            for sock in inherited:
+                sock.setblocking(False)
+                self._servers.append(await loop.create_server(self._new_protocol, sock=sock))
+        else:
+            server = await loop.create_server(
+                self._new_protocol, host=host, port=port, reuse_address=True
+            )
+            self._servers.append(server)
+        return [sock.getsockname()[:2] for server in self._servers for sock in server.sockets]
+
+    def listening_fds(self) -> list[int]:
+        """The listening sockets' fds (for a successor: SCM_RIGHTS copies them)."""
+        return [sock.fileno() for server in self._servers for sock in server.sockets]
+
+    def stop_listening(self) -> None:
+        """Accept no more. Our fds close; a successor's copies keep the sockets open,
+        so a client connecting now waits in the backlog instead of being refused."""
+        for server in self._servers:
+            server.close()
+
+    async def restart_connections(self, grace_s: float) -> bool:
+        """Handover: every websocket finishes the requests it has read and closes
+        with 1012 (service restart); True when all did within ``grace_s`` (a
+        request still running then is cut, and its websocket closes with 1001)."""
+        sockets = list(self._live)
+        results = await asyncio.gather(
+            *(sock.close_for_restart(grace_s) for sock in sockets), return_exceptions=True
         )
-        return [sock.getsockname()[:2] for sock in self._server.sockets]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._none_live.wait(), grace_s + CLOSE_LINGER_S)
+        return all(result is True for result in results)
 
     async def close(self, grace_s: float) -> None:
         """Stop listening and wait (up to ``grace_s``) for the websockets, aborted by the
         caller, to finish closing down."""
-        if self._server is not None:
-            self._server.close()
+        self.stop_listening()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._none_live.wait(), grace_s)
         # Past the grace, what is still closing down is cancelled (and awaited).
@@ -520,6 +552,24 @@ class _Socket(WSListener):
         self._transport.send_close(code, reason.encode())
         self._transport.disconnect()
 
+    async def close_for_restart(self, grace_s: float) -> bool:
+        """Handover: execute nothing more that the peer sends, let what was read
+        answer, then close with 1012. 1012 promises the peer that every request
+        it got no answer to was never executed (the client may send it again to
+        the next daemon); when a request outlives ``grace_s`` it is cut instead
+        and the close is 1001, which promises nothing. True for a 1012."""
+        settled = await self.conn.settle_for_restart(grace_s)
+        if self._transport.is_disconnected or self._closing_sent:
+            return settled
+        code = WSCloseCode.SERVICE_RESTART if settled else WSCloseCode.GOING_AWAY
+        self._fragments = None
+        self._closing_sent = True
+        self._transport.send_close(code, b"service restart")
+        # The peer answers our close (then on_ws_frame disconnects); one that does not
+        # is dropped after the linger, as after a 1009.
+        self._linger = self._loop.call_later(CLOSE_LINGER_S, self._transport.disconnect)
+        return settled
+
     def _too_big(self, size: int) -> None:
         """Close with 1009 a message past what is answered: logged, and lingering
         so the peer reads the close frame instead of a reset."""
@@ -551,12 +601,16 @@ class _Socket(WSListener):
             self._tcp.writelines((_text_frame_header(size), payload))
 
     def _write_now(self, frame: bytes) -> bool:
+        if self._closing_sent:
+            return True  # nothing goes after our close frame (a notification, caught up later)
         if self._can_write is not None or self._transport.is_disconnected:
             return False
         self._write_frame(frame)
         return True
 
     async def _send_frame(self, frame: bytes) -> None:
+        if self._closing_sent:
+            return  # as in _write_now; an abort here would reset the close frame away
         if self._transport.is_disconnected:
             raise ConnectionResetError("the peer is gone")
         self._write_frame(frame)
