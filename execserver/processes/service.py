@@ -212,10 +212,7 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
     session_id = ctx.session.id
     proc.close_hooks.append(lambda closed: telemetry.process_closed(session_id, closed))
     if tenant is not None and directory is not None:
-        # Counted until the process is closed (max_processes, across its sessions).
-        name, live = tenant.name, directory.live_processes
-        live[name] += 1
-        proc.close_hooks.append(lambda closed: live.subtract((name,)))
+        directory.count_process(tenant.name, proc.close_hooks)
     return ExecResponse(params.process_id, plan.sandbox_type)
 
 

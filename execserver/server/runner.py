@@ -582,6 +582,7 @@ def readopt_sessions(runtime: ServerRuntime) -> int:
     supervisor = runtime.state.get(Supervisor, lambda: Supervisor(keepers=host))
     restored = 0
     telemetry = runtime.telemetry
+    tenants = runtime.resources.get(TenantDirectory)
     for saved in host.saved_sessions():
         session = Session(saved.id, saved.principal)
         runtime.sessions.restore(session)
@@ -609,6 +610,9 @@ def readopt_sessions(runtime: ServerRuntime) -> int:
                     telemetry.process_closed(session_id, p)
 
                 proc.close_hooks.append(closed)
+                if tenants is not None and saved.principal is not None:
+                    # Its tenant's max_processes counts it as before the restart.
+                    tenants.count_process(saved.principal, proc.close_hooks)
         restored += 1
         log.info(
             "session %s re-adopted from %s: %d process(es)",

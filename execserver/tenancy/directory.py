@@ -13,6 +13,7 @@ import hmac
 import logging
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from execserver.tenancy.profile import TenantProfile
 from execserver.tenancy.tenants_file import TenantTable, load_tenants
@@ -32,6 +33,14 @@ class TenantDirectory:
         self._jwt = jwt
         # Live processes per principal (max_processes): counted here, across sessions.
         self.live_processes: Counter[str] = Counter()
+
+    def count_process(self, principal: str, close_hooks: list[Callable[[Any], None]]) -> None:
+        """One more live process of ``principal`` (its max_processes, across its
+        sessions, and its live gauge) until ``close_hooks`` run: a process started
+        here, or one a previous daemon started and this one re-adopted."""
+        live = self.live_processes
+        live[principal] += 1
+        close_hooks.append(lambda closed: live.subtract((principal,)))
 
     @classmethod
     def load(cls, path: str, *, jwt: bool) -> TenantDirectory:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.rpc import RpcFailure, connect, poll_until
+from tests.support.state_dir import end_keepers, kill9
 from tests.support.tenants import TOKEN_A, TOKEN_B, TenantHost, records, start, tenant_host
 
 INVALID_REQUEST = -32600
@@ -110,3 +111,36 @@ async def test_every_refusal_is_audited_with_principal_method_and_ceiling(
     assert opened["reason"] == "max_sessions 1 reached"
     assert opened["session"] is None  # refused before it had one
     assert all(isinstance(record["peer"], str) for record in by_method.values())
+
+
+async def test_b_kept_processes_still_count_after_the_daemon_is_killed_and_restarted(
+    host: TenantHost,
+) -> None:
+    # --state-dir: B's processes outlive the daemon in their keepers. A restarted
+    # daemon that re-adopted them without counting them would let B start
+    # max_processes more beside them.
+    state = host.base / "state"
+    refusal = (INVALID_REQUEST, "tenant bob: max_processes 2 reached")
+    try:
+        async with host.serve("--state-dir", str(state)) as first:
+            async with connect(first.url, token=TOKEN_B) as b:
+                session_id = b.session_id
+                for n in range(2):
+                    ok, _ = await start(b, f"b{n}", ["sleep", "300"], host.b)
+                    assert ok
+            await kill9(first)
+        async with (
+            host.serve("--state-dir", str(state)) as second,
+            connect(second.url, token=TOKEN_B, resume=session_id) as b,
+        ):
+            ok, error = await start(b, "b-over", ["sleep", "300"], host.b)
+            assert (ok, error) == (False, refusal)
+            # Its room comes back when a re-adopted process ends, as before the restart.
+            await b.ok("process/terminate", {"processId": "b0"})
+            await b.wait_closed("b0")
+            ok, _ = await start(b, "b-again", ["sleep", "300"], host.b)
+            assert ok
+            for process_id in ("b1", "b-again"):
+                await b.ok("process/terminate", {"processId": process_id})
+    finally:
+        await end_keepers(state)
