@@ -87,6 +87,9 @@ KIND_STDOUT, KIND_STDERR, KIND_PTY, KIND_EXIT, KIND_CLOSED, KIND_INFO = 0, 1, 2,
 STREAM_KINDS = {"stdout": KIND_STDOUT, "stderr": KIND_STDERR, "pty": KIND_PTY}
 SOCKET_NAME = "keeper.sock"
 META_NAME = "meta.json"
+# execserver.sandbox.mounts.MARK (not imported: stdlib only): set on every mount
+# point a daemon made for a protected name; a test keeps the two equal.
+MOUNT_MARK = "user.execserver.mount-point"
 JOURNAL_DIR = "journal"
 SEGMENT_BYTES = 1 << 20
 # The reference's chunk sizes (processes/output.py): pipes <= 8192, a pty <= 4095.
@@ -278,8 +281,22 @@ class Link:
 
 
 class Keeper:
-    def __init__(self, request: dict[str, Any], link: socket.socket, pass_fds: list[int]) -> None:
+    def __init__(
+        self,
+        request: dict[str, Any],
+        link: socket.socket,
+        pass_fds: list[int],
+        held: Sequence[int] = (),
+    ) -> None:
         self.request = request
+        # A sandbox's host resources (execserver/sandbox/plan.py PlanResources.hand_over),
+        # let go of once the child (bwrap) has exited: the read end of its status
+        # pipe (when "status_fd"), then a locked descriptor per mount point.
+        held = list(held)
+        self.status_fd: int | None = held.pop(0) if request.get("status_fd") else None
+        self.mounts: list[tuple[int, str]] = list(
+            zip(held, request.get("mounts") or (), strict=True)
+        )
         self.dir: str = request["dir"]
         self.ttl: float = float(request["ttl"])
         self.drain_timeout: float = float(request["drain"])
@@ -653,6 +670,7 @@ class Keeper:
         if self.held_master is not None:
             os.close(self.held_master)
             self.held_master = None
+        self._release_sandbox()
         self.exited = True
         info = {
             "code": code,
@@ -665,6 +683,28 @@ class Keeper:
         else:
             self.drain_mark = self.seq
             self.drain_deadline = time.monotonic() + self.drain_timeout
+
+    def _release_sandbox(self) -> None:
+        """The sandbox is gone: give back its host resources. A mount point made for
+        a protected name is removed as the daemon's last release would remove it
+        (execserver/sandbox/mounts.py): only when it carries the daemon's mark, is
+        still the directory we hold, is empty, and nobody else (a daemon's running
+        sandbox) holds it: the exclusive lock says so."""
+        if self.status_fd is not None:
+            os.close(self.status_fd)
+            self.status_fd = None
+        mounts, self.mounts = self.mounts, []
+        for fd, path in mounts:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.getxattr(fd, MOUNT_MARK)
+                here, there = os.fstat(fd), os.stat(path, follow_symlinks=False)
+                if (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
+                    os.rmdir(path)
+            except OSError:
+                pass  # held elsewhere, not marked, gone or not empty: not ours to remove
+            finally:
+                os.close(fd)
 
     # ---- killing ---------------------------------------------------------------------
 
@@ -702,6 +742,7 @@ class Keeper:
                 break
             time.sleep(0.005)
         self._reap()
+        self._release_sandbox()  # a child killed before its exit was seen
         for directory in self.cgroups:
             for _ in range(100):
                 try:
@@ -929,12 +970,15 @@ def _keeper(ctl: socket.socket, link_fd: int) -> None:
     request, fds = received
     moved = [_move_high(fd) for fd in fds]
     wanted = list(request["plan"]["pass_fds"])
+    # After the plan's own: a sandbox's host resources, held here (close-on-exec,
+    # high) and never passed on to the child (Keeper.held).
+    moved, held = moved[: len(wanted)], moved[len(wanted) :]
     pass_fds: list[int] = []
     for high, number in zip(moved, wanted, strict=True):
         os.dup2(high, number, inheritable=True)
         os.close(high)
         pass_fds.append(number)
-    keeper = Keeper(request, link, pass_fds)
+    keeper = Keeper(request, link, pass_fds, held)
     try:
         keeper.start()
     except SystemExit:

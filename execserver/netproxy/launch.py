@@ -160,6 +160,12 @@ class NetworkSetup:
     routes: ProxyRoutes | None = None
     owned: list[Resource] = field(default_factory=list)
 
+    @property
+    def served_by_daemon(self) -> bool:
+        """The process's network goes through something this daemon runs (its proxy,
+        the sandbox's bridge to one): it cannot outlive the daemon."""
+        return bool(self.owned) or self.routes is not None
+
     def close_with(self, proc: ClosableProcess) -> None:
         for resource in self.owned:
             session_proxies(self.session).close_with(proc, resource)

@@ -116,10 +116,12 @@ class KeeperHost:
 
     @staticmethod
     def accepts(plan: LaunchPlan) -> bool:
-        """Plans without host resources the daemon must keep (bwrap's status pipe,
-        synthetic mount points): phase 1 runs only unsandboxed plans in keepers."""
-        res = plan.resources
-        return plan.mechanism == "none" and res.status_read is None and res.mounts is None
+        """Every plan that is run at all: unsandboxed, or sandboxed by bwrap or the
+        launcher (its host resources, bwrap's status pipe and the mount points'
+        references, go to the keeper with it: ``PlanResources.hand_over``). One
+        that needs what the daemon itself serves (a managed-network proxy) is kept
+        too, but not beyond the daemon (``spawn(outlive=False)``): never orphaned."""
+        return plan.mechanism != "refused"
 
     # ---- spawning --------------------------------------------------------------------
 
@@ -132,10 +134,12 @@ class KeeperHost:
         *,
         program: str,
         cgroups: list[str],
+        outlive: bool = True,
     ) -> tuple[socket.socket, dict[str, Any], str]:
         """A keeper running ``plan``: (its link, its answer, its directory). Raises
         RpcError as ``spawn`` does (the reference's texts) when the child could not
-        start. ``plan`` is closed either way."""
+        start. ``plan`` is closed either way. ``outlive`` False: the keeper ends the
+        process as soon as no daemon holds its link (a TTL of 0)."""
         try:
             session_dir = os.path.join(self.state_dir, session_id)
             _private_dir(session_dir)
@@ -145,7 +149,7 @@ class KeeperHost:
             creds = plan.credentials
             request = {
                 "dir": directory,
-                "ttl": self._ttl_s,
+                "ttl": self._ttl_s if outlive else 0.0,
                 "drain": self._drain_timeout_s,
                 "budget": self._budget,
                 "cgroups": cgroups,
@@ -162,12 +166,20 @@ class KeeperHost:
                     "credentials": dataclasses.asdict(creds) if creds is not None else None,
                 },
             }
+            # A sandbox's host resources outlive this daemon with the keeper: the
+            # status pipe after the plan's own fds, then the mount points' references.
+            held, mounts = plan.resources.hand_over()
+            request["status_fd"] = len(held) > len(mounts)
+            request["mounts"] = mounts
             try:
-                link = self._zygote.spawn(request, plan.pass_fds)
+                link = self._zygote.spawn(request, [*plan.pass_fds, *held])
                 answer = read_answer(link)
             except KeeperGone as exc:
                 shutil.rmtree(directory, ignore_errors=True)
                 raise RpcError.internal(f"process keeper unavailable: {exc}") from None
+            finally:
+                for fd in held:
+                    os.close(fd)  # the keeper has its own copies (or none is needed)
         finally:
             plan.close()
         if not answer.get("ok"):

@@ -194,7 +194,13 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
                 lambda p: p.close(),
             )
             classify = is_sandbox_denied
-        proc = table.start(params.process_id, plan, classify, program=params.argv[0])
+        proc = table.start(
+            params.process_id,
+            plan,
+            classify,
+            program=params.argv[0],
+            keep=not net.served_by_daemon,
+        )
     except BaseException:
         await net.aclose()
         raise

@@ -82,12 +82,17 @@ class ProcessTable:
         plan: LaunchPlan,
         classify_denial: DenialClassifier | None,
         program: str | None = None,
+        *,
+        keep: bool = True,
     ) -> ManagedProcess:
         """Spawn and register synchronously: no await between fork and registration,
         so a cancelled request can never leave an unowned child behind.
 
         ``program``: the name the log gives the process, the requested argv[0]
         (a sandboxed plan execs bwrap or the launcher, not the program).
+        ``keep``: with --state-dir, whether it may outlive the daemon (False: it
+        needs what only this daemon serves, a managed-network proxy; its keeper
+        then ends it as soon as the daemon is gone, instead of orphaning it).
         ``plan`` is closed either way: a refused start releases its fds and mount
         points (process_start checks the id before planning; a cgroup that could
         not be made left them held)."""
@@ -98,7 +103,7 @@ class ProcessTable:
             raise
         keepers = self._supervisor.keepers
         if keepers is not None and keepers.accepts(plan):
-            return self._start_kept(process_id, plan, classify_denial, program)
+            return self._start_kept(process_id, plan, classify_denial, program, outlive=keep)
         if self._containment is None:
             spawned = spawn(plan)
             tree = self._supervisor.track(spawned.pid, plan.env)
@@ -136,6 +141,8 @@ class ProcessTable:
         plan: LaunchPlan,
         classify_denial: DenialClassifier | None,
         program: str | None,
+        *,
+        outlive: bool,
     ) -> ManagedProcess:
         """``start`` with --state-dir: the child is a keeper's (execserver/keeper/)."""
         keepers = self._supervisor.keepers
@@ -150,6 +157,7 @@ class ProcessTable:
                 plan,
                 program=name,
                 cgroups=cgroup.directories if cgroup is not None else [],
+                outlive=outlive,
             )
         except BaseException:
             if cgroup is not None:

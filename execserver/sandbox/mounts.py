@@ -148,6 +148,28 @@ class SyntheticMounts:
                 raise
             return _Held(fd, 1, synthetic, made)
 
+    def hold_elsewhere(self, path: str) -> int:
+        """A second reference to ``path``, held, while ``path`` is referenced here,
+        by another process that will outlive this daemon (the keeper of a sandbox
+        it started): a new descriptor of the same directory with a shared lock of
+        its own, so neither this daemon's last release nor another daemon's may
+        remove the directory while that descriptor stays open. Its holder closes it
+        when the sandbox is gone (and may then remove the directory as ``release``
+        does: execserver/keeper/program.py). Raises OSError."""
+        with self._lock:
+            held = self._held.get(path)
+            if held is None:
+                raise OSError(errno.ENOENT, f"{path} is not held by this daemon")
+            # Through our own descriptor, not the path: the very directory we hold.
+            fd = os.open(f"/proc/self/fd/{held.fd}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                # We hold it shared, so nobody holds it exclusively: never blocks.
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
+
     def release(self, path: str) -> None:
         with self._lock:
             held = self._held.get(path)

@@ -135,6 +135,32 @@ class PlanResources:
             return
         _STATUS_PIPES.watch(self)
 
+    def hand_over(self) -> tuple[list[int], list[str]]:
+        """For a process held by something that outlives this daemon (a keeper,
+        execserver/keeper/): what of the sandbox's host resources must outlive it
+        too, before ``close()``. Returns descriptors for the new holder (the read end
+        of bwrap's status pipe, so bwrap never writes into a pipe nobody holds,
+        then one held reference per mount point, ``SyntheticMounts.hold_elsewhere``)
+        and the mount points' paths, in that order. The status pipe is theirs from
+        now on: ``close()`` releases this daemon's own references at once instead
+        of when bwrap exits, the holder's keeping the mount points. The caller
+        closes the returned descriptors once they are sent."""
+        fds: list[int] = []
+        paths: list[str] = []
+        try:
+            if self.layout is not None and self.mounts is not None:
+                for path in self.layout.synthetic:
+                    fds.append(self.mounts.hold_elsewhere(path))
+                    paths.append(path)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        if self.status_read is not None:
+            fds.insert(0, self.status_read)
+            self.status_read = None
+        return fds, paths
+
     def _status_read(self, chunk: bytes) -> None:
         """Called by the status watcher with what bwrap wrote (b"": it exited)."""
         if chunk:

@@ -133,3 +133,32 @@ def test_a_file_is_bound_without_a_reference(tmp_path: Path) -> None:
     assert mounts.claim(str(worktree_git)) is None
     mounts.release(str(worktree_git))
     assert worktree_git.read_text() == "gitdir: /elsewhere\n"
+
+
+def test_a_reference_held_elsewhere_keeps_the_mount_point_past_the_last_release(
+    tmp_path: Path,
+) -> None:
+    # A keeper holds a sandbox's mount points beyond the daemon (hold_elsewhere):
+    # the daemon's last release must leave the directory while that reference is
+    # open, and the mark the keeper checks before removing it is this module's.
+    from execserver.keeper.program import MOUNT_MARK
+
+    assert MOUNT_MARK == MARK
+    mounts = SyntheticMounts()
+    path = str(tmp_path / ".git")
+    assert mounts.claim(path) is True
+    elsewhere = mounts.hold_elsewhere(path)
+    try:
+        mounts.release(path)
+        assert os.path.isdir(path)
+    finally:
+        os.close(elsewhere)
+    # With no holder left, the next sandbox's last release removes it again.
+    assert mounts.claim(path) is True
+    mounts.release(path)
+    assert not os.path.exists(path)
+
+
+def test_hold_elsewhere_refuses_a_path_not_held_here(tmp_path: Path) -> None:
+    with pytest.raises(OSError, match="not held by this daemon"):
+        SyntheticMounts().hold_elsewhere(str(tmp_path / ".git"))
