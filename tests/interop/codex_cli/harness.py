@@ -39,6 +39,7 @@ from tests.interop.codex_cli.proxy import (
 )
 from tests.support.servers import (
     PROJECT_ROOT,
+    RunningServer,
     execserver_command,
     reference_command,
     start_server,
@@ -92,6 +93,8 @@ class Rig:
     include_local: bool = True  # with a token: may the CLI also run tools on its own host
     server_args: list[str] = field(default_factory=list)  # appended to the server's argv
     workspace_dir: Path | None = None  # an existing workspace (default: a new one in root)
+    # The websocket servers started for the runs, in order (a test may kill one).
+    servers: list[RunningServer] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         if self.workspace_dir is None:
@@ -224,6 +227,7 @@ apps = false
         (self.home / "environments.toml").unlink(missing_ok=True)
         # Same environment as a stdio server spawned by the CLI would inherit.
         async with start_server(self.server, self.server_args, env=self.cli_env()) as running:
+            self.servers.append(running)
             if self.token is None:
                 async with logging_proxy(running.url) as (url, log):
 
