@@ -181,18 +181,29 @@ def _descendants(root: int) -> list[int]:
 
 
 def _is_descendant(pid: int, ancestor: int) -> bool:
-    for _ in range(4096):
-        if pid == ancestor:
-            return True
-        if pid <= 1:
+    """Whether ``pid`` is ``ancestor`` or below it; fails closed. A peer gone when
+    the keeper looks (it connected, queued its commands and exited before the
+    accept) has an unknowable ancestry: it counts as a descendant, else the child's
+    tree could command its keeper that way (tests/security/test_keeper_boundary.py).
+    An ancestor that exits mid-walk re-parents the rest: the walk starts over."""
+    for _attempt in range(16):
+        current = pid
+        for _ in range(4096):
+            if current == ancestor:
+                return True
+            if current <= 1:
+                return False
+            try:
+                with open(f"/proc/{current}/stat", "rb") as handle:
+                    stat = handle.read()
+            except OSError:
+                break
+            current = int(stat[stat.rfind(b")") + 2 :].split()[1])
+        else:
             return False
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            return False
-        pid = int(stat[stat.rfind(b")") + 2 :].split()[1])
-    return False
+        if current == pid:
+            return True  # the peer itself is gone
+    return True
 
 
 class short_path:

@@ -5,8 +5,8 @@ real daemons on 127.0.0.1, real kept processes started through the protocol.
   sockets too), even for a daemon started under umask 000;
 * the kept child, a grandchild and a ``setsid`` escapee speak the keeper's own
   protocol on its ``keeper.sock`` (as the same uid: the modes do not stop them)
-  and are refused; the process is unaffected and its keeper still serves the
-  daemon;
+  and are refused, also a descendant that is gone before the keeper looks; the
+  process is unaffected and its keeper still serves the daemon;
 * a process of another uid (``nobody``) cannot reach ``keeper.sock`` as the
   modes are, and is refused by the uid check once the socket is made reachable;
   a tenant's kept child runs as its account and cannot reach it either;
@@ -118,6 +118,20 @@ def kept():
     os.read(done_r, 1)  # EOF: the escapee is done
     echo()
 
+def gone():
+    # Stop the keeper, connect from a grandchild that queues its commands and
+    # exits (reaped here), then let the keeper look at a peer that is no more.
+    print("ready", flush=True)
+    path = sys.stdin.readline().strip()
+    keeper = os.getppid()
+    os.kill(keeper, signal.SIGSTOP)
+    try:
+        subprocess.run(again("leave", path), check=True)
+    finally:
+        os.kill(keeper, signal.SIGCONT)
+    print("left", flush=True)
+    echo()
+
 def peek():
     # What a process of the keeper's uid can see of it, and of a dumpable process
     # of its own (the control: the same attempts, allowed).
@@ -153,8 +167,10 @@ def peek():
 role = sys.argv[1]
 if role == "attack":
     print(sys.argv[2], attack(sys.argv[3]), flush=True)
+elif role == "leave":  # queue the commands and go
+    connect(sys.argv[2]).sendall(COMMANDS)
 else:
-    {"kept": kept, "serve": serve, "peek": peek}[role]()
+    {"kept": kept, "gone": gone, "serve": serve, "peek": peek}[role]()
 """
 
 
@@ -267,6 +283,17 @@ async def test_the_child_its_grandchild_and_a_setsid_escapee_are_refused_by_thei
         escapee = re.search(r"escapee (\w+) (\d+)", text)
         assert escapee is not None and escapee.groups() == ("refused", str(meta["keeper"]))
         await _still_served(peer, "kept", meta["keeper"])
+
+
+async def test_a_descendant_gone_before_its_keeper_looks_is_still_refused(state: Path) -> None:
+    # The peer's pid from SO_PEERCRED then names no process: its ancestry is unknown.
+    async with state_daemon(state, ttl=TTL) as server, connect(server.url) as peer:
+        await peer.start("gone", _argv("gone"), pipeStdin=True)
+        await peer.wait_output("gone", b"ready\n")
+        directory, meta = await _kept(state, "gone")
+        await peer.write("gone", f"{directory / 'keeper.sock'}\n", "path")
+        await _lines(peer, "gone", b"left\n")
+        await _still_served(peer, "gone", meta["keeper"])
 
 
 def _as_nobody(*args: str) -> str:
