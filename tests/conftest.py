@@ -6,6 +6,7 @@ import os
 import signal
 import tempfile
 from collections.abc import AsyncIterator, Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from tests.support.servers import (
     start_server,
 )
 from tests.support.shared_daemon import SharedDaemon, helper_subtrees
+from tests.support.state_dir import end_keepers
 
 # ---- ^C reaches the commands the tests interrupt ------------------------------
 #
@@ -251,3 +253,15 @@ async def no_leftover_processes(request: pytest.FixtureRequest) -> AsyncIterator
             break
         await asyncio.sleep(0.1)
     assert not leftover, f"processes left behind by the test: {leftover}"
+
+
+@pytest.fixture
+async def state_dir(tmp_path: Path) -> AsyncIterator[Path]:
+    """A ``--state-dir`` for the test's daemons (not made: the daemon makes it); the
+    keepers it names are ended afterwards, as their TTL would (tree killed, files
+    removed), before the leftover check looks."""
+    path = tmp_path / "state"
+    try:
+        yield path
+    finally:
+        await end_keepers(path)

@@ -229,6 +229,8 @@ class KeeperHost:
         found: list[SavedSession] = []
         for entry in sorted(os.listdir(self.state_dir)):
             path = os.path.join(self.state_dir, entry)
+            if not os.path.isdir(path) or os.path.islink(path):
+                continue  # a session is a directory (beside them: the control socket)
             try:
                 uuid.UUID(entry)
                 with open(os.path.join(path, SESSION_FILE), "rb") as handle:

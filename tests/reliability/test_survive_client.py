@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ import pytest
 from execserver.client import ClientState, Closed, ExecServerClient, Exited, Output
 from execserver.client.process import RemoteProcess
 from tests.support.procinfo import wait_until
-from tests.support.state_dir import end_keepers, free_port, kill9, state_daemon
+from tests.support.state_dir import free_port, kill9, state_daemon
 
 # Lines printed before the kill, while the daemon is down, after the restart.
 BEFORE, DOWN, AFTER = 60, 180, 60
@@ -62,25 +61,16 @@ async def _collect(proc: RemoteProcess) -> tuple[dict[str, bytes], list[object]]
     return out, ends
 
 
-@pytest.fixture
-async def state(tmp_path: Path) -> AsyncIterator[Path]:
-    path = tmp_path / "state"
-    try:
-        yield path
-    finally:
-        await end_keepers(path)
-
-
 @pytest.mark.parametrize("tty", [False, True], ids=["pipes", "pty"])
 async def test_run_and_stream_in_flight_survive_a_daemon_kill_and_restart(
-    state: Path, tmp_path: Path, tty: bool
+    state_dir: Path, tmp_path: Path, tty: bool
 ) -> None:
     gates = tmp_path / "gates"
     gates.mkdir()
     port = free_port()
     states: list[ClientState] = []
     printed: list[bytes] = []
-    async with state_daemon(state, port, ttl=TTL) as first:
+    async with state_daemon(state_dir, port, ttl=TTL) as first:
         # The recovery must outlast the restart (the default does as well; said
         # here because the test depends on it).
         client = await ExecServerClient.connect(first.url, recovery_deadline=TTL)
@@ -105,7 +95,7 @@ async def test_run_and_stream_in_flight_survive_a_daemon_kill_and_restart(
     assert await wait_until(lambda: (gates / "r.journaled").exists(), 30)
     assert await wait_until(lambda: (gates / "s.journaled").exists(), 30)
     assert not run.done() and not stream.done()
-    async with state_daemon(state, port, ttl=TTL):
+    async with state_daemon(state_dir, port, ttl=TTL):
         assert await wait_until(lambda: client.state is ClientState.CONNECTED, TTL)
         (gates / "restarted").touch()
         async with asyncio.timeout(60):

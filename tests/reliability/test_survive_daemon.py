@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ import pytest
 from tests.support.procinfo import rss_mb, wait_until
 from tests.support.rpc import RpcClient, connect, unb64
 from tests.support.servers import RunningServer, start_server
+from tests.support.state_dir import alive, end_keepers, keepers, kill9, read_until_closed
 
 ENV = {"PATH": "/usr/bin:/bin"}
 PIPE_LINES = 150
@@ -40,20 +39,8 @@ async def _daemon(state_dir: Path, ttl: float) -> AsyncIterator[RunningServer]:
         yield server
 
 
-def _kill9(server: RunningServer) -> None:
-    os.kill(server.process.pid, signal.SIGKILL)
-
-
 async def _reaped(server: RunningServer) -> None:
     await asyncio.wait_for(server.process.wait(), 10)
-
-
-def _keepers(state_dir: Path) -> list[psutil.Process]:
-    found = []
-    for meta in state_dir.glob("*/*/meta.json"):
-        with contextlib.suppress(psutil.NoSuchProcess, ValueError, OSError):
-            found.append(psutil.Process(json.loads(meta.read_text())["keeper"]))
-    return found
 
 
 _SESSIONS: list[aiohttp.ClientSession] = []
@@ -67,45 +54,16 @@ async def _open_ws(url: str, keep: object) -> aiohttp.ClientWebSocketResponse:
     return await http.ws_connect(url, max_msg_size=0)
 
 
-async def _end_keepers(state: Path) -> None:
-    """The test's own clean-up: SIGTERM ends a keeper as its TTL would (tree killed,
-    files removed)."""
-    keepers = _keepers(state)
-    for keeper in keepers:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            keeper.terminate()
-    assert await wait_until(lambda: not any(_alive(k) for k in keepers), 20)
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 @pytest.fixture
 async def state(tmp_path: Path) -> AsyncIterator[Path]:
     path = tmp_path / "state"
     try:
         yield path
     finally:
-        await _end_keepers(path)
+        await end_keepers(path)
         for http in _SESSIONS:
             await http.close()
         _SESSIONS.clear()
-
-
-async def _read_rest(peer: RpcClient, process_id: str, after: int) -> dict[str, Any]:
-    """process/read from ``after`` until closed: chunks, exit code, closed."""
-    chunks: list[dict[str, Any]] = []
-    while True:
-        result = await peer.read(process_id, afterSeq=after, waitMs=2000)
-        chunks.extend(result["chunks"])
-        if result["chunks"]:
-            after = result["chunks"][-1]["seq"]
-        if result["closed"]:
-            return {"chunks": chunks, "exitCode": result["exitCode"], "nextSeq": result["nextSeq"]}
 
 
 async def test_processes_survive_a_sigkilled_daemon_and_resume_gap_free(state: Path) -> None:
@@ -121,8 +79,7 @@ async def test_processes_survive_a_sigkilled_daemon_and_resume_gap_free(state: P
         # Some output of each went out before the crash; more comes while it is down.
         await peer.wait_output("pipes", b"line5\n")
         await peer.wait_output("pty", b"p5\r\n")
-        _kill9(first)
-        await _reaped(first)
+        await kill9(first)
         for process_id in ("pipes", "pty"):
             seen[process_id] = [
                 p for method, p in peer.events(process_id).events if method == "process/output"
@@ -139,9 +96,9 @@ async def test_processes_survive_a_sigkilled_daemon_and_resume_gap_free(state: P
         ):
             before = seen[process_id]
             last = before[-1]["seq"]
-            rest = await _read_rest(peer, process_id, last)
-            assert rest["exitCode"] == expected_code
-            chunks = before + rest["chunks"]
+            rest, exit_code = await read_until_closed(peer, process_id, last)
+            assert exit_code == expected_code
+            chunks = before + rest
             seqs = [c["seq"] for c in chunks]
             assert seqs == sorted(set(seqs)), "duplicated or out of order"
             # Gap-free: every seq up to the last chunk is a chunk, except the exit's
@@ -168,18 +125,17 @@ async def test_a_daemon_killed_and_never_restarted_leaves_nothing_after_the_ttl(
         words = peer.events("tree").output().split()
         pids = [int(words[words.index(b"child") + 1]), int(words[words.index(b"escapee") + 1])]
         started = [psutil.Process(pid) for pid in pids]
-        keepers = _keepers(state)
-        assert len(keepers) == 2
+        held = keepers(state)
+        assert len(held) == 2
         # Everything is alive while the daemon is.
-        assert all(_alive(p) for p in started + keepers)
-        _kill9(server)
-        await _reaped(server)
+        assert all(alive(p) for p in started + held)
+        await kill9(server)
         # The keepers outlive it, with their children...
-        assert all(_alive(p) for p in started + keepers)
-        everything = started + keepers
+        assert all(alive(p) for p in started + held)
+        everything = started + held
 
         def gone() -> bool:
-            return not any(_alive(p) for p in everything)
+            return not any(alive(p) for p in everything)
 
         # ... until the TTL runs out: then nothing is left, nor any file.
         assert await wait_until(gone, 30)
@@ -224,8 +180,8 @@ async def test_big_output_to_a_client_that_does_not_read_stays_bounded(state: Pa
         await ws.send_str(json.dumps(start))
         daemon = server.process.pid
         baseline = rss_mb(daemon)
-        assert await wait_until(lambda: _keepers(state), 10)
-        keeper = _keepers(state)[0]
+        assert await wait_until(lambda: keepers(state), 10)
+        keeper = keepers(state)[0]
         child = next(p for p in keeper.children() if p.name() == "head")
 
         def blocked() -> bool:
@@ -264,7 +220,7 @@ def _b64len(text: str) -> bytes:
 
 def _warm_keepers(server: RunningServer, state: Path) -> list[psutil.Process]:
     """The zygote's children that hold no process yet (no meta.json names them)."""
-    held = {k.pid for k in _keepers(state)}
+    held = {k.pid for k in keepers(state)}
     zygotes = [p for p in psutil.Process(server.process.pid).children() if "zygote" in p.cmdline()]
     return [c for z in zygotes for c in z.children() if c.pid not in held]
 
@@ -289,4 +245,4 @@ async def test_a_spawn_after_the_warm_keeper_was_killed_still_starts_its_process
         warm = _warm_keepers(server, state)[0]
         server.process.terminate()
         await _reaped(server)
-        assert await wait_until(lambda: not _alive(warm), 10)
+        assert await wait_until(lambda: not alive(warm), 10)

@@ -14,17 +14,14 @@ that does not read (tests/reliability/test_survive_daemon.py).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.reliability.scale import pick
 from tests.support.attacks import ROOT_READ, entry, sandbox
 from tests.support.procinfo import rss_mb, wait_until
-from tests.support.rpc import RpcClient, connect, unb64
+from tests.support.rpc import connect, unb64
 from tests.support.sandbox import uri
 from tests.support.state_dir import (
     end_keepers,
@@ -32,6 +29,7 @@ from tests.support.state_dir import (
     keepers,
     kill9,
     living,
+    read_until_closed,
     state_daemon,
     tree_of,
 )
@@ -71,29 +69,8 @@ def _script(prefix: str, gates: Path, code: int) -> str:
     )
 
 
-@pytest.fixture
-async def state(tmp_path: Path) -> AsyncIterator[Path]:
-    path = tmp_path / "state"
-    try:
-        yield path
-    finally:
-        await end_keepers(path)
-
-
-async def _read_all(peer: RpcClient, process_id: str) -> tuple[list[dict[str, Any]], Any]:
-    chunks: list[dict[str, Any]] = []
-    after = 0
-    while True:
-        result = await peer.read(process_id, afterSeq=after, waitMs=2000)
-        chunks.extend(result["chunks"])
-        if result["chunks"]:
-            after = result["chunks"][-1]["seq"]
-        if result["closed"]:
-            return chunks, result["exitCode"]
-
-
 async def test_fifty_processes_of_every_kind_survive_a_sigkill_and_restart_whole(
-    state: Path, tmp_path: Path
+    state_dir: Path, tmp_path: Path
 ) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -102,7 +79,7 @@ async def test_fifty_processes_of_every_kind_survive_a_sigkill_and_restart_whole
     context = sandbox([ROOT_READ, entry(ws, "write")], cwd=ws)
     expected: dict[str, tuple[Kind, int]] = {}
     port = free_port()
-    async with state_daemon(state, port, ttl=TTL) as first:
+    async with state_daemon(state_dir, port, ttl=TTL) as first:
         async with connect(first.url) as peer:
             session_id = peer.session_id
             n = 0
@@ -120,7 +97,7 @@ async def test_fifty_processes_of_every_kind_survive_a_sigkill_and_restart_whole
             last = f"-{BEFORE}"
             for process_id in expected:
                 await peer.wait_output(process_id, f"{process_id}{last}".encode(), timeout=60)
-        held = keepers(state)
+        held = keepers(state_dir)
         assert len(held) == len(expected) == 50
         trees = [p for k in held for p in tree_of(k)]
         await kill9(first)
@@ -129,12 +106,12 @@ async def test_fifty_processes_of_every_kind_survive_a_sigkill_and_restart_whole
     assert len(living(held)) == 50
     await asyncio.sleep(1.0)
     async with (
-        state_daemon(state, port, ttl=TTL) as second,
+        state_daemon(state_dir, port, ttl=TTL) as second,
         connect(second.url, resume=session_id) as peer,
     ):
         rss_after_readopt = rss_mb(second.process.pid)
         (gates / "restarted").touch()
-        results = await asyncio.gather(*(_read_all(peer, pid) for pid in expected))
+        results = await asyncio.gather(*(read_until_closed(peer, pid) for pid in expected))
         rss_at_end = rss_mb(second.process.pid)
     for (process_id, (kind, code)), (chunks, exit_code) in zip(
         expected.items(), results, strict=True
@@ -154,5 +131,5 @@ async def test_fifty_processes_of_every_kind_survive_a_sigkill_and_restart_whole
     # Re-adopting fifty processes and serving all of their output costs little.
     assert rss_at_end - rss_after_readopt < 64, (rss_after_readopt, rss_at_end)
     # They have all ended; what they were is gone once their keepers are.
-    await end_keepers(state)
+    await end_keepers(state_dir)
     assert await wait_until(lambda: not living(trees), 30)

@@ -18,24 +18,20 @@ made for a protected name (execserver/sandbox/plan.py ``PlanResources.hand_over`
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from tests.support.attacks import ROOT_READ, attack, bash, entry, sandbox
 from tests.support.netproxy import proxy_params
 from tests.support.procinfo import wait_until
-from tests.support.rpc import RpcClient, connect, unb64
+from tests.support.rpc import connect, unb64
 from tests.support.sandbox import uri
 from tests.support.servers import start_server
 from tests.support.state_dir import (
-    end_keepers,
     free_port,
     keepers,
     kill9,
     living,
+    read_until_closed,
     state_daemon,
     tree_of,
 )
@@ -44,29 +40,8 @@ ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 TTL = 60.0
 
 
-@pytest.fixture
-async def state(tmp_path: Path) -> AsyncIterator[Path]:
-    path = tmp_path / "state"
-    try:
-        yield path
-    finally:
-        await end_keepers(path)
-
-
-async def _read_all(peer: RpcClient, process_id: str) -> tuple[list[dict[str, Any]], int | None]:
-    chunks: list[dict[str, Any]] = []
-    after = 0
-    while True:
-        result = await peer.read(process_id, afterSeq=after, waitMs=2000)
-        chunks.extend(result["chunks"])
-        if result["chunks"]:
-            after = result["chunks"][-1]["seq"]
-        if result["closed"]:
-            return chunks, result["exitCode"]
-
-
 async def test_a_sandboxed_process_survives_the_daemon_with_its_protection_and_mount_points(
-    state: Path, tmp_path: Path
+    state_dir: Path, tmp_path: Path
 ) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -84,7 +59,7 @@ async def test_a_sandboxed_process_survives_the_daemon_with_its_protection_and_m
         "for i in $(seq 21 40); do echo line$i; done; exit 6"
     )
     port = free_port()
-    async with state_daemon(state, port, ttl=TTL) as first:
+    async with state_daemon(state_dir, port, ttl=TTL) as first:
         async with connect(first.url) as peer:
             session_id = peer.session_id
             await peer.start(
@@ -92,7 +67,7 @@ async def test_a_sandboxed_process_survives_the_daemon_with_its_protection_and_m
             )
             await peer.wait_output("kept", b"line20\n")
         assert (ws / ".git").is_dir()  # the mount point the daemon made on the host
-        assert len(keepers(state)) == 1
+        assert len(keepers(state_dir)) == 1
         await kill9(first)
     # Another daemon's sandbox in the same workspace starts and ends meanwhile: its
     # last release must leave the mount point the keeper holds.
@@ -102,13 +77,13 @@ async def test_a_sandboxed_process_survives_the_daemon_with_its_protection_and_m
     assert (ws / ".git").is_dir()
     (gates / "down").touch()
     assert await wait_until(lambda: (ws / "kept.txt").exists(), 30)
-    assert living(keepers(state)), "the keeper (and its sandbox) died with the daemon"
+    assert living(keepers(state_dir)), "the keeper (and its sandbox) died with the daemon"
     async with (
-        state_daemon(state, port, ttl=TTL) as second,
+        state_daemon(state_dir, port, ttl=TTL) as second,
         connect(second.url, resume=session_id) as peer,
     ):
         (gates / "restarted").touch()
-        chunks, exit_code = await _read_all(peer, "kept")
+        chunks, exit_code = await read_until_closed(peer, "kept")
     text = b"".join(unb64(c["chunk"]) for c in chunks).decode()
     lines = text.splitlines()
     assert [ln for ln in lines if ln.startswith("line")] == [f"line{i}" for i in range(1, 41)]
@@ -124,17 +99,17 @@ async def test_a_sandboxed_process_survives_the_daemon_with_its_protection_and_m
 
 
 async def test_a_process_behind_the_daemons_proxy_ends_with_the_daemon_not_orphaned(
-    state: Path, tmp_path: Path
+    state_dir: Path, tmp_path: Path
 ) -> None:
     # Its proxy is the daemon's: with the daemon gone it would run on with no
     # network, unreachable. Its keeper ends it at once instead; the plain process
     # beside it outlives the daemon as usual.
     port = free_port()
-    async with state_daemon(state, port, ttl=TTL) as first:
+    async with state_daemon(state_dir, port, ttl=TTL) as first:
         async with connect(first.url) as peer:
             await peer.start("proxied", ["sleep", "300"], env=ENV, networkProxy=proxy_params())
             await peer.start("plain", ["sleep", "300"], env=ENV)
-        held = {k.pid: k for k in keepers(state)}
+        held = {k.pid: k for k in keepers(state_dir)}
         assert len(held) == 2
         children = {pid: tree_of(k)[1:] for pid, k in held.items()}
         await kill9(first)

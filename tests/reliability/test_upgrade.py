@@ -24,21 +24,20 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import psutil
-import pytest
 
 from execserver.client import ExecServerClient
 from execserver.client.events import Closed, Exited, Output
 from tests.support.procinfo import wait_until
 from tests.support.rpc import RpcClient, unb64
 from tests.support.servers import RunningServer
-from tests.support.state_dir import alive, end_keepers, keepers, state_daemon
+from tests.support.state_dir import alive, keepers, state_daemon
 
 ENV = {"PATH": "/usr/bin:/bin"}
 SESSION_TTL = 60
@@ -50,13 +49,13 @@ SERVICE_RESTART = 1012
 
 
 def _daemon(
-    state: Path, extra: Sequence[str] = ()
+    state_dir: Path, extra: Sequence[str] = ()
 ) -> contextlib.AbstractAsyncContextManager[RunningServer]:
-    return state_daemon(state, ttl=SESSION_TTL, extra=extra)
+    return state_daemon(state_dir, ttl=SESSION_TTL, extra=extra)
 
 
-def _child_pid(state: Path, process_id: str) -> int:
-    for meta in state.glob("*/*/meta.json"):
+def _child_pid(state_dir: Path, process_id: str) -> int:
+    for meta in state_dir.glob("*/*/meta.json"):
         body = json.loads(meta.read_text())
         if body["process_id"] == process_id:
             return int(body["pid"])
@@ -67,15 +66,6 @@ def _alive(pid: int) -> bool:
     with contextlib.suppress(psutil.NoSuchProcess):
         return alive(psutil.Process(pid))
     return False
-
-
-@pytest.fixture
-async def state(tmp_path: Path) -> AsyncIterator[Path]:
-    path = tmp_path / "state"
-    try:
-        yield path
-    finally:
-        await end_keepers(path)
 
 
 # ---- the raw client: the protocol as execserver promises it at a 1012 -----------------
@@ -269,11 +259,11 @@ async def _lib_follow(client: ExecServerClient, argv: list[str], process_id: str
 
 
 async def test_a_second_daemon_takes_over_under_load_losing_no_request_and_no_output(
-    state: Path, tmp_path: Path
+    state_dir: Path, tmp_path: Path
 ) -> None:
     flag = tmp_path / "finish"
     load = Load()
-    async with _daemon(state) as old:
+    async with _daemon(state_dir) as old:
         raw = RawDriver(old.url, "raw")
         await raw.open()
         # A second raw client: it streams one long process by long-polls.
@@ -302,11 +292,11 @@ async def test_a_second_daemon_takes_over_under_load_losing_no_request_and_no_ou
             await load.until(
                 lambda: min(load.rounds.get(w, 0) for w in ("raw", "lib")) >= ROUNDS_BEFORE
             )
-            await wait_until(lambda: len(keepers(state)) >= 2, 10)
-            tickers = {pid: _child_pid(state, pid) for pid in ("ticker", "lib-ticker")}
-            keepers_before = {k.pid for k in keepers(state)}
+            await wait_until(lambda: len(keepers(state_dir)) >= 2, 10)
+            tickers = {pid: _child_pid(state_dir, pid) for pid in ("ticker", "lib-ticker")}
+            keepers_before = {k.pid for k in keepers(state_dir)}
 
-            async with _daemon(state, ["--take-over"]) as new:
+            async with _daemon(state_dir, ["--take-over"]) as new:
                 # The new one printed its URL: it has re-adopted and accepts, on the
                 # very socket the old one listened on.
                 assert new.url == old.url
@@ -319,8 +309,8 @@ async def test_a_second_daemon_takes_over_under_load_losing_no_request_and_no_ou
                 rounds = await asyncio.gather(*workers)
                 # No process died: the tickers run on, the same pids, under the same keepers.
                 assert all(_alive(pid) for pid in tickers.values())
-                assert tickers == {pid: _child_pid(state, pid) for pid in tickers}
-                assert keepers_before <= {k.pid for k in keepers(state)}
+                assert tickers == {pid: _child_pid(state_dir, pid) for pid in tickers}
+                assert keepers_before <= {k.pid for k in keepers(state_dir)}
                 flag.touch()
                 raw_seen, lib_seen = await asyncio.gather(raw_ticker, lib_ticker)
                 assert raw.failures == [] and follower.failures == []
@@ -338,9 +328,9 @@ async def test_a_second_daemon_takes_over_under_load_losing_no_request_and_no_ou
 
 
 async def test_take_over_with_no_daemon_running_starts_as_usual_and_readopts(
-    state: Path,
+    state_dir: Path,
 ) -> None:
-    async with _daemon(state) as first:
+    async with _daemon(state_dir) as first:
         raw = RawDriver(first.url, "orphaned")
         try:
             await raw.open()
@@ -361,10 +351,10 @@ async def test_take_over_with_no_daemon_running_starts_as_usual_and_readopts(
             # A crash leaves the control socket's file behind, with nobody listening.
             os.kill(first.process.pid, signal.SIGKILL)
             await asyncio.wait_for(first.process.wait(), 10)
-            assert (state / "control.sock").exists()
+            assert (state_dir / "control.sock").exists()
         finally:
             await raw.aclose()
-    async with _daemon(state, ["--take-over"]) as second:
+    async with _daemon(state_dir, ["--take-over"]) as second:
         peer = RawDriver(second.url, "resumer")
         peer.session_id = raw.session_id
         try:
@@ -388,7 +378,7 @@ async def test_take_over_with_no_daemon_running_starts_as_usual_and_readopts(
             "--listen",
             "ws://127.0.0.1:0",
             "--state-dir",
-            str(state),
+            str(state_dir),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "EXECSERVER_STARTUP_PROBE": "0"},
@@ -445,12 +435,12 @@ def _group_exists(name: str) -> bool:
     return True
 
 
-def _reachable_link(state: Path, tmp_path: Path) -> Path:
+def _reachable_link(state_dir: Path, tmp_path: Path) -> Path:
     """The control socket, hard-linked into a directory anyone can search (the
     socket's own mode still applies: a link shares the inode)."""
-    control = state / "control.sock"
+    control = state_dir / "control.sock"
     assert control.stat().st_mode & 0o777 == 0o600
-    assert state.stat().st_mode & 0o777 == 0o700
+    assert state_dir.stat().st_mode & 0o777 == 0o700
     # Beside pytest's directories (0700 all the way up), on the same file system.
     open_dir = Path(tempfile.mkdtemp(prefix="control-", dir=tmp_path.anchor + "tmp"))
     open_dir.chmod(0o777)
@@ -460,11 +450,11 @@ def _reachable_link(state: Path, tmp_path: Path) -> Path:
 
 
 async def test_a_peer_of_another_uid_cannot_use_the_control_socket(
-    state: Path, tmp_path: Path
+    state_dir: Path, tmp_path: Path
 ) -> None:
     assert os.getuid() == 0, "the test makes a child of another uid: it runs as root"
-    async with _daemon(state) as server:
-        link = await asyncio.to_thread(_reachable_link, state, tmp_path)
+    async with _daemon(state_dir) as server:
+        link = await asyncio.to_thread(_reachable_link, state_dir, tmp_path)
         # As the modes are, nobody cannot even connect.
         assert await asyncio.to_thread(_as_nobody, str(link)) == "EACCES"
         # With the socket's own mode loosened too, the uid check still refuses.

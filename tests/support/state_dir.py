@@ -16,10 +16,12 @@ import signal
 import socket
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from tests.support.procinfo import wait_until
+from tests.support.rpc import RpcClient
 from tests.support.servers import RunningServer, start_server
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "keepers",
     "kill9",
     "living",
+    "read_until_closed",
     "state_daemon",
     "tree_of",
 ]
@@ -106,3 +109,18 @@ async def end_keepers(state_dir: Path) -> None:
         with contextlib.suppress(psutil.NoSuchProcess):
             keeper.terminate()
     assert await wait_until(lambda: not living(found), 20)
+
+
+async def read_until_closed(
+    peer: RpcClient, process_id: str, after: int = 0
+) -> tuple[list[dict[str, Any]], int | None]:
+    """``process/read`` from ``after`` (long polls) until the process is closed:
+    every chunk read, and its exit code."""
+    chunks: list[dict[str, Any]] = []
+    while True:
+        result = await peer.read(process_id, afterSeq=after, waitMs=2000)
+        chunks.extend(result["chunks"])
+        if result["chunks"]:
+            after = result["chunks"][-1]["seq"]
+        if result["closed"]:
+            return chunks, result["exitCode"]
