@@ -1,4 +1,4 @@
-"""Attacks on the process keeper's boundary (THREAT_MODEL.md §13, ``--state-dir``):
+"""Attacks on the process keeper's boundary (THREAT_MODEL.md §14, ``--state-dir``):
 real daemons on 127.0.0.1, real kept processes started through the protocol.
 
 * the state directory's modes: every directory 0700, every file 0600 (the
@@ -14,7 +14,7 @@ real daemons on 127.0.0.1, real kept processes started through the protocol.
   sandboxed or not;
 * the keeper is non-dumpable: the child of a non-root daemon (the keeper's uid,
   no capability) cannot ptrace it or read its environ, memory or fd links; a
-  root daemon's child can (CAP_SYS_PTRACE), as §13 says.
+  root daemon's child can (CAP_SYS_PTRACE), as §14 says.
 """
 
 from __future__ import annotations
@@ -466,7 +466,7 @@ async def test_a_non_root_daemons_kept_child_cannot_ptrace_or_read_its_keeper() 
 
 
 async def test_a_root_daemons_kept_child_is_not_stopped_by_the_flag(state: Path) -> None:
-    # What §13 says it does not protect: root's children hold CAP_SYS_PTRACE,
+    # What §14 says it does not protect: root's children hold CAP_SYS_PTRACE,
     # which overrides a non-dumpable flag.
     async with state_daemon(state, ttl=TTL) as server:
         report = await _peek(server)
