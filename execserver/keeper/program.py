@@ -518,6 +518,12 @@ class Keeper:
                 if what == "out":
                     self._on_output(key.fd)
                 elif what == "link":
+                    if self.link is None or key.fileobj is not self.link.sock:
+                        # A link dropped earlier in this batch (a send to a daemon
+                        # that died failed while forwarding output): its event is
+                        # stale. Acting on it crashed the keeper, which then killed
+                        # the very process it exists to keep.
+                        continue
                     if mask & selectors.EVENT_READ:
                         self._on_link_readable()
                     if self.link is not None and mask & selectors.EVENT_WRITE:
