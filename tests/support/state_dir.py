@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -38,10 +39,19 @@ __all__ = [
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A free port below the kernel's ephemeral range: a daemon restarted on it
+    must find it free again, and another test's daemon listening on port 0 (the
+    suite runs on several workers) is given ephemeral ports only."""
+    low, _ = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    for _ in range(100):
+        port = random.randrange(max(1024, low - 8192), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port below {low}")
 
 
 @contextlib.asynccontextmanager

@@ -7,8 +7,8 @@ right exit codes; the daemon's RSS after re-adopting them stays bounded, and
 once they have ended nothing of them is left.
 
 Not here: a process behind the daemon's managed-network proxy (it ends with the
-daemon, tests/reliability/test_survive_sandboxed.py) and big output to a client
-that does not read (tests/reliability/test_survive_daemon.py).
+daemon, tests/survival/test_survive_sandboxed.py) and big output to a client
+that does not read (tests/survival/test_survive_daemon.py).
 """
 
 from __future__ import annotations
