@@ -286,6 +286,9 @@ class KeptProcess(ManagedProcess):
         leaving: Callable[[], bool],
     ) -> None:
         self.process_id = process_id
+        # With a keeper that outlives the daemon (False: ended with it, e.g. a
+        # process behind the daemon's own proxy): a drain need not wait for it.
+        self.outlives_daemon = True
         self.pid = pid
         self.tty = tty
         self.pipe_stdin = pipe_stdin

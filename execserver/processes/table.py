@@ -65,6 +65,15 @@ class ProcessTable:
     def __len__(self) -> int:
         return len(self._procs)
 
+    def running_mortal(self) -> int:
+        """Running processes that end with this daemon: all of them without
+        --state-dir; with it, those whose keeper does not outlive it."""
+        return sum(
+            1
+            for p in self._procs.values()
+            if not p.exited and not (isinstance(p, KeptProcess) and p.outlives_daemon)
+        )
+
     def check_available(self, process_id: str) -> None:
         if process_id in self._procs:
             raise RpcError.invalid_request(f"process {process_id} already exists")
@@ -172,6 +181,7 @@ class ProcessTable:
             pipe_stdin=plan.pipe_stdin,
             program=name,
             classify_denial=classify_denial,
+            outlive=outlive,
         )
         if self._telemetry is not None:
             self._telemetry.process_spawned()
@@ -201,6 +211,7 @@ class ProcessTable:
         pipe_stdin: bool,
         program: str,
         classify_denial: DenialClassifier | None,
+        outlive: bool = True,
     ) -> KeptProcess:
         keepers = self._supervisor.keepers
         assert keepers is not None
@@ -221,6 +232,7 @@ class ProcessTable:
             on_released=lambda p: keepers.released(p.directory),
             leaving=lambda: keepers.leaving,
         )
+        proc.outlives_daemon = outlive
         self._procs[process_id] = proc
         return proc
 

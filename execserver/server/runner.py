@@ -60,6 +60,8 @@ from execserver.tenancy.tenants_file import TenantTable
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 10.0
+# How often a drain with --state-dir looks for processes that end with the daemon.
+DRAIN_POLL_S = 0.2
 # The reference exits with status 2 when --exit-on-stdin-close fires.
 EXIT_STATUS_STDIN_CLOSED = 2
 
@@ -258,16 +260,32 @@ class Server:
         log.info(
             "draining: no new sessions; waiting up to %.0f s for %d running process(es)",
             timeout_s,
-            runtime.metrics.live_processes,
+            self._running_mortal(),
         )
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(runtime.metrics.no_live_processes.wait(), timeout_s)
-        left = runtime.metrics.live_processes
+            if runtime.resources.get(KeeperHost) is None:
+                await asyncio.wait_for(runtime.metrics.no_live_processes.wait(), timeout_s)
+            else:
+                # --state-dir: kept processes outlive the daemon; wait only for the
+                # ones that end with it. Polled: no one event says "one of those
+                # ended" across sessions, and a drain is rare and short.
+                async with asyncio.timeout(timeout_s):
+                    while self._running_mortal():  # noqa: ASYNC110
+                        await asyncio.sleep(DRAIN_POLL_S)
+        left = self._running_mortal()
         if left:
             log.warning("drain timed out with %d process(es) still running", left)
         else:
             log.info("drained: no process is running")
         self.stop()
+
+    def _running_mortal(self) -> int:
+        """Running processes that end with this daemon (kept ones excluded)."""
+        runtime = self.runtime
+        if runtime.resources.get(KeeperHost) is None:
+            return runtime.metrics.live_processes
+        tables = (s.state.peek(ProcessTable) for s in runtime.sessions.sessions())
+        return sum(t.running_mortal() for t in tables if t is not None)
 
     async def run(self) -> int:
         # Before any large message: glibc keeps multi-megabyte buffers (memory_tuning).
