@@ -4,11 +4,11 @@ file-system and command modules need nothing from it (no import cycle)."""
 
 from __future__ import annotations
 
-import base64
 import enum
 from typing import Any, Final, TypeVar
 
 import msgspec
+import pybase64
 
 from execserver.client.errors import ExecServerError
 from execserver.wire.contract import REQUESTS
@@ -61,9 +61,11 @@ def result_type_of(method: str) -> type[Any]:
 
 
 def b64encode(data: bytes | bytearray | memoryview) -> str:
-    return base64.b64encode(data).decode("ascii")
+    # pybase64 (SIMD): 1.9 ms for 8 MiB where the stdlib takes 18 ms; a process
+    # write or a file's bytes are encoded on the caller's event loop.
+    return pybase64.b64encode(data).decode("ascii")
 
 
 def wire_bytes(value: str | bytes) -> bytes:
     """Wire bytes, whichever way the wire struct spells them (base64 text or decoded)."""
-    return base64.b64decode(value, validate=True) if isinstance(value, str) else value
+    return pybase64.b64decode(value, validate=True) if isinstance(value, str) else value
