@@ -1,6 +1,8 @@
-"""Spawn latency and output throughput with and without ``--state-dir`` (process
-keepers, issue 32), side by side in one run, and the reference's when it is
-installed. ``python -m benchmarks.keeper [--spawns N] [--megabytes M]``."""
+"""Spawn latency (unsandboxed and sandboxed) and output throughput with and
+without ``--state-dir`` (process keepers: every process, sandboxed or not, is a
+keeper's child), side by side in one run, and the reference's when it is
+installed, with each figure's ratio to the reference's.
+``python -m benchmarks.keeper [--spawns N] [--megabytes M]``."""
 
 from __future__ import annotations
 
@@ -24,10 +26,13 @@ async def _measure(kind: str, extra: list[str], spawns: int, megabytes: int) -> 
         kind, extra=[*extra, "--log-level", "warning"] if kind == "execserver" else extra
     ) as srv:
         spawn = await figures.spawn_latency(srv.url, spawns, False)
+        boxed = await figures.spawn_latency(srv.url, spawns, True)
         out = await figures.output_throughput(srv.url, megabytes)
         return {
             "spawn_p50_ms": spawn["p50_ms"],
             "spawn_p99_ms": spawn["p99_ms"],
+            "sandboxed_spawn_p50_ms": boxed["p50_ms"],
+            "sandboxed_spawn_p99_ms": boxed["p99_ms"],
             "MB_per_s": out["MB_per_s"],
         }
 
@@ -52,6 +57,13 @@ async def run(spawns: int, megabytes: int) -> dict[str, Any]:
             )
         finally:
             _end_keepers(state)
+    reference = results.get("reference")
+    if reference is not None:
+        results["ratios_to_reference"] = {
+            name: {key: round(value / reference[key], 3) for key, value in figures_.items()}
+            for name, figures_ in results.items()
+            if name != "reference"
+        }
     return results
 
 
