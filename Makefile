@@ -124,14 +124,15 @@ typecheck: $(BENCH_STAMP)
 # daemon (tests/support/shared_daemon.py). The reliability storms and soak, the
 # container image (built once per module) and the reference interop then run in a
 # second pytest, one test at a time: they measure time, memory and load, which
-# other workers' tests would skew. The last line is the wall time of both runs.
+# other workers' tests would skew. Each run lists its slowest tests (the suite's
+# time has a target: docs/development.md); the last line is the wall time of both.
 TEST_WORKERS ?= 3
 SERIAL_TESTS := tests/reliability tests/container tests/interop
 test: $(STAMP) $(EXEC_AS) $(LINT_STAMP) system-deps lint-code typecheck
 	@start=$$(date +%s); status=0; \
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(SERIAL_TESTS:%=--ignore=%) $(PYTEST_ARGS) \
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(SERIAL_TESTS:%=--ignore=%) $(PYTEST_ARGS) \
 	  || status=$$?; \
-	$(BIN)/pytest $(SERIAL_TESTS) $(PYTEST_ARGS) || { s=$$?; [ $$s = 5 ] || status=$$s; }; \
+	$(BIN)/pytest --durations=10 $(SERIAL_TESTS) $(PYTEST_ARGS) || { s=$$?; [ $$s = 5 ] || status=$$s; }; \
 	echo "make test: both pytest runs took $$(( $$(date +%s) - start )) s (exit status $$status)"; \
 	exit $$status
 
