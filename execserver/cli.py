@@ -25,8 +25,9 @@ __all__ = [
 # What `execserver --help` says above the subcommands (the docstring is for readers
 # of the code, in reST).
 _DESCRIPTION = (
-    "The exec-server daemon (serve), what this host's sandbox can do (doctor), and "
-    "clients for a running exec-server (run, shell, patch)."
+    "The exec-server daemon (serve, or supervise serve: started again when it dies), "
+    "what this host's sandbox can do (doctor), and clients for a running exec-server "
+    "(run, shell, patch)."
 )
 
 # The daemon's configuration (execserver.config) is imported by the functions that
@@ -450,6 +451,12 @@ def _register_client_tools(subparsers: _Subparsers) -> None:
     register(subparsers)
 
 
+def _register_supervise(subparsers: _Subparsers) -> None:
+    from execserver.supervise import add_supervise_parser
+
+    add_supervise_parser(subparsers)
+
+
 def _register_patch(subparsers: _Subparsers) -> None:
     from execserver.core.apply_patch.cli import register
 
@@ -466,6 +473,7 @@ _SUBCOMMANDS: dict[str, Callable[[_Subparsers], None]] = {
     "run": _register_client_tools,
     "shell": _register_client_tools,
     "patch": _register_patch,
+    "supervise": _register_supervise,
 }
 
 

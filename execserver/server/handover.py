@@ -41,7 +41,9 @@ __all__ = [
     "HandoverError",
     "Inherited",
     "SuccessorLink",
+    "control_path",
     "daemon_answers",
+    "serving_pid",
     "systemd_listeners",
     "take_over",
 ]
@@ -216,6 +218,21 @@ class Inherited:
 
     sockets: list[socket.socket]
     predecessor_pid: int
+
+
+def serving_pid(state_dir: str) -> int | None:
+    """The pid of the daemon serving ``state_dir`` now (its control socket accepts;
+    SO_PEERCRED says who), or None."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.settimeout(2)
+        sock.connect(control_path(state_dir))
+        pid, _, _ = peer_credentials(sock)
+    except OSError:
+        return None  # none, or one that was killed and left its socket file
+    finally:
+        sock.close()
+    return pid
 
 
 def daemon_answers(state_dir: str) -> bool:
