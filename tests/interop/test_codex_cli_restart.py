@@ -83,3 +83,45 @@ async def test_the_cli_finishes_its_turn_across_a_daemon_crash_and_restart(
     assert "after" in text and "Process exited with code 3" in text, result.describe()
     # The command ran sandboxed on the executor, once, and came through the crash.
     started(result, cmd)
+
+
+async def test_the_cli_finishes_its_turn_across_a_take_over(
+    restartable: tuple[Rig, list[str]],
+) -> None:
+    # An upgrade: a second daemon takes the listening socket and the keepers over
+    # while the command runs; the old one closes the CLI's connection with 1012
+    # (the harness's relay passes the code on).
+    cli, args = restartable
+    gate = cli.workspace / "go"
+    cmd = f"echo before; while [ ! -e {gate} ]; do sleep 0.05; done; echo after; exit 5"
+    tasks: list[asyncio.Task[None]] = []
+
+    async def take_over(stack: contextlib.AsyncExitStack) -> None:
+        await stack.enter_async_context(
+            start_server("execserver", [*args, "--take-over"], env=cli.cli_env())
+        )
+        await asyncio.wait_for(cli.servers[0].process.wait(), 30)
+        gate.touch()
+
+    async with contextlib.AsyncExitStack() as stack:
+
+        def take_over_then_poll(model: MockModel) -> list[Item]:
+            match = SESSION_ID.search(model.tool_outputs().get("c1", ""))
+            if match is None:
+                return [message("no session id")]
+            tasks.append(asyncio.create_task(take_over(stack)))
+            return [write_stdin("c2", session_id=int(match[1]), chars="", yield_time_ms=10000)]
+
+        result = await cli.run(
+            [
+                [exec_command("c1", cmd=cmd, yield_time_ms=1000)],
+                take_over_then_poll,
+                [message("done")],
+            ]
+        )
+        await asyncio.gather(*tasks)
+        assert cli.servers[0].process.returncode == 0  # the old daemon handed over
+    finished(result)
+    text = output(result, "c2")
+    assert "after" in text and "Process exited with code 5" in text, result.describe()
+    started(result, cmd)

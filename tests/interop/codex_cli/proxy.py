@@ -46,7 +46,11 @@ async def _relay(
             await dst.send_bytes(msg.data)
         else:
             break
-    await dst.close()
+    # The server's close code reaches the CLI (1012 at a take-over); one that may
+    # not be sent in a close frame (1006: the server vanished) becomes 1000.
+    code = src.close_code
+    sendable = code is not None and (1000 <= code <= 1003 or 1007 <= code <= 1014 or code >= 3000)
+    await dst.close(code=code if sendable and code is not None else 1000)
 
 
 @contextlib.asynccontextmanager
