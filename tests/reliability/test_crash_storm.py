@@ -94,8 +94,8 @@ TOKEN_VAR = "CRASH_STORM"
 TOKEN = f"storm-{secrets.token_hex(6)}"
 PATH_ENV = {"PATH": "/usr/bin:/bin"}
 
-Kind = Literal["lines", "ticker", "echo", "escapee"]
-KINDS: list[Kind] = ["lines", "ticker", "echo", "escapee"]
+Kind = Literal["lines", "burst", "ticker", "echo", "escapee"]
+KINDS: list[Kind] = ["lines", "burst", "ticker", "echo", "escapee"]
 # Where a process stands: its start answered or found to exist ("exists"), its
 # start unknown and not looked at yet ("unknown"), or unknown to the daemon ("absent").
 State = Literal["unknown", "exists", "absent"]
@@ -146,6 +146,10 @@ class Proc:
                 f"for i in $(seq 1 {self.lines}); do echo {tag}:$i; {err}"
                 f"[ $((i % 50)) -ne 0 ] || sleep 0.02; done; exit {self.code}"
             )
+        elif self.kind == "burst":
+            # Up to ~0.5 MB at once: many full chunks, journaled across a kill
+            # (under the 1 MiB the daemon retains of a process: nothing is evicted).
+            body = f"seq -f '{tag}:%g' 1 {self.lines}; exit {self.code}"
         elif self.kind == "ticker":
             body = f"i=0; while :; do i=$((i+1)); echo {tag}:$i; sleep 0.03; done"
         elif self.kind == "echo":
@@ -189,6 +193,7 @@ class Session:
 @dataclass
 class Stats:
     rounds: int = 0
+    early_kills: int = 0
     requests: int = 0
     in_flight_at_kill: int = 0
     unknown_starts_found: int = 0
@@ -204,9 +209,10 @@ class Stats:
 
     def __str__(self) -> str:
         return (
-            f"{self.rounds} kills, {self.requests} requests ({self.in_flight_at_kill} in flight "
-            f"at a kill), {self.started} starts sent; unknown: starts {self.unknown_starts_found} "
-            f"found + {self.unknown_starts_absent} absent, writes {self.unknown_writes}, "
+            f"{self.rounds} kills ({self.early_kills} right after a resume), "
+            f"{self.requests} requests ({self.in_flight_at_kill} in flight at a kill), "
+            f"{self.started} starts sent; unknown: starts {self.unknown_starts_found} found "
+            f"+ {self.unknown_starts_absent} absent, writes {self.unknown_writes}, "
             f"terminates {self.unknown_terminates}; time: restarts {self.restarting:.1f} s, "
             f"checks {self.checking:.1f} s, storms {self.storming:.1f} s, "
             f"session ends {self.ending:.1f} s"
@@ -257,6 +263,9 @@ class Storm:
         if kind in ("lines", "escapee"):
             # Mostly short, sometimes several chunks' worth.
             proc.lines = int(2 ** rng.uniform(0, 9))
+            proc.code = rng.randrange(0, 100)
+        elif kind == "burst":
+            proc.lines = int(2 ** rng.uniform(10, 15.2))
             proc.code = rng.randrange(0, 100)
         if kind == "escapee":
             proc.marker = sleep_marker()
@@ -396,7 +405,7 @@ class Storm:
             every = range(4, proc.lines + 1, 4) if proc.kind == "lines" else range(0)
             errors = "".join(f"{proc.id}:e{i}{sep}" for i in every)
             expected = {"stdout": out, "stderr": errors}
-        # (lines and escapee processes are never terminated)
+        # (never terminated)
         self._check_code(proc, {proc.code})
         for stream, text in self._streams(proc).items():
             if proc.closed:
@@ -407,6 +416,9 @@ class Storm:
                 assert expected[stream].startswith(text), self.why(
                     f"{proc.id} {stream}: not a prefix of its lines: {text[-200:]!r}"
                 )
+
+    def _check_burst(self, proc: Proc) -> None:
+        self._check_lines(proc)
 
     def _check_escapee(self, proc: Proc) -> None:
         text = proc.text("stdout")
@@ -573,8 +585,8 @@ class Storm:
         running = [p for p in session.procs.values() if p.running]
         actions: list[Awaitable[None]] = []
         for _ in range(rng.randint(1, 4)):
-            kind = rng.choices(KINDS, [6, 2, 2, 1])[0]
-            tty = kind in ("lines", "ticker") and rng.random() < 0.3
+            kind = rng.choices(KINDS, [5, 1, 2, 2, 1])[0]
+            tty = kind in ("lines", "burst", "ticker") and rng.random() < 0.3
             proc = self.new_proc(session, kind, tty)
             actions.append(self.start(peer, session, proc, when()))
         # Never-ending ones: a few at a time, each terminated sooner or later.
@@ -646,6 +658,16 @@ class Storm:
             peer = await self.attach(http, server, session)
             session.see(tree_of(psutil.Process(server.process.pid))[1:])
             clock = self.spent("restarting", clock)
+            if session.procs and self.rng.random() < 0.1:
+                # Killed again at once, while it may still be taking in its keepers'
+                # replays: nothing may be lost that way either.
+                await asyncio.sleep(self.rng.uniform(0, 0.03))
+                await kill9(server)
+                self.stats.rounds += 1
+                self.stats.early_kills += 1
+                await self.closing(peer)
+                self.take_notifications(session, peer)
+                return
             if not session.procs:
                 # A session outlives its daemon once it has a process (its file is
                 # written at its first keeper): the first start is answered.
