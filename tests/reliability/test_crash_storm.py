@@ -4,10 +4,12 @@ storm of starts, writes and terminates, ROUNDS times (100; more with
 
 Each round a daemon starts (re-adopting what the last one left), the client resumes
 its session and checks everything it knows so far, then fires a storm of concurrent
-requests (process/start of numbered-line commands through pipes and a pty, short
-ones and never-ending ones, some leaving a double-forked ``setsid sleep`` escapee;
-process/write of numbered lines to stdin echoers; process/terminate) and SIGKILLs
-the daemon at a random moment while they are in flight. Everything random comes
+requests (process/start of numbered-line commands through pipes and a pty: short
+ones, bursts of many chunks, never-ending ones, some leaving a double-forked
+``setsid sleep`` escapee; process/write of numbered lines to stdin echoers;
+process/terminate) and SIGKILLs the daemon at a random moment while they are in
+flight; one round in ten kills it right after the resume instead, while it may
+still be taking in its keepers' replays. Everything random comes
 from one seed, named in every assertion message (``CRASH_STORM_SEED=N`` replays
 it). A request whose answer never came is *unknown*: after the restart the test
 finds out what happened, and holds the daemon to this:
