@@ -27,9 +27,8 @@ import pwd
 import re
 import shutil
 import stat
-import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ import psutil
 import pytest
 
 from tests.support.attacks import ROOT_READ, sandbox, unrestricted
+from tests.support.nobody import run_as_nobody
 from tests.support.procinfo import wait_until
 from tests.support.rpc import RpcClient, connect
 from tests.support.servers import RunningServer, start_server
@@ -179,12 +179,9 @@ def _argv(role: str) -> list[str]:
 
 
 @pytest.fixture
-async def state(tmp_path: Path) -> AsyncIterator[Path]:
-    path = tmp_path / "state"
-    try:
-        yield path
-    finally:
-        await end_keepers(path)
+def state(state_dir: Path) -> Path:
+    """The suite's ``state_dir`` (its keepers ended afterwards), under a short name."""
+    return state_dir
 
 
 async def _kept(state: Path, process_id: str) -> tuple[Path, dict[str, Any]]:
@@ -297,18 +294,7 @@ async def test_a_descendant_gone_before_its_keeper_looks_is_still_refused(state:
 
 
 def _as_nobody(*args: str) -> str:
-    done = subprocess.run(
-        [PYTHON, "-I", "-S", "-c", ATTACKER, *args],
-        user="nobody",
-        group=pwd.getpwnam("nobody").pw_gid,
-        extra_groups=[],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        cwd="/",
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return run_as_nobody(ATTACKER, *args, timeout=90)
 
 
 @contextlib.contextmanager

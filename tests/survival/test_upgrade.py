@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ import psutil
 
 from execserver.client import ExecServerClient
 from execserver.client.events import Closed, Exited, Output
+from tests.support.nobody import run_as_nobody
 from tests.support.procinfo import wait_until
 from tests.support.rpc import RpcClient, unb64
 from tests.support.servers import RunningServer
@@ -409,30 +409,7 @@ print("fds", len(fds), data.decode().strip())
 
 
 def _as_nobody(path: str) -> str:
-    # The system interpreter: the project's virtualenv need not be readable by nobody.
-    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-    done = subprocess.run(
-        [python, "-I", "-S", "-c", _INTRUDER, path],
-        user="nobody",
-        group="nogroup" if _group_exists("nogroup") else "nobody",
-        extra_groups=[],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd="/",
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
-def _group_exists(name: str) -> bool:
-    import grp
-
-    try:
-        grp.getgrnam(name)
-    except KeyError:
-        return False
-    return True
+    return run_as_nobody(_INTRUDER, path)
 
 
 def _reachable_link(state_dir: Path, tmp_path: Path) -> Path:
