@@ -62,8 +62,13 @@ class Zygote:
     warm keeper costs a message; forking one from the zygote about a millisecond
     (and a fresh interpreter ~15 ms)."""
 
-    def __init__(self) -> None:
+    def __init__(self, log_path: str | None = None) -> None:
+        """``log_path``: where the zygote and its keepers write why one of them
+        failed (appended, 0600; they outlive the daemon, so not its stderr)."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        log = subprocess.DEVNULL
+        if log_path is not None:
+            log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             self._popen = subprocess.Popen(
                 [sys.executable, "-I", "-S", PROGRAM, "zygote", str(theirs.fileno())],
@@ -72,12 +77,14 @@ class Zygote:
                 # (a supervisor's, a test's) must end with it.
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stderr=log,
                 env={},
                 start_new_session=True,
             )
         finally:
             theirs.close()
+            if log != subprocess.DEVNULL:
+                os.close(log)
         self._ctl = mine
         self.pid = self._popen.pid
         self._warm: socket.socket | None = None

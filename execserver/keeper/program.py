@@ -1056,8 +1056,12 @@ def zygote(ctl_fd: int) -> None:
                 _keeper(ctl, fds[0])
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 0
-            except BaseException as exc:  # the daemon's log shows why
+            except BaseException as exc:  # STATE_DIR/keepers.log shows why
+                import traceback  # only on this path: every keeper's start stays light
+
                 sys.stderr.write(f"execserver keeper {os.getpid()}: {exc!r}\n")
+                traceback.print_exc()
+                sys.stderr.flush()
                 code = 1
             os._exit(code)
         for fd in fds:

@@ -42,6 +42,8 @@ __all__ = ["SESSION_FILE", "KeeperHost", "SavedSession"]
 log = logging.getLogger(__name__)
 
 SESSION_FILE = "session.json"
+# Why a keeper failed (its traceback): keepers outlive the daemon's stderr.
+KEEPERS_LOG = "keepers.log"
 # Journal bytes a keeper holds beyond the retained output before it stops
 # reading its child (the daemon acknowledges what its log evicted).
 JOURNAL_SLACK_BYTES = 8 << 20
@@ -105,7 +107,7 @@ class KeeperHost:
         self._ttl_s = ttl_s
         self._drain_timeout_s = drain_timeout_s
         self._budget = retained_bytes + JOURNAL_SLACK_BYTES
-        self._zygote = Zygote()
+        self._zygote = Zygote(os.path.join(self.state_dir, KEEPERS_LOG))
         self.leaving = False
         self._names = itertools.count(1)
         self._prefix = f"{time.time_ns():x}"
