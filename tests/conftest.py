@@ -233,7 +233,7 @@ async def no_leftover_processes(request: pytest.FixtureRequest) -> AsyncIterator
     """After each integration test, no process it started may survive."""
     import asyncio
 
-    if not {"integration", "reliability", "security"} & set(request.node.path.parts):
+    if not {"integration", "reliability", "security", "survival"} & set(request.node.path.parts):
         yield
         return
     before = set(_descendants())
