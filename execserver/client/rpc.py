@@ -304,7 +304,7 @@ class RpcConnection:
     def restarting(self) -> bool:
         """The server closed this connection with 1012 (it hands over to a successor):
         every request left unanswered was never executed."""
-        return bool(getattr(self.transport, "restarting", False))
+        return self.transport.restarting
 
     def _mark_lost(self, reason: str) -> bool:
         if self._lost is not None:

@@ -59,6 +59,11 @@ class Transport(Protocol):
     def abort(self) -> None:
         """Drop the connection at once, without a goodbye (used on decode errors)."""
 
+    @property
+    def restarting(self) -> bool:
+        """The server ended the connection saying it hands over to a successor
+        (websocket close 1012), after answering every request it executed."""
+
 
 # The websocket close code of a server handing over to its successor.
 SERVICE_RESTART = 1012
@@ -381,3 +386,7 @@ class StdioTransport:
         if self._proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.kill()
+
+    @property
+    def restarting(self) -> bool:
+        return False  # a child server is ours alone: it never hands over

@@ -170,7 +170,13 @@ class KeeperHost:
             }
             # A sandbox's host resources outlive this daemon with the keeper: the
             # status pipe after the plan's own fds, then the mount points' references.
-            held, mounts = plan.resources.hand_over()
+            try:
+                held, mounts = plan.resources.hand_over()
+            except OSError as exc:
+                shutil.rmtree(directory, ignore_errors=True)
+                raise RpcError.internal(
+                    f"cannot hand the sandbox's mount points to its keeper: {exc.strerror}"
+                ) from None
             request["status_fd"] = len(held) > len(mounts)
             request["mounts"] = mounts
             try:

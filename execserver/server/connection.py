@@ -454,9 +454,11 @@ class Connection:
         for task in self._tasks:
             if task.get_name() == m.PROCESS_READ:
                 task.cancel()
+        # One deadline for both: the answers, then their way out.
+        deadline = asyncio.get_running_loop().time() + timeout
         settled = await self._tasks.wait(timeout)
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout_at(deadline):
                 await self._outbound.join()
         return settled and self._outbound.empty()
 

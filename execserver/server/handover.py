@@ -42,7 +42,6 @@ __all__ = [
     "Inherited",
     "SuccessorLink",
     "control_path",
-    "daemon_answers",
     "serving_pid",
     "systemd_listeners",
     "take_over",
@@ -104,8 +103,10 @@ class SuccessorLink:
 
 
 # Called with the link to the daemon taking over, once its request is accepted: the
-# running daemon sends it the listeners (send_listeners), then hands over.
-HandoverRequested = Callable[[SuccessorLink, Mapping[str, Any]], Awaitable[None]]
+# running daemon sends it the listeners (send_listeners), then hands over. False:
+# it could not (it is stopping, the successor went away); the link is closed here
+# and a later take-over may try again.
+HandoverRequested = Callable[[SuccessorLink, Mapping[str, Any]], Awaitable[bool]]
 
 
 class ControlServer:
@@ -187,7 +188,9 @@ class ControlServer:
             return
         self.taken = True
         log.info("control socket: pid %d takes over (version %s)", pid, request.get("version"))
-        await self._on_take_over(SuccessorLink(conn), request)
+        if not await self._on_take_over(SuccessorLink(conn), request):
+            conn.close()
+            self.taken = False
 
     async def aclose(self, *, unlink: bool) -> None:
         """Stop serving; ``unlink``: remove the path too (a plain shutdown; after a
@@ -222,35 +225,20 @@ class Inherited:
 
 def serving_pid(state_dir: str) -> int | None:
     """The pid of the daemon serving ``state_dir`` now (its control socket accepts;
-    SO_PEERCRED says who), or None."""
+    SO_PEERCRED says who), or None: no socket, or one a killed daemon left. Other
+    errors (a socket we may not reach) are raised: they are not "nobody"."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         sock.settimeout(2)
         sock.connect(control_path(state_dir))
         pid, _, _ = peer_credentials(sock)
-    except OSError:
-        return None  # none, or one that was killed and left its socket file
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK):
+            return None
+        raise
     finally:
         sock.close()
     return pid
-
-
-def daemon_answers(state_dir: str) -> bool:
-    """Whether a daemon serves this state directory now (its control socket accepts)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    try:
-        sock.settimeout(2)
-        sock.connect(control_path(state_dir))
-    except (FileNotFoundError, ConnectionRefusedError):
-        return False  # none, or one that was killed and left its socket file
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK):
-            return False
-        raise
-    else:
-        return True
-    finally:
-        sock.close()
 
 
 def take_over(state_dir: str, version: str) -> Inherited | None:

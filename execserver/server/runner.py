@@ -42,8 +42,8 @@ from execserver.server.handover import (
     ControlServer,
     HandoverError,
     SuccessorLink,
-    daemon_answers,
     send_listeners,
+    serving_pid,
     systemd_listeners,
     take_over,
 )
@@ -384,23 +384,20 @@ class Server:
             raise HandoverError("--take-over needs --state-dir and a ws:// --listen")
         activated = systemd_listeners(os.environ) if websocket else []
         state_dir = config.state_dir
-        if state_dir is None:
-            self._inherited = activated
-            return
-        if not config.take_over:
-            if await asyncio.to_thread(daemon_answers, state_dir):
-                for sock in activated:
-                    sock.close()
-                # Two daemons adopting the same keepers would take them from each other.
-                raise HandoverError(
-                    f"another daemon serves --state-dir {state_dir}; pass --take-over to "
-                    "replace it without downtime, or stop it first"
-                )
-            self._inherited = activated
-            return
-        inherited = await asyncio.to_thread(take_over, state_dir, __version__)
+        inherited = None
+        if state_dir is not None and config.take_over:
+            inherited = await asyncio.to_thread(take_over, state_dir, __version__)
+            if inherited is None:
+                log.info("--take-over: no daemon serves %s; starting as usual", state_dir)
+        elif state_dir is not None and await asyncio.to_thread(serving_pid, state_dir) is not None:
+            for sock in activated:
+                sock.close()
+            # Two daemons adopting the same keepers would take them from each other.
+            raise HandoverError(
+                f"another daemon serves --state-dir {state_dir}; pass --take-over to "
+                "replace it without downtime, or stop it first"
+            )
         if inherited is None:
-            log.info("--take-over: no daemon serves %s; starting as usual", state_dir)
             self._inherited = activated
             return
         for sock in activated:
@@ -432,26 +429,21 @@ class Server:
             await control.aclose(unlink=successor is None)
             self._control = None
 
-    async def _on_take_over(self, successor: SuccessorLink, request: object) -> None:
+    async def _on_take_over(self, successor: SuccessorLink, request: object) -> bool:
         server = self._ws_server
         if server is None or self._stop.is_set():
-            successor.sock.close()
-            if self._control is not None:
-                self._control.taken = False
-            return
+            return False
         try:
             send_listeners(successor, server.listening_fds())
         except OSError as exc:
             log.warning("take-over failed (the successor went away?): %s", exc)
-            successor.sock.close()
-            if self._control is not None:
-                self._control.taken = False
-            return
+            return False
         # From here on the successor holds the sockets: stop accepting, then close.
         server.stop_listening()
         self._successor = successor
         log.info("handing over: no longer accepting; closing connections with 1012")
         self.stop(0)
+        return True
 
     async def _run_stdio(self) -> int:
         running = TaskSet("stdio", logger=log)

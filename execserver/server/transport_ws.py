@@ -567,12 +567,7 @@ class _Socket(WSListener):
         if self._transport.is_disconnected or self._closing_sent:
             return settled
         code = WSCloseCode.SERVICE_RESTART if settled else WSCloseCode.GOING_AWAY
-        self._fragments = None
-        self._closing_sent = True
-        self._transport.send_close(code, b"service restart")
-        # The peer answers our close (then on_ws_frame disconnects); one that does not
-        # is dropped after the linger, as after a 1009.
-        self._linger = self._loop.call_later(RESTART_LINGER_S, self._transport.disconnect)
+        self._close_lingering(code, b"service restart", RESTART_LINGER_S)
         return settled
 
     def _too_big(self, size: int) -> None:
@@ -591,10 +586,15 @@ class _Socket(WSListener):
             size,
             bound,
         )
+        self._close_lingering(WSCloseCode.MESSAGE_TOO_BIG, b"message too big", CLOSE_LINGER_S)
+
+    def _close_lingering(self, code: WSCloseCode, reason: bytes, linger_s: float) -> None:
+        """Send our close frame and read (and drop) what the peer still sends until it
+        answers (on_ws_frame then disconnects), or ``linger_s`` has passed."""
         self._fragments = None
         self._closing_sent = True
-        self._transport.send_close(WSCloseCode.MESSAGE_TOO_BIG, b"message too big")
-        self._linger = self._loop.call_later(CLOSE_LINGER_S, self._transport.disconnect)
+        self._transport.send_close(code, reason)
+        self._linger = self._loop.call_later(linger_s, self._transport.disconnect)
 
     # ---- frames out ---------------------------------------------------------------------
 

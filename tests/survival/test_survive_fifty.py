@@ -63,7 +63,7 @@ def _script(prefix: str, gates: Path, code: int) -> str:
     return (
         f"{lines(1, BEFORE)}; "
         f"while [ ! -e {gates}/down ]; do sleep 0.02; done; "
-        f"{lines(BEFORE + 1, BEFORE + DOWN)}; "
+        f"{lines(BEFORE + 1, BEFORE + DOWN)}; touch {prefix}.down; "
         f"while [ ! -e {gates}/restarted ]; do sleep 0.02; done; "
         f"{lines(BEFORE + DOWN + 1, BEFORE + DOWN + AFTER)}; exit {code}"
     )
@@ -102,9 +102,10 @@ async def test_fifty_processes_of_every_kind_survive_a_sigkill_and_restart_whole
         trees = [p for k in held for p in tree_of(k)]
         await kill9(first)
     (gates / "down").touch()
-    # Everything runs on without a daemon; give the second phase time to be journalled.
+    # Everything runs on without a daemon, and prints its second phase meanwhile (each
+    # says so in the workspace, its cwd, writable sandboxed too).
     assert len(living(held)) == 50
-    await asyncio.sleep(1.0)
+    assert await wait_until(lambda: len(list(ws.glob("*.down"))) == 50, 60)
     async with (
         state_daemon(state_dir, port, ttl=TTL) as second,
         connect(second.url, resume=session_id) as peer,

@@ -45,6 +45,10 @@ class MemoryTransport:
         self.aborted = True
         self.inbound.put_nowait(None)
 
+    @property
+    def restarting(self) -> bool:
+        return False
+
     def push(self, obj: object) -> None:
         self.inbound.put_nowait(json.dumps(obj).encode())
 
