@@ -25,7 +25,8 @@ A keeper:
   (back-pressure: the child blocks on a full pipe);
 * serves one daemon at a time on its link: first the socketpair, later a
   re-adopting daemon on ``keeper.sock`` in the process directory (0700; the
-  peer must have the keeper's uid and must not be one of its own descendants);
+  peer must have the keeper's uid and must not be held by a keeper, this one
+  or another: nothing a daemon started may command a keeper);
 * when no daemon is connected for ``ttl`` seconds, kills the child's whole tree
   (``cgroup.kill`` when it has a cgroup, its process group and every
   descendant) and exits, removing its files: never an orphan.
@@ -180,24 +181,43 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-def _is_descendant(pid: int, ancestor: int) -> bool:
-    """Whether ``pid`` is ``ancestor`` or below it; fails closed. A peer gone when
-    the keeper looks (it connected, queued its commands and exited before the
-    accept) has an unknowable ancestry: it counts as a descendant, else the child's
-    tree could command its keeper that way (tests/security/test_keeper_boundary.py).
-    An ancestor that exits mid-walk re-parents the rest: the walk starts over."""
+def _is_keeper(cmdline: bytes) -> bool:
+    """Whether a process's command line is a keeper's (or its zygote's): this
+    program, of whichever installed version, run as ``zygote``."""
+    args = cmdline.split(b"\0")
+    return any(
+        arg.endswith(b"/keeper/program.py") and args[i + 1 : i + 2] == [b"zygote"]
+        for i, arg in enumerate(args)
+    )
+
+
+def _held_by_a_keeper(pid: int) -> bool:
+    """Whether ``pid`` is a keeper or below one (this keeper or any other: every
+    process a daemon with --state-dir starts, sandboxed or not, and every escapee
+    re-parented to its keeper, a subreaper); fails closed. A daemon never is, so
+    nothing a daemon started can pass for one and command another process's keeper
+    (a sandboxed command of a non-root daemon has its uid and may see keeper.sock).
+    A peer gone when the keeper looks (it connected, queued its commands and exited
+    before the accept) has an unknowable ancestry: it counts as held, else the
+    child's tree could command its keeper that way
+    (tests/security/test_keeper_boundary.py). An ancestor that exits mid-walk
+    re-parents the rest: the walk starts over. A keeper's command line cannot be
+    forged by what it holds: it is non-dumpable, and a process's own rewrite of
+    its command line does not change its ancestors'."""
     for _attempt in range(16):
         current = pid
         for _ in range(4096):
-            if current == ancestor:
-                return True
             if current <= 1:
                 return False
             try:
+                with open(f"/proc/{current}/cmdline", "rb") as handle:
+                    cmdline = handle.read()
                 with open(f"/proc/{current}/stat", "rb") as handle:
                     stat = handle.read()
             except OSError:
                 break
+            if _is_keeper(cmdline):
+                return True
             current = int(stat[stat.rfind(b")") + 2 :].split()[1])
         else:
             return False
@@ -847,8 +867,10 @@ class Keeper:
             return
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         pid, uid, _ = struct.unpack("3i", creds)
-        # Only the daemon's account, and never the child or anything it started.
-        if uid != os.getuid() or _is_descendant(pid, os.getpid()):
+        # Only the daemon's account, and never anything a keeper holds: this one's
+        # child or anything it started, nor another keeper's (a sandboxed command
+        # could otherwise drive an unsandboxed process's stdin).
+        if uid != os.getuid() or _held_by_a_keeper(pid):
             sock.close()
             return
         if self.link is not None:

@@ -28,7 +28,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -333,6 +333,45 @@ async def test_a_process_of_another_uid_cannot_reach_keeper_sock_and_is_refused_
                 await _still_served(peer, "kept", meta["keeper"])
         finally:
             await end_keepers(state)
+
+
+@contextlib.asynccontextmanager
+async def _nobody_daemon() -> AsyncIterator[tuple[RunningServer, Path]]:
+    """A daemon running as nobody with --state-dir: its commands have the keepers'
+    uid and no capability, so only the keepers' own check stands in their way."""
+    nobody = pwd.getpwnam("nobody")
+    wrapper = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}"]
+    wrapper += ["--clear-groups", "--"]
+    with _open_dir() as open_dir:
+        os.chown(open_dir, nobody.pw_uid, nobody.pw_gid)
+        state = open_dir / "state"
+        flags = ["--state-dir", str(state), "--session-ttl", str(TTL), "--log-level", "warning"]
+        try:
+            async with start_server("execserver", flags, wrapper=wrapper) as server:
+                yield server, state
+        finally:
+            await end_keepers(state)
+
+
+async def test_a_sandboxed_or_sibling_process_cannot_command_another_processs_keeper() -> None:
+    # A read-only sandbox with network (unix sockets allowed) of a non-root daemon
+    # sees keeper.sock with its own uid: only the keeper's refusal of anything a
+    # keeper holds keeps it from driving an unsandboxed shell's stdin. An
+    # unsandboxed sibling is refused the same way.
+    attackers = {
+        "boxed": {"sandbox": sandbox([ROOT_READ], network="enabled")},
+        "plain": {},
+    }
+    async with _nobody_daemon() as (server, state), connect(server.url) as peer:
+        await peer.start("victim", _argv("serve"), pipeStdin=True)
+        await peer.wait_output("victim", b"ready\n")
+        directory, meta = await _kept(state, "victim")
+        target = str(directory / "keeper.sock")
+        for name, extra in attackers.items():
+            await peer.start(name, [*_argv("attack"), name, target], **extra)
+            await peer.wait_closed(name, 60)
+            assert peer.events(name).output() == f"{name} refused\n".encode()
+        await _still_served(peer, "victim", meta["keeper"])
 
 
 async def test_a_tenants_kept_child_runs_as_its_account_and_cannot_reach_its_keeper() -> None:
