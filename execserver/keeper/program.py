@@ -77,6 +77,7 @@ __all__ = [
     "REQUEST_HEAD",
     "SOCKET_NAME",
     "STREAM_KINDS",
+    "held_by_a_keeper",
     "main",
     "short_path",
 ]
@@ -191,7 +192,7 @@ def _is_keeper(cmdline: bytes) -> bool:
     )
 
 
-def _held_by_a_keeper(pid: int) -> bool:
+def held_by_a_keeper(pid: int) -> bool:
     """Whether ``pid`` is a keeper or below one (this keeper or any other: every
     process a daemon with --state-dir starts, sandboxed or not, and every escapee
     re-parented to its keeper, a subreaper); fails closed. A daemon never is, so
@@ -870,7 +871,7 @@ class Keeper:
         # Only the daemon's account, and never anything a keeper holds: this one's
         # child or anything it started, nor another keeper's (a sandboxed command
         # could otherwise drive an unsandboxed process's stdin).
-        if uid != os.getuid() or _held_by_a_keeper(pid):
+        if uid != os.getuid() or held_by_a_keeper(pid):
             sock.close()
             return
         if self.link is not None:

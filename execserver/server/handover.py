@@ -3,7 +3,8 @@ to the next (``--state-dir`` + ``--take-over``), and systemd socket activation.
 
 The running daemon serves ``STATE_DIR/control.sock`` (a unix stream socket,
 0600, in the 0700 state directory; a peer of another uid is refused from its
-SO_PEERCRED even when the modes were loosened). It speaks JSON lines:
+SO_PEERCRED even when the modes were loosened, and so is any process a keeper
+holds: every command a daemon started). It speaks JSON lines:
 
     new -> old   {"op": "take-over", "pid": ..., "version": ...}
     old -> new   {"op": "listeners", "pid": ..., "count": N}   + N fds (SCM_RIGHTS)
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from execserver.aio.tasks import TaskSet
+from execserver.keeper.program import held_by_a_keeper
 
 __all__ = [
     "CONTROL_NAME",
@@ -163,6 +165,15 @@ class ControlServer:
             log.warning("control socket: refused pid %d of uid %d (not ours)", pid, uid)
             with contextlib.suppress(OSError):
                 conn.send(_line({"op": "refused", "reason": "peer uid is not the daemon's"}))
+            conn.close()
+            return
+        if held_by_a_keeper(pid):
+            # A command of this daemon's (a sandboxed one included: a non-root
+            # daemon's commands have its uid and may see the state directory)
+            # would get the listening sockets and every keeper.
+            log.warning("control socket: refused pid %d (a process a keeper holds)", pid)
+            with contextlib.suppress(OSError):
+                conn.send(_line({"op": "refused", "reason": "peer is a process a keeper holds"}))
             conn.close()
             return
         conn.setblocking(False)

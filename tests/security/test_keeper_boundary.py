@@ -374,6 +374,36 @@ async def test_a_sandboxed_or_sibling_process_cannot_command_another_processs_ke
         await _still_served(peer, "victim", meta["keeper"])
 
 
+# What --take-over sends on the control socket, and what comes back (fds: the
+# listening sockets a successor would get).
+TAKE_OVER = r"""
+import array, json, os, socket, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.settimeout(30)
+sock.connect(sys.argv[1])
+sock.sendall(json.dumps({"op": "take-over", "pid": os.getpid(), "version": "9"}).encode() + b"\n")
+data, fds, _, _ = socket.recv_fds(sock, 4096, 8)
+print(len(fds), data.decode().strip(), flush=True)
+"""
+
+
+async def test_a_sandboxed_command_cannot_take_over_the_daemon_through_its_control_socket() -> None:
+    # The same uid reaches control.sock; a take-over would hand the command the
+    # daemon's listening sockets (every client's next connection) and its keepers.
+    async with _nobody_daemon() as (server, state), connect(server.url) as peer:
+        control = str(state / "control.sock")
+        argv = [PYTHON, "-I", "-S", "-c", TAKE_OVER, control]
+        events = await peer.run(
+            "boxed", argv, sandbox=sandbox([ROOT_READ], network="enabled"), timeout=60
+        )
+        count, answer = events.output().decode().split(" ", 1)
+        assert count == "0" and json.loads(answer)["op"] == "refused", answer
+        # The daemon handed nothing over and serves on.
+        exited = (await peer.run("after", ["true"], timeout=60)).exited()
+        assert exited is not None and exited["exitCode"] == 0
+        assert server.process.returncode is None
+
+
 async def test_a_tenants_kept_child_runs_as_its_account_and_cannot_reach_its_keeper() -> None:
     # --tenants: the keeper is root's, its child the tenant's (the plan's credentials).
     with tenant_host() as host:
