@@ -74,6 +74,7 @@ __all__ = [
     "KIND_STDERR",
     "KIND_STDOUT",
     "META_NAME",
+    "NET_FDS_MARK",
     "REQUEST_HEAD",
     "SOCKET_NAME",
     "STREAM_KINDS",
@@ -88,6 +89,9 @@ REQUEST_HEAD = struct.Struct("<I")
 KIND_STDOUT, KIND_STDERR, KIND_PTY, KIND_EXIT, KIND_CLOSED, KIND_INFO = 0, 1, 2, 3, 4, 5
 STREAM_KINDS = {"stdout": KIND_STDOUT, "stderr": KIND_STDERR, "pty": KIND_PTY}
 SOCKET_NAME = "keeper.sock"
+# The byte a re-adopting daemon first receives when the keeper holds its
+# process's network listeners (they come with it, SCM_RIGHTS).
+NET_FDS_MARK = b"N"
 META_NAME = "meta.json"
 # execserver.sandbox.mounts.MARK (not imported: stdlib only): set on every mount
 # point a daemon made for a protected name; a test keeps the two equal.
@@ -326,6 +330,13 @@ class Keeper:
         # pipe (when "status_fd"), then a locked descriptor per mount point.
         held = list(held)
         self.status_fd: int | None = held.pop(0) if request.get("status_fd") else None
+        # Last: the listening sockets of the process's managed network (the daemon's
+        # proxy, its sandbox's bridge; execserver/netproxy/kept.py), handed to each
+        # re-adopting daemon, and their socket directories, removed at the end.
+        count = int(request.get("net_fds") or 0)
+        self.net_fds: list[int] = held[len(held) - count :] if count else []
+        self.net_dirs: list[str] = list(request.get("net_dirs") or ())
+        held = held[: len(held) - count]
         self.mounts: list[tuple[int, str]] = list(
             zip(held, request.get("mounts") or (), strict=True)
         )
@@ -790,6 +801,14 @@ class Keeper:
                     break
                 except OSError:
                     time.sleep(0.01)
+        for fd in self.net_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.net_fds = []
+        for directory in self.net_dirs:
+            _remove_tree(directory)
         _remove_tree(self.dir)
         self.done = True
 
@@ -876,6 +895,14 @@ class Keeper:
             return
         if self.link is not None:
             self._drop_link()
+        if self.net_fds:
+            # Before anything else on the link: one byte carrying them (it fits any
+            # fresh socket's buffer, so the non-blocking send is whole).
+            try:
+                socket.send_fds(sock, [NET_FDS_MARK], self.net_fds)
+            except OSError:
+                sock.close()
+                return
         self.link = Link(sock)
         self.sel.register(sock, selectors.EVENT_READ, "link")
         self.orphan_deadline = None

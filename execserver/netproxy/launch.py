@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from execserver.aio.tasks import TaskSet
 from execserver.netproxy.guard import is_daemon_endpoint
+from execserver.netproxy.kept import PROXY, KeptNetwork, SavedListeners
 from execserver.netproxy.loopback import LoopbackBridge, loopback_proxy_ports
 from execserver.netproxy.proxy import ProcessNetworkProxy
 from execserver.netproxy.resolver import Resolver
@@ -37,7 +38,10 @@ if TYPE_CHECKING:
 __all__ = [
     "NetworkHost",
     "NetworkSetup",
+    "new_process_proxy",
     "prepare_network",
+    "restore_network",
+    "session_proxies",
 ]
 
 log = logging.getLogger(__name__)
@@ -108,14 +112,14 @@ class NetworkHost:
         return Resolver(self.host_overrides)
 
 
-async def start_process_proxy(
+def new_process_proxy(
     session: SessionHandle,
     process_id: str,
     config: RemoteNetworkProxyLaunchConfig,
     host: NetworkHost,
 ) -> ProcessNetworkProxy:
-    """Start the proxy for ``process_id``; registered with the session at once so a
-    cancelled request never leaks its listeners."""
+    """The proxy for ``process_id``, not listening yet, registered with the session
+    (closed with it)."""
 
     async def notify(note: NetworkPolicyDecisionNotification) -> None:
         await session.notify(m.NETWORK_POLICY_DECISION, note)
@@ -132,12 +136,23 @@ async def start_process_proxy(
         resolver=host.resolver(),
         upstream_environ=host.daemon_env,
     )
-    proxies = session_proxies(session)
-    proxies.add(proxy)
+    session_proxies(session).add(proxy)
+    return proxy
+
+
+async def start_process_proxy(
+    session: SessionHandle,
+    process_id: str,
+    config: RemoteNetworkProxyLaunchConfig,
+    host: NetworkHost,
+) -> ProcessNetworkProxy:
+    """Start the proxy for ``process_id``; registered with the session at once so a
+    cancelled request never leaks its listeners."""
+    proxy = new_process_proxy(session, process_id, config, host)
     try:
         await proxy.start()
     except BaseException:
-        await proxies.discard(proxy)
+        await session_proxies(session).discard(proxy)
         raise
     log.info(
         "process %s: network proxy on 127.0.0.1:%d (socks %s), mode %s",
@@ -161,10 +176,24 @@ class NetworkSetup:
     owned: list[Resource] = field(default_factory=list)
 
     @property
-    def served_by_daemon(self) -> bool:
-        """The process's network goes through something this daemon runs (its proxy,
-        the sandbox's bridge to one): it cannot outlive the daemon."""
-        return bool(self.owned) or self.routes is not None
+    def outlives_daemon(self) -> bool:
+        """Whether the process may outlive this daemon (with --state-dir): its proxy's
+        and bridge's listeners then go to its keeper (``hand_over``) and a restarted
+        daemon serves them again. Not with masked credentials: the real secrets live
+        only in this daemon's memory (never written to disk), so such a process
+        ends with the daemon."""
+        return not any(
+            isinstance(r, ProcessNetworkProxy) and r.credentials is not None for r in self.owned
+        )
+
+    def hand_over(self) -> KeptNetwork | None:
+        """What the process's keeper must hold for its network to outlive this daemon
+        (None: it uses nothing of the daemon's)."""
+        if not self.owned:
+            return None
+        return KeptNetwork.of(
+            [r for r in self.owned if isinstance(r, ProcessNetworkProxy | LoopbackBridge)]
+        )
 
     def close_with(self, proc: ClosableProcess) -> None:
         for resource in self.owned:
@@ -229,3 +258,43 @@ async def _loopback_routes(setup: NetworkSetup, params: ExecParams) -> ProxyRout
     setup.owned.append(bridge)
     allow_local = bool(managed is not None and managed.allow_local_binding)
     return await bridge.start(allow_local_binding=allow_local)
+
+
+async def restore_network(
+    session: SessionHandle,
+    process_id: str,
+    saved: list[SavedListeners],
+    host: NetworkHost,
+    proc: ClosableProcess,
+) -> None:
+    """A re-adopted process's proxy and bridge (netproxy/kept.py), serving the
+    listening sockets its keeper held, closed with it as at its start. The
+    sockets are theirs from now on (closed on failure: the child's connections
+    are then refused, never let through unfiltered)."""
+    proxies = session_proxies(session)
+    for index, item in enumerate(saved):
+        listeners = list(zip(item.roles, item.sockets, strict=True))
+        resource: ProcessNetworkProxy | LoopbackBridge
+        try:
+            if item.kind == PROXY:
+                assert item.config is not None
+                proxy = new_process_proxy(session, process_id, item.config, host)
+                resource = proxy
+                await proxy.adopt(
+                    listeners,
+                    http_port=item.http_port,
+                    socks_port=item.socks_port,
+                    socket_dir=item.socket_dir,
+                )
+            else:
+                assert item.socket_dir is not None
+                bridge = LoopbackBridge(int(role) for role in item.roles)
+                resource = bridge
+                proxies.add(bridge)
+                await bridge.adopt(listeners, item.socket_dir)
+        except BaseException:
+            for rest in saved[index:]:
+                for sock in rest.sockets:
+                    sock.close()
+            raise
+        proxies.close_with(proc, resource)

@@ -14,8 +14,9 @@ import asyncio
 import logging
 import os
 import shutil
+import socket
 import tempfile
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from execserver.aio.tasks import TaskSet
@@ -24,6 +25,7 @@ from execserver.netproxy.guard import (
     accept_connection,
     is_daemon_endpoint,
 )
+from execserver.netproxy.proxy import KEEP_PATH
 from execserver.netproxy.relay import close, relay
 from execserver.sandbox.hidden import private_dir
 from execserver.sandbox.proxy_routed import ProxyRoutes
@@ -63,6 +65,8 @@ class LoopbackBridge:
         self.ports = sorted(set(ports))
         self.socket_dir: str | None = None
         self._servers: list[asyncio.Server] = []
+        # False once a keeper holds the listeners (ProcessNetworkProxy.kept).
+        self._owns_socket_dir = True
         # The forwarding connections (asyncio's stream server starts their tasks).
         self._tasks = TaskSet("loopback bridge", logger=log)
         self._closed = False
@@ -76,12 +80,38 @@ class LoopbackBridge:
         try:
             for port in self.ports:
                 path = os.path.join(self.socket_dir, f"{port}.sock")
-                self._servers.append(await asyncio.start_unix_server(self._forwarder(port), path))
+                self._servers.append(
+                    await asyncio.start_unix_server(self._forwarder(port), path, **KEEP_PATH)
+                )
                 routes.append((port, path))
         except BaseException:
             await self.aclose()
             raise
         return ProxyRoutes(tuple(routes), allow_local_binding)
+
+    def listeners(self) -> list[tuple[str, int]]:
+        """Each listening socket (its port as its role) and descriptor."""
+        return [
+            (str(port), server.sockets[0].fileno())
+            for port, server in zip(self.ports, self._servers, strict=True)
+        ]
+
+    def kept(self) -> None:
+        self._owns_socket_dir = False
+
+    async def adopt(self, listeners: Sequence[tuple[str, socket.socket]], socket_dir: str) -> None:
+        """Serve the sockets a keeper held across a daemon restart (``start``'s)."""
+        self.socket_dir = socket_dir
+        self._owns_socket_dir = False
+        try:
+            for role, sock in listeners:
+                forward = self._forwarder(int(role))
+                self._servers.append(
+                    await asyncio.start_unix_server(forward, sock=sock, **KEEP_PATH)
+                )
+        except BaseException:
+            await self.aclose()
+            raise
 
     def _forwarder(
         self, port: int
@@ -116,5 +146,5 @@ class LoopbackBridge:
         for server in self._servers:
             server.close()
         await self._tasks.aclose()
-        if self.socket_dir is not None:
+        if self.socket_dir is not None and self._owns_socket_dir:
             shutil.rmtree(self.socket_dir, ignore_errors=True)

@@ -14,8 +14,11 @@ import contextlib
 import logging
 import os
 import shutil
+import socket
+import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from execserver.aio.tasks import TaskSet
 from execserver.netproxy import http_proxy, socks
@@ -37,6 +40,11 @@ log = logging.getLogger(__name__)
 Handler = Callable[[PolicyEngine, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 HTTP_SOCKET = "http.sock"
 SOCKS_SOCKET = "socks.sock"
+# A listener's role: which front end, on loopback TCP or on a unix socket.
+HTTP, SOCKS, HTTP_UNIX, SOCKS_UNIX = "http", "socks", "http-unix", "socks-unix"
+# Python 3.13 unlinks a unix server's path when it closes: a proxy whose
+# listeners a keeper holds (netproxy/kept.py) must leave the path to it.
+KEEP_PATH: dict[str, Any] = {"cleanup_socket": False} if sys.version_info >= (3, 13) else {}
 
 
 class ProcessNetworkProxy:
@@ -74,6 +82,10 @@ class ProcessNetworkProxy:
         self.socks_port: int | None = None
         self.socket_dir: str | None = None
         self._servers: list[asyncio.Server] = []
+        self._roles: list[str] = []  # each server's role (HTTP, SOCKS, ...)
+        # False once a keeper holds the listeners: the socket directory is then
+        # the keeper's to remove (its process may outlive this daemon).
+        self._owns_socket_dir = True
         self._writers: set[asyncio.StreamWriter] = set()
         # The front ends' connections (asyncio's stream servers start their tasks).
         self._tasks = TaskSet("network proxy", logger=log)
@@ -86,11 +98,11 @@ class ProcessNetworkProxy:
     async def start(self) -> None:
         try:
             server = await asyncio.start_server(self._serving(http_proxy.handle), "127.0.0.1", 0)
-            self._servers.append(server)
+            self._add(HTTP, server)
             self.http_port = _port_of(server)
             if self.socks_enabled:
                 server = await asyncio.start_server(self._serving(socks.handle), "127.0.0.1", 0)
-                self._servers.append(server)
+                self._add(SOCKS, server)
                 self.socks_port = _port_of(server)
         except BaseException:
             await self.aclose()
@@ -101,15 +113,63 @@ class ProcessNetworkProxy:
         if self.socket_dir is None:
             self.socket_dir = tempfile.mkdtemp(prefix="execserver-netproxy-", dir=private_dir())
             path = os.path.join(self.socket_dir, HTTP_SOCKET)
-            self._servers.append(
-                await asyncio.start_unix_server(self._serving(http_proxy.handle), path)
+            self._add(
+                HTTP_UNIX,
+                await asyncio.start_unix_server(
+                    self._serving(http_proxy.handle), path, **KEEP_PATH
+                ),
             )
             if self.socks_enabled:
                 path = os.path.join(self.socket_dir, SOCKS_SOCKET)
-                self._servers.append(
-                    await asyncio.start_unix_server(self._serving(socks.handle), path)
+                self._add(
+                    SOCKS_UNIX,
+                    await asyncio.start_unix_server(self._serving(socks.handle), path, **KEEP_PATH),
                 )
         return self.socket_dir
+
+    def _add(self, role: str, server: asyncio.Server) -> None:
+        self._servers.append(server)
+        self._roles.append(role)
+
+    def listeners(self) -> list[tuple[str, int]]:
+        """Each listening socket's role and descriptor (still this proxy's: a keeper
+        gets duplicates, netproxy/kept.py)."""
+        return [
+            (role, server.sockets[0].fileno())
+            for role, server in zip(self._roles, self._servers, strict=True)
+        ]
+
+    def kept(self) -> None:
+        """A keeper holds the listeners now, and removes the socket directory when
+        its process ends: closing this proxy leaves the directory alone."""
+        self._owns_socket_dir = False
+
+    async def adopt(
+        self,
+        listeners: Sequence[tuple[str, socket.socket]],
+        *,
+        http_port: int,
+        socks_port: int | None,
+        socket_dir: str | None,
+    ) -> None:
+        """Serve the listening sockets a keeper held across a daemon restart
+        (instead of ``start``): the same addresses, and connections made while no
+        daemon ran are waiting in their backlogs."""
+        self.http_port, self.socks_port, self.socket_dir = http_port, socks_port, socket_dir
+        self._owns_socket_dir = False
+        try:
+            for role, sock in listeners:
+                handler = self._serving(
+                    socks.handle if role.startswith(SOCKS) else http_proxy.handle
+                )
+                if role in (HTTP_UNIX, SOCKS_UNIX):
+                    server = await asyncio.start_unix_server(handler, sock=sock, **KEEP_PATH)
+                else:
+                    server = await asyncio.start_server(handler, sock=sock)
+                self._add(role, server)
+        except BaseException:
+            await self.aclose()
+            raise
 
     async def sandbox_routes(self) -> ProxyRoutes:
         """Where a sandboxed child's bridge sends each proxy port (unix sockets)."""
@@ -161,7 +221,7 @@ class ProcessNetworkProxy:
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
-        if self.socket_dir is not None:
+        if self.socket_dir is not None and self._owns_socket_dir:
             shutil.rmtree(self.socket_dir, ignore_errors=True)
 
 

@@ -6,6 +6,12 @@ Layout (every directory 0700, every file 0600, owned by the daemon's uid)::
     STATE_DIR/<session id>/<name>/meta.json     the process (written by its keeper)
     STATE_DIR/<session id>/<name>/keeper.sock   the keeper's socket (re-adoption)
     STATE_DIR/<session id>/<name>/journal/      its output, <first seq>.seg segments
+    STATE_DIR/<session id>/<name>/network.json  its managed network's listeners (the
+                                                keeper holds them: netproxy/kept.py)
+    STATE_DIR/private/                          the daemons' private directory
+                                                (sandbox/hidden.py): proxy sockets
+                                                (in $TMPDIR when that path is too
+                                                long for a socket's)
 
 ``session.json`` is written once, at the session's first keeper, atomically
 (tmp, rename), so a crash of the daemon at any instant leaves it absent or whole
@@ -21,27 +27,39 @@ sending), so nothing else needs saving.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import json
 import logging
 import os
 import shutil
 import socket
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from execserver.keeper.client import KeeperGone, Zygote, connect_keeper, read_answer, send_line
-from execserver.keeper.program import META_NAME
+from execserver.keeper.client import (
+    ANSWER_TIMEOUT_S,
+    KeeperGone,
+    Zygote,
+    connect_keeper,
+    read_answer,
+    send_line,
+)
+from execserver.keeper.program import META_NAME, NET_FDS_MARK
+from execserver.netproxy.kept import NETWORK_FILE, KeptNetwork, SavedListeners, saved_listeners
 from execserver.sandbox.plan import LaunchPlan
 from execserver.wire.errors import RpcError, os_error_text
 
-__all__ = ["SESSION_FILE", "KeeperHost", "SavedSession"]
+__all__ = ["SESSION_FILE", "Adopted", "KeeperHost", "SavedSession", "private_dir_for"]
 
 log = logging.getLogger(__name__)
 
 SESSION_FILE = "session.json"
+# The daemons' private directory (sandbox/hidden.py) under the state directory.
+PRIVATE_DIR = "private"
 # Why a keeper failed (its traceback): keepers outlive the daemon's stderr.
 KEEPERS_LOG = "keepers.log"
 # Journal bytes a keeper holds beyond the retained output before it stops
@@ -96,6 +114,59 @@ def _saved_processes(session_dir: str) -> dict[str, str]:
     return {process_id: name for process_id, (_, name) in found.items()}
 
 
+# The longest socket path made in the private directory: a proxy's socket
+# directory (tempfile's 8 random characters) and its socket name.
+_SOCKET_TAIL = len("/execserver-netproxy-12345678/socks.sock")
+_SUN_PATH_MAX = 107  # sockaddr_un's 108 bytes, NUL included
+
+
+def private_dir_for(state_dir: str) -> str:
+    """STATE_DIR/private, or when that is too long a prefix for a socket path
+    (the sandbox's bridge connects to it by path; systemd's /var/lib/... is not)
+    a directory in the temporary directory named after the state directory, so
+    every daemon of it finds the same one."""
+    inside = os.path.join(state_dir, PRIVATE_DIR)
+    if len(inside) + _SOCKET_TAIL <= _SUN_PATH_MAX:
+        return inside
+    digest = hashlib.sha256(os.path.realpath(state_dir).encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"execserver-private-{digest}")
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """A re-adopted keeper: its link, its meta.json, its directory, and the
+    listening sockets of its process's managed network (netproxy/kept.py)."""
+
+    link: socket.socket
+    meta: dict[str, Any]
+    directory: str
+    network: list[SavedListeners]
+
+
+def _read_network(directory: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(directory, NETWORK_FILE), "rb") as handle:
+            body: dict[str, Any] = json.load(handle)
+    except FileNotFoundError:
+        return None
+    return body
+
+
+def _receive_listeners(link: socket.socket) -> list[socket.socket]:
+    """The listeners a keeper sends first on a re-adopting daemon's link."""
+    link.settimeout(ANSWER_TIMEOUT_S)
+    try:
+        mark, fds, _, _ = socket.recv_fds(link, 1, 64)
+    finally:
+        link.setblocking(False)
+    sockets = [socket.socket(fileno=fd) for fd in fds]
+    if mark != NET_FDS_MARK:
+        for sock in sockets:
+            sock.close()
+        raise ValueError("no listeners came")
+    return sockets
+
+
 class KeeperHost:
     """The daemon's keepers: the zygote, the session files, re-adoption."""
 
@@ -104,6 +175,7 @@ class KeeperHost:
     ) -> None:
         self.state_dir = os.path.abspath(state_dir)
         _private_dir(self.state_dir)
+        self.private_dir = private_dir_for(self.state_dir)
         self._ttl_s = ttl_s
         self._drain_timeout_s = drain_timeout_s
         self._budget = retained_bytes + JOURNAL_SLACK_BYTES
@@ -120,9 +192,10 @@ class KeeperHost:
     def accepts(plan: LaunchPlan) -> bool:
         """Every plan that is run at all: unsandboxed, or sandboxed by bwrap or the
         launcher (its host resources, bwrap's status pipe and the mount points'
-        references, go to the keeper with it: ``PlanResources.hand_over``). One
-        that needs what the daemon itself serves (a managed-network proxy) is kept
-        too, but not beyond the daemon (``spawn(outlive=False)``): never orphaned."""
+        references, go to the keeper with it: ``PlanResources.hand_over``), its
+        managed network's listeners too (``spawn(network=)``). One whose proxy
+        holds secrets only this daemon has is kept too, but not beyond the daemon
+        (``spawn(outlive=False)``): never orphaned."""
         return plan.mechanism != "refused"
 
     # ---- spawning --------------------------------------------------------------------
@@ -137,11 +210,14 @@ class KeeperHost:
         program: str,
         cgroups: list[str],
         outlive: bool = True,
+        network: KeptNetwork | None = None,
     ) -> tuple[socket.socket, dict[str, Any], str]:
         """A keeper running ``plan``: (its link, its answer, its directory). Raises
         RpcError as ``spawn`` does (the reference's texts) when the child could not
         start. ``plan`` is closed either way. ``outlive`` False: the keeper ends the
-        process as soon as no daemon holds its link (a TTL of 0)."""
+        process as soon as no daemon holds its link (a TTL of 0). ``network``: the
+        listening sockets of its managed network, which the keeper holds from now
+        on (``network.json`` beside them says what they are; netproxy/kept.py)."""
         try:
             session_dir = os.path.join(self.state_dir, session_id)
             _private_dir(session_dir)
@@ -179,6 +255,17 @@ class KeeperHost:
                 ) from None
             request["status_fd"] = len(held) > len(mounts)
             request["mounts"] = mounts
+            if network is not None:
+                # After the sandbox's: the network's listeners, which a re-adopting
+                # daemon gets back from the keeper.
+                _write_atomic(
+                    os.path.join(directory, NETWORK_FILE),
+                    json.dumps(network.description).encode(),
+                )
+                request["net_fds"] = len(network.fds)
+                request["net_dirs"] = network.dirs
+                held += network.fds
+                network.fds = []
             try:
                 link = self._zygote.spawn(request, [*plan.pass_fds, *held])
                 answer = read_answer(link)
@@ -199,6 +286,8 @@ class KeeperHost:
                 raise RpcError.internal("cannot place the process in its resource-limit cgroup")
             raise RpcError.internal(os_error_text(int(answer.get("errno") or 5)))
         self._keepers[directory] = int(answer["keeper"])
+        if network is not None:
+            network.kept()
         if session_id not in self._sessions:
             # Once per session (the id and principal never change): the processes are
             # the directories beside it, each described by its keeper's meta.json.
@@ -237,7 +326,7 @@ class KeeperHost:
         found: list[SavedSession] = []
         for entry in sorted(os.listdir(self.state_dir)):
             path = os.path.join(self.state_dir, entry)
-            if not os.path.isdir(path) or os.path.islink(path):
+            if not os.path.isdir(path) or os.path.islink(path) or entry == PRIVATE_DIR:
                 continue  # a session is a directory (beside them: the control socket)
             try:
                 uuid.UUID(entry)
@@ -260,21 +349,44 @@ class KeeperHost:
             found.append(saved)
         return found
 
-    def adopt(self, session_id: str, name: str) -> tuple[socket.socket, dict[str, Any], str]:
-        """Reconnect to a keeper: (its link, replaying from its oldest journaled
-        event; its meta; its directory). Raises KeeperGone if it is not there."""
+    def adopt(self, session_id: str, name: str) -> Adopted:
+        """Reconnect to a keeper, which replays from its oldest journaled event and
+        hands back its process's network listeners, if any. Raises KeeperGone if
+        it is not there."""
         directory = os.path.join(self.state_dir, session_id, name)
         if os.sep in name or name.startswith("."):
             raise KeeperGone(f"bad process directory {name!r}")
         try:
             with open(os.path.join(directory, META_NAME), "rb") as handle:
                 meta: dict[str, Any] = json.load(handle)
+            description = _read_network(directory)
         except (OSError, ValueError) as exc:
             raise KeeperGone(str(exc)) from None
         link = connect_keeper(directory)
+        network: list[SavedListeners] = []
+        if description is not None:
+            try:
+                network = saved_listeners(description, _receive_listeners(link))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                link.close()
+                raise KeeperGone(f"its network's listeners: {exc}") from None
         send_line(link, {"op": "hello", "from": 0})
         self._keepers[directory] = int(meta["keeper"])
-        return link, meta, directory
+        return Adopted(link, meta, directory, network)
+
+    def sweep_private(self, claimed: set[str]) -> None:
+        """After re-adoption: what the private directory holds that no re-adopted
+        process's network uses (a dead keeper's, a killed daemon's unkept
+        proxy's) goes."""
+        try:
+            entries = os.listdir(self.private_dir)
+        except FileNotFoundError:
+            return
+        kept = {os.path.realpath(path) for path in claimed}
+        for entry in entries:
+            path = os.path.join(self.private_dir, entry)
+            if os.path.realpath(path) not in kept:
+                shutil.rmtree(path, ignore_errors=True)
 
     def forget_gone(self, session_id: str, name: str) -> None:
         """A saved process whose keeper is gone (a machine restart): its files go."""

@@ -199,7 +199,8 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
             plan,
             classify,
             program=params.argv[0],
-            keep=not net.served_by_daemon,
+            keep=net.outlives_daemon,
+            network=net.hand_over() if net.outlives_daemon else None,
         )
     except BaseException:
         await net.aclose()

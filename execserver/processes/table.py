@@ -18,6 +18,7 @@ from execserver.keeper.client import KeeperGone
 from execserver.kernel.limits import check_below
 from execserver.kernel.peer import SessionHandle
 from execserver.kernel.telemetry import Telemetry
+from execserver.netproxy.kept import KeptNetwork, SavedListeners
 from execserver.processes.kept import KeptProcess
 from execserver.processes.launch import spawn
 from execserver.processes.managed import DenialClassifier, ManagedProcess
@@ -93,6 +94,7 @@ class ProcessTable:
         program: str | None = None,
         *,
         keep: bool = True,
+        network: KeptNetwork | None = None,
     ) -> ManagedProcess:
         """Spawn and register synchronously: no await between fork and registration,
         so a cancelled request can never leave an unowned child behind.
@@ -100,19 +102,27 @@ class ProcessTable:
         ``program``: the name the log gives the process, the requested argv[0]
         (a sandboxed plan execs bwrap or the launcher, not the program).
         ``keep``: with --state-dir, whether it may outlive the daemon (False: it
-        needs what only this daemon serves, a managed-network proxy; its keeper
+        needs what only this daemon holds, a proxy's masked secrets; its keeper
         then ends it as soon as the daemon is gone, instead of orphaning it).
+        ``network``: the listeners of its managed network, for its keeper to hold
+        (``netproxy.launch.NetworkSetup.hand_over``; closed here without keepers).
         ``plan`` is closed either way: a refused start releases its fds and mount
         points (process_start checks the id before planning; a cgroup that could
         not be made left them held)."""
         try:
-            self.check_available(process_id)
-        except BaseException:
-            plan.close()
-            raise
-        keepers = self._supervisor.keepers
-        if keepers is not None and keepers.accepts(plan):
-            return self._start_kept(process_id, plan, classify_denial, program, outlive=keep)
+            try:
+                self.check_available(process_id)
+            except BaseException:
+                plan.close()
+                raise
+            keepers = self._supervisor.keepers
+            if keepers is not None and keepers.accepts(plan):
+                return self._start_kept(
+                    process_id, plan, classify_denial, program, outlive=keep, network=network
+                )
+        finally:
+            if network is not None:
+                network.close()  # what the keeper did not take (all of it without one)
         if self._containment is None:
             spawned = spawn(plan)
             tree = self._supervisor.track(spawned.pid, plan.env)
@@ -152,6 +162,7 @@ class ProcessTable:
         program: str | None,
         *,
         outlive: bool,
+        network: KeptNetwork | None,
     ) -> ManagedProcess:
         """``start`` with --state-dir: the child is a keeper's (execserver/keeper/)."""
         keepers = self._supervisor.keepers
@@ -167,6 +178,7 @@ class ProcessTable:
                 program=name,
                 cgroups=cgroup.directories if cgroup is not None else [],
                 outlive=outlive,
+                network=network,
             )
         except BaseException:
             if cgroup is not None:
@@ -236,22 +248,27 @@ class ProcessTable:
         self._procs[process_id] = proc
         return proc
 
-    def readopt(self, process_id: str, name: str) -> ManagedProcess | None:
+    def readopt(
+        self, process_id: str, name: str
+    ) -> tuple[ManagedProcess, list[SavedListeners]] | None:
         """A process a previous daemon started (--state-dir): reconnected to its keeper,
-        which replays its journal, so its log and seqs are what they were. None if
-        its keeper is gone (it is dropped from the session's file)."""
+        which replays its journal, so its log and seqs are what they were; with the
+        listeners of its managed network the keeper held (the caller serves them:
+        netproxy.launch.restore_network). None if its keeper is gone (it is dropped
+        from the session's file)."""
         keepers = self._supervisor.keepers
         assert keepers is not None
         try:
-            link, meta, directory = keepers.adopt(self._session.id, name)
+            adopted = keepers.adopt(self._session.id, name)
         except KeeperGone as exc:
             log.warning("process %s of session %s is gone: %s", process_id, self._session.id, exc)
             keepers.forget_gone(self._session.id, name)
             return None
+        meta = adopted.meta
         proc = self._kept(
             process_id,
-            link,
-            directory,
+            adopted.link,
+            adopted.directory,
             pid=int(meta["pid"]),
             tty=bool(meta["tty"]),
             pipe_stdin=bool(meta["pipe_stdin"]),
@@ -260,7 +277,7 @@ class ProcessTable:
         )
         if self._telemetry is not None:
             self._telemetry.process_spawned()  # balanced by its exit, replayed or to come
-        return proc
+        return proc, adopted.network
 
     def _on_exited(self, proc: ManagedProcess) -> None:
         if self._telemetry is not None:

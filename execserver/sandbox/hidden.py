@@ -9,7 +9,10 @@ tmpfs, and a proxy-routed sandbox gets exactly its own socket directory bound
 back in (see ``bwrap.build_layout``'s ``private_binds``).
 
 The directory is created once per daemon (0700, random name) on first use and
-removed at exit.
+removed at exit. With ``--state-dir`` it is ``STATE_DIR/private`` instead
+(``use_private_dir``): the same for every daemon of that state directory, so a
+kept process's proxy sockets (netproxy/kept.py) stay masked in a restarted
+daemon's sandboxes, and not removed at exit (their keepers remove them).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import shutil
 import tempfile
 import threading
 
-__all__ = ["is_private", "private_dir"]
+__all__ = ["is_private", "private_dir", "use_private_dir"]
 
 _lock = threading.Lock()
 _private: str | None = None
@@ -34,6 +37,20 @@ def private_dir() -> str:
             _private = os.path.realpath(tempfile.mkdtemp(prefix="execserver-private-"))
             atexit.register(shutil.rmtree, _private, True)
         return _private
+
+
+def use_private_dir(path: str) -> None:
+    """This daemon's private directory is ``path`` (made 0700 if missing; it must be
+    a directory of this uid, not a link), kept at exit. Called at start-up,
+    before any sandbox or proxy is built."""
+    global _private
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    info = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path) or info.st_uid != os.getuid():
+        raise RuntimeError(f"{path}: not a directory owned by this user")
+    os.chmod(path, 0o700)
+    with _lock:
+        _private = os.path.realpath(path)
 
 
 def is_private(path: str) -> bool:

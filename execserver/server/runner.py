@@ -30,11 +30,15 @@ from execserver.kernel.limits import describe_limit
 from execserver.kernel.methods import MethodTable
 from execserver.netproxy import service as netproxy
 from execserver.netproxy.guard import protect_listener, release_listener
+from execserver.netproxy.kept import SavedListeners
+from execserver.netproxy.launch import NetworkHost, restore_network
 from execserver.processes import service as processes
 from execserver.processes.keepers import KeeperHost
+from execserver.processes.managed import ManagedProcess
 from execserver.processes.supervisor import Supervisor
 from execserver.processes.table import ProcessTable
 from execserver.sandbox.backend import SandboxBackend, log_backend, probe_backend
+from execserver.sandbox.hidden import use_private_dir
 from execserver.sandbox.keyring import isolate_session_keyring
 from execserver.server import auth, lifecycle
 from execserver.server.audit import AuditLog
@@ -357,7 +361,7 @@ class Server:
         # of its keepers first (--take-over), or this start is refused.
         await self._inherit_listeners()
         # --state-dir: what a previous daemon left, detached until resumed or expired.
-        readopt_sessions(self.runtime)
+        await readopt_sessions(self.runtime)
         # Everything start-up imported and built stays: keep it out of full collections.
         frozen = freeze_startup_objects()
         log.debug("%d start-up objects frozen out of garbage collection", frozen)
@@ -580,10 +584,13 @@ def open_keepers(runtime: ServerRuntime) -> KeeperHost | None:
     )
     runtime.resources.provide(KeeperHost, host)
     runtime.state.get(Supervisor, lambda: Supervisor(keepers=host))
+    # Shared by the daemons of this state directory: a kept process's proxy sockets
+    # stay masked in a successor's sandboxes (sandbox/hidden.py).
+    use_private_dir(host.private_dir)
     return host
 
 
-def readopt_sessions(runtime: ServerRuntime) -> int:
+async def readopt_sessions(runtime: ServerRuntime) -> int:
     """Every session the state directory holds, restored detached; the count."""
     host = runtime.resources.get(KeeperHost)
     if host is None:
@@ -593,6 +600,9 @@ def readopt_sessions(runtime: ServerRuntime) -> int:
     restored = 0
     telemetry = runtime.telemetry
     tenants = runtime.resources.get(TenantDirectory)
+    # What processes/service.py gives a proxy at a process's start.
+    network_host = NetworkHost(daemon_env=os.environ, host_overrides=config.netproxy_host_overrides)
+    claimed: set[str] = set()
     for saved in host.saved_sessions():
         session = Session(saved.id, saved.principal)
         runtime.sessions.restore(session)
@@ -612,8 +622,12 @@ def readopt_sessions(runtime: ServerRuntime) -> int:
 
         processes = session.state.get(ProcessTable, table)
         for process_id, name in saved.processes.items():
-            proc = processes.readopt(process_id, name)
-            if proc is not None:
+            readopted = processes.readopt(process_id, name)
+            if readopted is not None:
+                proc, network = readopted
+                if network:
+                    claimed.update(n.socket_dir for n in network if n.socket_dir is not None)
+                    await _restore_network(session, process_id, network, proc, network_host)
                 session_id = saved.id
 
                 def closed(p: Any, session_id: str = session_id) -> None:
@@ -630,7 +644,24 @@ def readopt_sessions(runtime: ServerRuntime) -> int:
             host.state_dir,
             len(processes),
         )
+    host.sweep_private(claimed)
     return restored
+
+
+async def _restore_network(
+    session: Session,
+    process_id: str,
+    network: list[SavedListeners],
+    proc: ManagedProcess,
+    network_host: NetworkHost,
+) -> None:
+    """The re-adopted process's proxy or bridge, serving the listeners its keeper
+    held (netproxy/kept.py). If that fails the process's network is closed (its
+    connections refused), never opened: it runs on, and the log says why."""
+    try:
+        await restore_network(session, process_id, network, network_host, proc)
+    except Exception as exc:
+        log.error("process %s of session %s: its network is gone: %s", process_id, session.id, exc)
 
 
 def leave_keepers(runtime: ServerRuntime) -> None:

@@ -381,7 +381,10 @@ import array, json, os, socket, sys
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 sock.settimeout(30)
 sock.connect(sys.argv[1])
-sock.sendall(json.dumps({"op": "take-over", "pid": os.getpid(), "version": "9"}).encode() + b"\n")
+try:
+    sock.sendall(json.dumps({"op": "take-over", "pid": os.getpid(), "version": "9"}).encode() + b"\n")
+except BrokenPipeError:
+    pass  # refused at once: the refusal is still there to read
 data, fds, _, _ = socket.recv_fds(sock, 4096, 8)
 print(len(fds), data.decode().strip(), flush=True)
 """

@@ -56,11 +56,17 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def state_daemon(
-    state_dir: Path, port: int | None = None, *, ttl: float, extra: Sequence[str] = ()
+    state_dir: Path,
+    port: int | None = None,
+    *,
+    ttl: float,
+    extra: Sequence[str] = (),
+    serve: list[str] | None = None,
 ) -> AsyncIterator[RunningServer]:
     """A daemon on ws://127.0.0.1:``port`` (any free port when None) holding its
     processes in keepers under ``state_dir``; stopped (if still running) when the
-    block ends."""
+    block ends. ``serve``: start_server's (another entry point than ``execserver
+    serve``)."""
     listen = [] if port is None else ["--listen", f"ws://127.0.0.1:{port}"]
     flags = [
         "--state-dir",
@@ -72,7 +78,7 @@ async def state_daemon(
         "warning",
         *extra,
     ]
-    async with start_server("execserver", extra=flags) as server:
+    async with start_server("execserver", extra=flags, serve=serve) as server:
         yield server
 
 

@@ -1,14 +1,15 @@
 """Fifty processes of every kind through a daemon SIGKILL and restart
 (``--state-dir``): pipes and PTY, unsandboxed and sandboxed (workspace-write,
-bwrap), each printing numbered lines before the crash, while no daemon runs,
+bwrap), behind the daemon's managed-network proxy or not,
+each printing numbered lines before the crash, while no daemon runs,
 and after the restart. The restarted daemon serves every one of them to the
 resumed session: output complete and in order from seq 1, seqs gap-free, the
 right exit codes; the daemon's RSS after re-adopting them stays bounded, and
 once they have ended nothing of them is left.
 
-Not here: a process behind the daemon's managed-network proxy (it ends with the
-daemon, tests/survival/test_survive_sandboxed.py) and big output to a client
-that does not read (tests/survival/test_survive_daemon.py).
+Not here: that a managed network still works after the restart
+(tests/survival/test_survive_network.py) and big output to a client that does
+not read (tests/survival/test_survive_big_output.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from tests.reliability.scale import pick
 from tests.support.attacks import ROOT_READ, entry, sandbox
+from tests.support.netproxy import proxy_params
 from tests.support.procinfo import rss_mb, wait_until
 from tests.support.rpc import connect, unb64
 from tests.support.sandbox import uri
@@ -46,13 +48,16 @@ class Kind:
     count: int
     tty: bool
     sandboxed: bool
+    proxied: bool = False  # behind the daemon's managed-network proxy
 
 
 KINDS = [
-    Kind("pipes", 20, tty=False, sandboxed=False),
+    Kind("pipes", 15, tty=False, sandboxed=False),
     Kind("pty", 10, tty=True, sandboxed=False),
-    Kind("boxed", 15, tty=False, sandboxed=True),
+    Kind("boxed", 12, tty=False, sandboxed=True),
     Kind("boxedpty", 5, tty=True, sandboxed=True),
+    Kind("proxied", 4, tty=False, sandboxed=False, proxied=True),
+    Kind("boxednet", 4, tty=False, sandboxed=True, proxied=True),
 ]
 
 
@@ -89,6 +94,11 @@ async def test_fifty_processes_of_every_kind_survive_a_sigkill_and_restart_whole
                     extra: dict[str, Any] = {"tty": kind.tty, "cwd": uri(ws)}
                     if kind.sandboxed:
                         extra["sandbox"] = context
+                    if kind.proxied:
+                        # Its proxy's listeners go to its keeper too (that they
+                        # still serve: tests/survival/test_survive_network.py).
+                        extra["networkProxy"] = proxy_params()
+                        extra["enforceManagedNetwork"] = kind.sandboxed
                     code = n % 50
                     argv = ["sh", "-c", _script(process_id, gates, code)]
                     await peer.start(process_id, argv, env=ENV, **extra)

@@ -10,10 +10,9 @@ made for a protected name (execserver/sandbox/plan.py ``PlanResources.hand_over`
   ``.git`` is still protected (the other daemon's last release must not remove a
   mount point the keeper holds: Linux would detach the tmpfs in the kept
   sandbox); the restarted daemon serves its output complete and in order with
-  its exit code; once it has ended, the mount point is gone from the workspace;
-* a process whose network goes through a proxy the daemon serves ends with the
-  daemon (its keeper ends it at once) instead of running on with no network,
-  orphaned; a plain one beside it lives on.
+  its exit code; once it has ended, the mount point is gone from the workspace.
+
+A process on the daemon's managed network: tests/survival/test_survive_network.py.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.attacks import ROOT_READ, attack, bash, entry, sandbox
-from tests.support.netproxy import proxy_params
 from tests.support.procinfo import wait_until
 from tests.support.rpc import connect, unb64
 from tests.support.sandbox import uri
@@ -33,7 +31,6 @@ from tests.support.state_dir import (
     living,
     read_until_closed,
     state_daemon,
-    tree_of,
 )
 
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -96,25 +93,3 @@ async def test_a_sandboxed_process_survives_the_daemon_with_its_protection_and_m
     # Once the sandbox is gone, so is the mount point it needed: the keeper gave
     # back the last reference and removed it, as the daemon would have.
     assert await wait_until(lambda: not (ws / ".git").exists(), 30), "mount point left behind"
-
-
-async def test_a_process_behind_the_daemons_proxy_ends_with_the_daemon_not_orphaned(
-    state_dir: Path, tmp_path: Path
-) -> None:
-    # Its proxy is the daemon's: with the daemon gone it would run on with no
-    # network, unreachable. Its keeper ends it at once instead; the plain process
-    # beside it outlives the daemon as usual.
-    port = free_port()
-    async with state_daemon(state_dir, port, ttl=TTL) as first:
-        async with connect(first.url) as peer:
-            await peer.start("proxied", ["sleep", "300"], env=ENV, networkProxy=proxy_params())
-            await peer.start("plain", ["sleep", "300"], env=ENV)
-        held = {k.pid: k for k in keepers(state_dir)}
-        assert len(held) == 2
-        children = {pid: tree_of(k)[1:] for pid, k in held.items()}
-        await kill9(first)
-    assert await wait_until(lambda: len(living(held.values())) == 1, 20)
-    (survivor,) = living(held.values())
-    for pid, kids in children.items():
-        assert kids, "a keeper without its child"
-        assert bool(living(kids)) == (pid == survivor.pid)
