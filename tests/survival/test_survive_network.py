@@ -18,7 +18,9 @@ again with the policy the process started with.
 * once they have ended, their keepers and the proxies' socket directories are
   gone.
 
-A process whose proxy masks credentials ends with the daemon (the secrets never
+A graceful take-over keeps them too
+(``test_managed_network_processes_survive_a_take_over``). A process whose
+proxy masks credentials ends with the daemon (the secrets never
 go to disk): ``test_a_process_with_masked_credentials_ends_with_the_daemon``.
 """
 
@@ -246,3 +248,29 @@ def _entries(directory: Path) -> set[Path]:
 
 def _every_file(root: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in root.rglob("*") if p.is_file())
+
+
+async def test_managed_network_processes_survive_a_take_over(state_dir: Path) -> None:
+    # A graceful handover: the old daemon closes its proxies without removing the
+    # socket directories (its keepers hold them); the new one serves the listeners.
+    async with upstream_server() as up:
+        processes = _processes(up.port)
+        allowed = [["fetch", "GET", f"http://localhost:{up.port}/x"]]
+        async with state_daemon(state_dir, ttl=TTL) as old:
+            async with connect(old.url) as peer:
+                session_id = peer.session_id
+                for name, extra in processes.items():
+                    params = {"env": ENV, **extra}
+                    await peer.start(name, ["python3", "-c", LOOP], pipeStdin=True, **params)
+                for name in processes:
+                    await peer.wait_output(name, b"ready\n")
+            async with state_daemon(state_dir, ttl=TTL, extra=["--take-over"]) as new:
+                assert await asyncio.wait_for(old.process.wait(), 60) == 0
+                async with connect(new.url, resume=session_id) as peer:
+                    for name in processes:
+                        await _ask(peer, name, allowed, "after")
+                    for name in processes:
+                        [answer] = await _answers(peer, name, 1)
+                        assert answer["status"] == 200, (name, answer)
+                        await peer.ok("process/terminate", {"processId": name})
+                        await read_until_closed(peer, name)
