@@ -19,7 +19,9 @@ one workspace did exactly that). So:
 - a directory made this way carries the extended attribute ``MARK`` (where
   the file system keeps user attributes), so another daemon, or this one
   after a restart, knows it is a mount point and not the user's directory: it
-  is covered like a missing name and never bound as a read rule;
+  is covered like a missing name and never bound as a read rule. It is marked
+  under a temporary name and then moved into place (renameat2 with
+  RENAME_NOREPLACE), so no daemon ever finds it under its name unmarked;
 - the last release in a daemon removes the directory only when it is empty,
   was made as a mount point, and the lock can be taken exclusively (no other
   daemon's sandbox holds it).
@@ -32,11 +34,15 @@ may be left behind empty.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import errno
 import fcntl
 import os
+import secrets
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["MARK", "SyntheticMounts"]
 
@@ -61,6 +67,19 @@ def _marked(path_or_fd: str | int) -> bool:
     except OSError:
         return False
     return True
+
+
+def _unmarked(path: str) -> bool:
+    """``path`` carries no MARK. False also when it is gone: checked after an
+    ``exists``, another daemon's last release may have removed its mount point in
+    between, and a gone path is no directory of the user's to bind."""
+    try:
+        os.getxattr(path, MARK, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return False
 
 
 def _same_directory(fd: int, path: str) -> bool:
@@ -92,7 +111,7 @@ class SyntheticMounts:
             held = self._held.get(path)
             if held is not None and held.synthetic:
                 return False
-            return os.path.exists(path) and not _marked(path)
+            return os.path.exists(path) and _unmarked(path)
 
     def claim(self, path: str) -> bool | None:
         """Take a reference to ``path`` for one sandbox and say how to protect it:
@@ -119,12 +138,9 @@ class SyntheticMounts:
 
     def _hold(self, path: str) -> _Held | None:
         while True:
-            made = False
-            try:
-                os.mkdir(path, 0o755)
-                made = True
-            except FileExistsError:
-                pass
+            fd = _make_marked(path)
+            if fd is not None:
+                return _Held(fd, 1, True, True)
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             except FileNotFoundError:
@@ -137,16 +153,11 @@ class SyntheticMounts:
                 if not _same_directory(fd, path):
                     os.close(fd)  # it removed the one we opened: start over
                     continue
-                if made:
-                    try:
-                        os.setxattr(fd, MARK, b"1")
-                    except OSError:
-                        pass  # no user attributes here: removal relies on made_here
-                synthetic = made or _marked(fd)
+                synthetic = _marked(fd)
             except BaseException:
                 os.close(fd)
                 raise
-            return _Held(fd, 1, synthetic, made)
+            return _Held(fd, 1, synthetic, False)
 
     def hold_elsewhere(self, path: str) -> int:
         """A second reference to ``path``, held, while ``path`` is referenced here,
@@ -192,6 +203,125 @@ class SyntheticMounts:
                         pass
             finally:
                 os.close(held.fd)  # drops the lock
+
+
+def _make_marked(path: str) -> int | None:
+    """A new directory at ``path``, marked (where user attributes exist) and locked
+    shared before it appears there: made under a temporary name beside it and moved
+    into place with renameat2(RENAME_NOREPLACE). Its descriptor; None when
+    ``path`` exists (or appeared meanwhile: the caller takes what is there). Raises
+    OSError when it cannot be made.
+
+    Made in place and marked afterwards, the directory was unmarked for a moment,
+    and another daemon claiming the name then took it for the user's directory
+    and bound it without a reference (``is_real``): the first daemon's last
+    release removed it under that sandbox ("bwrap: Can't find source path
+    .../.git", seen once in the tests)."""
+    if os.path.lexists(path):
+        return None  # before making anything (its parent may not even be writable)
+    parent, name = os.path.split(path)
+    temporary = os.path.join(parent, f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+    try:
+        os.mkdir(temporary, 0o755)
+    except OSError:
+        if os.path.lexists(path):
+            return None
+        raise
+    fd = -1
+    try:
+        fd = os.open(temporary, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.setxattr(fd, MARK, b"1")
+        except OSError:
+            pass  # no user attributes here: removal relies on made_here
+        fcntl.flock(fd, fcntl.LOCK_SH)  # nobody else knows this directory: never blocks
+        moved = _rename_noreplace(temporary, path)
+        if moved is None:
+            # No RENAME_NOREPLACE here (an old kernel or libc, a file system without
+            # it): made in place as before, with the window described above.
+            os.rmdir(temporary)
+            os.close(fd)
+            fd = -1
+            return _make_in_place(path)
+        if moved and _same_directory(fd, path):
+            return fd
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.rmdir(temporary)
+        raise
+    # The name exists (another daemon's mount point, the user's directory), or
+    # what is there is not ours (moved away under us): the caller takes it as found.
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(temporary)
+    return None
+
+
+def _make_in_place(path: str) -> int | None:
+    """``_make_marked`` without renameat2: mkdir, then mark and lock."""
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # gone or replaced meanwhile: the caller looks again
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        if not _same_directory(fd, path):
+            os.close(fd)
+            return None
+        with contextlib.suppress(OSError):
+            os.setxattr(fd, MARK, b"1")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1  # linux/fs.h
+_NOREPLACE_UNSUPPORTED = (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
+
+
+def _libc_renameat2() -> Any:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2  # glibc 2.28 and later
+    except (AttributeError, OSError):
+        return None
+    function.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    function.restype = ctypes.c_int
+    return function
+
+
+_renameat2 = _libc_renameat2()
+
+
+def _rename_noreplace(source: str, target: str) -> bool | None:
+    """rename(2) that never replaces ``target``: True, moved; False, ``target``
+    exists; None, not available here. Raises OSError otherwise."""
+    if _renameat2 is None:
+        return None
+    result = _renameat2(
+        _AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE
+    )
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code == errno.EEXIST:
+        return False
+    if code in _NOREPLACE_UNSUPPORTED:
+        return None
+    raise OSError(code, os.strerror(code), source, None, target)
 
 
 def _try_exclusive(fd: int) -> bool:

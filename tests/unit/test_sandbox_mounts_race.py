@@ -6,12 +6,17 @@ a path that was gone ("Can't find source path .../.git")."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import execserver.sandbox.mounts as mounts_module
 from execserver.sandbox.mounts import MARK, SyntheticMounts
 
 
@@ -162,3 +167,134 @@ def test_a_reference_held_elsewhere_keeps_the_mount_point_past_the_last_release(
 def test_hold_elsewhere_refuses_a_path_not_held_here(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="not held by this daemon"):
         SyntheticMounts().hold_elsewhere(str(tmp_path / ".git"))
+
+
+# A mount point is made under a temporary name, marked, and moved into place
+# (renameat2 RENAME_NOREPLACE): made in place and marked afterwards, it was
+# unmarked for a moment, and another daemon claiming the name then took it for the
+# user's directory and bound it without a reference; the first daemon's last
+# release removed it under that sandbox ("bwrap: Can't find source path /tmp/.git").
+# And is_real looked twice (exists, then the mark): a mount point removed in
+# between was taken for a real directory, to be bound although it was gone.
+
+
+def _unmarked_at(path: str) -> bool:
+    """Something is at ``path`` and carries no MARK (gone meanwhile: nothing is)."""
+    try:
+        os.getxattr(path, MARK, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return os.path.lexists(path)
+    return False
+
+
+def test_a_mount_point_never_appears_under_its_name_unmarked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not _user_attributes(tmp_path):
+        pytest.skip("no user extended attributes here: nothing is marked")
+    path = str(tmp_path / ".git")
+    seen: list[str] = []
+
+    def checked(name: str, call: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return call(*args, **kwargs)
+            finally:
+                if _unmarked_at(path):
+                    seen.append(name)
+
+        return wrapper
+
+    # Every step the claim takes goes through these: after each one, whatever is at
+    # the protected name must already be marked.
+    for name in ("mkdir", "open", "setxattr", "stat", "fstat", "rmdir", "close"):
+        monkeypatch.setattr(os, name, checked(name, getattr(os, name)))
+    monkeypatch.setattr(fcntl, "flock", checked("flock", fcntl.flock))
+    mounts = SyntheticMounts()
+    assert mounts.claim(path) is True
+    monkeypatch.undo()
+    assert not seen, f"{path} was there unmarked after: {seen}"
+    assert sorted(os.listdir(tmp_path)) == [".git"]  # no temporary name left
+    mounts.release(path)
+    assert not os.listdir(tmp_path)
+
+
+def test_another_daemon_never_takes_a_mount_point_being_made_for_a_real_directory(
+    tmp_path: Path,
+) -> None:
+    if not _user_attributes(tmp_path):
+        pytest.skip("no user extended attributes here: the mount point is bound read-only")
+    path = str(tmp_path / ".git")
+    daemons = [SyntheticMounts(), SyntheticMounts()]
+    observer = SyntheticMounts()  # a third daemon resolving a policy meanwhile
+    stop = threading.Event()
+    wrong: list[str] = []
+
+    def sandboxes(mounts: SyntheticMounts) -> None:
+        while not stop.is_set():
+            if mounts.claim(path) is not True:
+                wrong.append("a claim bound another daemon's mount point as real")
+            mounts.release(path)
+
+    threads = [threading.Thread(target=sandboxes, args=(m,)) for m in daemons]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 2.0
+    try:
+        while not wrong and time.monotonic() < deadline:
+            if observer.is_real(path):
+                wrong.append("is_real took a mount point being made for the user's directory")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert not wrong, wrong[0]
+    assert not os.listdir(tmp_path)
+
+
+def test_a_failed_move_into_place_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(source: str, target: str) -> bool | None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(mounts_module, "_rename_noreplace", failing)
+    mounts = SyntheticMounts()
+    with pytest.raises(OSError):
+        mounts.claim(str(tmp_path / ".git"))
+    assert not os.listdir(tmp_path)
+
+
+def test_a_name_taken_while_the_mount_point_is_moved_in_is_taken_as_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = tmp_path / ".git"
+    move = mounts_module._rename_noreplace
+
+    def user_first(source: str, target: str) -> bool | None:
+        real.mkdir()  # the user makes it just before the move
+        return move(source, target)
+
+    monkeypatch.setattr(mounts_module, "_rename_noreplace", user_first)
+    mounts = SyntheticMounts()
+    assert mounts.claim(str(real)) is False  # the user's: bound read-only
+    assert sorted(os.listdir(tmp_path)) == [".git"]
+    mounts.release(str(real))
+    assert real.is_dir()  # and never removed
+
+
+def test_without_rename_noreplace_the_mount_point_is_made_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mounts_module, "_rename_noreplace", lambda source, target: None)
+    mounts = SyntheticMounts()
+    path = str(tmp_path / ".git")
+    assert mounts.claim(path) is True
+    assert sorted(os.listdir(tmp_path)) == [".git"]
+    if _user_attributes(tmp_path):
+        assert mounts.is_real(path) is False
+        assert SyntheticMounts().is_real(path) is False  # marked for other daemons too
+    mounts.release(path)
+    assert not os.listdir(tmp_path)
