@@ -105,8 +105,10 @@ class Zygote:
 
     def spawn(self, request: dict[str, Any], pass_fds: Sequence[int]) -> socket.socket:
         """A keeper running ``request``'s plan: the warm one, given the request (it
-        may still be forking: the request waits in its link), then the next is
-        forked. Its link; the keeper answers on it."""
+        may still be forking: the request waits in its link). Its link; the keeper
+        answers on it. The caller forks the next (``warm_up``) once it has the
+        answer: the zygote's fork would otherwise compete for a CPU with this
+        keeper's start of its child, on the spawn's path."""
         payload = json.dumps(request).encode()
         message = REQUEST_HEAD.pack(len(payload)) + payload
         for _attempt in range(2):
@@ -120,10 +122,14 @@ class Zygote:
             except OSError:
                 link.close()  # a warm keeper that died (killed): fork another once
                 continue
-            with contextlib.suppress(KeeperGone):
-                self._warm = self._fork_warm()
             return link
         raise KeeperGone("the keeper zygote's keepers do not take requests")
+
+    def warm_up(self) -> None:
+        """Fork the keeper the next spawn will use, unless one is waiting."""
+        if self._warm is None:
+            with contextlib.suppress(KeeperGone):
+                self._warm = self._fork_warm()
 
     def close(self) -> None:
         """The zygote exits, and so does the warm keeper (keepers it forked live on)."""

@@ -275,6 +275,7 @@ class KeeperHost:
             finally:
                 for fd in held:
                     os.close(fd)  # the keeper has its own copies (or none is needed)
+                self._zygote.warm_up()  # off this spawn's path, ready for the next
         finally:
             plan.close()
         if not answer.get("ok"):
