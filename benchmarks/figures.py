@@ -136,24 +136,26 @@ async def concurrent_spawns(url: str, clients: int, per_client: int) -> dict[str
     return {"spawns_per_s": clients * per_client / elapsed, "ops": clients * per_client}
 
 
-async def output_throughput(url: str, megabytes: int) -> dict[str, float]:
+async def output_throughput(
+    url: str, megabytes: int, *, sandboxed: bool = False
+) -> dict[str, float]:
     client = await BenchClient.connect(url)
     watcher = ProcessWatcher(client)
     done = watcher.expect("out")
     size = megabytes * 1024 * 1024
+    params: dict[str, Any] = {
+        "processId": "out",
+        "argv": ["head", "-c", str(size), "/dev/zero"],
+        "cwd": CWD,
+        "env": ENV,
+        "tty": False,
+    }
+    if sandboxed:
+        params["sandbox"] = WORKSPACE_WRITE
     cpu0 = time.process_time()
     start = time.perf_counter()
     try:
-        await client.call(
-            "process/start",
-            {
-                "processId": "out",
-                "argv": ["head", "-c", str(size), "/dev/zero"],
-                "cwd": CWD,
-                "env": ENV,
-                "tty": False,
-            },
-        )
+        await client.call("process/start", params)
         await asyncio.wait_for(done, 600)
         elapsed = time.perf_counter() - start
     finally:

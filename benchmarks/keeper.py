@@ -2,7 +2,8 @@
 without ``--state-dir`` (process keepers: every process, sandboxed or not, is a
 keeper's child), side by side in one run, and the reference's when it is
 installed, with each figure's ratio to the reference's.
-``python -m benchmarks.keeper [--spawns N] [--megabytes M]``."""
+Throughput is measured unsandboxed and sandboxed (workspace-write).
+``python -m benchmarks.keeper [--spawns N] [--megabytes M] [--rounds R]``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import contextlib
 import json
 import os
 import signal
+import statistics
 import tempfile
 from typing import Any
 
@@ -28,12 +30,14 @@ async def _measure(kind: str, extra: list[str], spawns: int, megabytes: int) -> 
         spawn = await figures.spawn_latency(srv.url, spawns, False)
         boxed = await figures.spawn_latency(srv.url, spawns, True)
         out = await figures.output_throughput(srv.url, megabytes)
+        boxed_out = await figures.output_throughput(srv.url, megabytes, sandboxed=True)
         return {
             "spawn_p50_ms": spawn["p50_ms"],
             "spawn_p99_ms": spawn["p99_ms"],
             "sandboxed_spawn_p50_ms": boxed["p50_ms"],
             "sandboxed_spawn_p99_ms": boxed["p99_ms"],
             "MB_per_s": out["MB_per_s"],
+            "sandboxed_MB_per_s": boxed_out["MB_per_s"],
         }
 
 
@@ -45,8 +49,8 @@ def _end_keepers(state: str) -> None:
                     os.kill(json.load(handle)["keeper"], signal.SIGTERM)
 
 
-async def run(spawns: int, megabytes: int) -> dict[str, Any]:
-    results: dict[str, Any] = {}
+async def _round(spawns: int, megabytes: int) -> dict[str, dict[str, float]]:
+    results: dict[str, dict[str, float]] = {}
     with contextlib.suppress(ReferenceUnavailable):
         results["reference"] = await _measure("reference", [], spawns, megabytes)
     results["execserver"] = await _measure("execserver", [], spawns, megabytes)
@@ -57,12 +61,24 @@ async def run(spawns: int, megabytes: int) -> dict[str, Any]:
             )
         finally:
             _end_keepers(state)
+    return results
+
+
+async def run(spawns: int, megabytes: int, rounds: int = 3) -> dict[str, Any]:
+    """``rounds`` rounds, each server measured once per round in turn (so a load
+    that comes and goes weighs on all of them alike); each figure is its median."""
+    measured = [await _round(spawns, megabytes) for _ in range(rounds)]
+    results: dict[str, Any] = {
+        name: {key: statistics.median(r[name][key] for r in measured) for key in measured[0][name]}
+        for name in measured[0]
+    }
+    results["rounds"] = rounds
     reference = results.get("reference")
     if reference is not None:
         results["ratios_to_reference"] = {
             name: {key: round(value / reference[key], 3) for key, value in figures_.items()}
             for name, figures_ in results.items()
-            if name != "reference"
+            if name not in ("reference", "rounds")
         }
     return results
 
@@ -71,8 +87,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--spawns", type=int, default=200)
     parser.add_argument("--megabytes", type=int, default=512)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(run(args.spawns, args.megabytes)), indent=2))
+    print(json.dumps(asyncio.run(run(args.spawns, args.megabytes, args.rounds)), indent=2))
 
 
 if __name__ == "__main__":

@@ -182,28 +182,33 @@ class KeeperOutput:
         offset = 0
         size = FRAME.size
         end = len(buffer)
-        while end - offset >= size:
-            seq, kind, length = FRAME.unpack_from(buffer, offset)
-            if end - offset - size < length:
-                break
-            start = offset + size
-            offset = start + length
-            stream = _STREAMS.get(kind)
-            if stream is not None:
-                if seq < log_.next_seq:
-                    continue  # a replay of what we hold already
-                data = bytes(buffer[start:offset])
-                log_.next_seq = seq
-                log_.append(stream, data)
-                self.output_bytes[stream] = self.output_bytes.get(stream, 0) + length
-            elif kind == KIND_EXIT:
-                if seq >= log_.next_seq:
-                    log_.next_seq = seq + 1
-                    self._on_exit(seq, json.loads(bytes(buffer[start:offset])))
-            elif kind == KIND_CLOSED:
-                if seq >= log_.next_seq:
-                    log_.next_seq = seq + 1
-                    self._on_closed(seq)
+        # Each chunk is copied once, out of a view (a slice of the bytearray would
+        # be a copy of its own before the bytes).
+        view = memoryview(buffer)
+        try:
+            while end - offset >= size:
+                seq, kind, length = FRAME.unpack_from(buffer, offset)
+                if end - offset - size < length:
+                    break
+                start = offset + size
+                offset = start + length
+                stream = _STREAMS.get(kind)
+                if stream is not None:
+                    if seq < log_.next_seq:
+                        continue  # a replay of what we hold already
+                    log_.next_seq = seq
+                    log_.append(stream, view[start:offset].tobytes())
+                    self.output_bytes[stream] = self.output_bytes.get(stream, 0) + length
+                elif kind == KIND_EXIT:
+                    if seq >= log_.next_seq:
+                        log_.next_seq = seq + 1
+                        self._on_exit(seq, json.loads(view[start:offset].tobytes()))
+                elif kind == KIND_CLOSED:
+                    if seq >= log_.next_seq:
+                        log_.next_seq = seq + 1
+                        self._on_closed(seq)
+        finally:
+            view.release()  # before the bytearray may shrink
         if offset:
             del buffer[:offset]
 
