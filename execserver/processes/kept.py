@@ -45,7 +45,7 @@ from execserver.processes.managed import (
     DenialClassifier,
     ManagedProcess,
 )
-from execserver.processes.output import PAUSE_BACKLOG, RESUME_BACKLOG
+from execserver.processes.output import PAUSE_BACKLOG, PIPE_CHUNK, RESUME_BACKLOG
 from execserver.processes.tree import ProcessTree
 
 if TYPE_CHECKING:
@@ -87,6 +87,14 @@ class KeeperOutput:
         self._buffer = bytearray()
         self._paused = False
         self._delivered = 0
+        # Output "delivered" while the session was detached went nowhere (the
+        # reference does not replay it as notifications after a resume: the client
+        # reads it back with process/read). From the first such seq on, the log
+        # evicts nothing until a read has returned it; the keeper's journal holds
+        # what follows meanwhile (then the child waits), so a client that resumes,
+        # even after a daemon restart, reads every byte. 0: no such hole.
+        self._hole_from = 0
+        self._hole_to = 0
         self._acked = 0
         self._waiters: list[asyncio.Future[None]] = []
         self._loop.add_reader(link.fileno(), self._on_readable)
@@ -130,15 +138,36 @@ class KeeperOutput:
                     self._waiters.remove(fut)
 
     def delivered(self, seq: int) -> None:
+        if not self._reader_attached() and seq > self._delivered:
+            if not self._hole_from:
+                self._hole_from = self._delivered + 1
+            self._hole_to = seq
         self._delivered = seq
-        if self._paused and self.log.last_seq - seq <= RESUME_BACKLOG:
+        if self._paused and self.log.last_seq - seq <= RESUME_BACKLOG and not self._held():
             self._resume()
 
+    def read_through(self, seq: int) -> None:
+        """A process/read returned everything up to ``seq``."""
+        if not self._hole_from or seq < self._hole_from:
+            return
+        if seq >= self._hole_to:
+            self._hole_from = self._hole_to = 0
+        else:
+            self._hole_from = seq + 1
+        if self._paused and not self._backlogged():
+            self._resume()
+
+    def _held(self) -> bool:
+        """Whether the next chunk would evict output not yet read back (a hole's)."""
+        return self.log.evicts_after(PIPE_CHUNK, self._hole_from)
+
     def caught_up(self) -> None:
-        if self._paused:
+        if self._paused and not self._held():
             self._resume()
 
     def _backlogged(self) -> bool:
+        if self._held():
+            return True
         return self.log.last_seq - self._delivered > PAUSE_BACKLOG and self._reader_attached()
 
     def _pause(self) -> None:
@@ -158,11 +187,14 @@ class KeeperOutput:
             return
         gone = False
         try:
-            data = link.recv(RECV_BYTES)
-            if not data:
-                gone = True
-            else:
-                self._buffer += data
+            # A buffer still holding a read's worth (held back for a hole) is not
+            # grown further: the keeper's journal is where output waits.
+            if len(self._buffer) < RECV_BYTES:
+                data = link.recv(RECV_BYTES)
+                if not data:
+                    gone = True
+                else:
+                    self._buffer += data
         except (BlockingIOError, InterruptedError):
             pass
         except OSError:
@@ -196,6 +228,9 @@ class KeeperOutput:
                 if stream is not None:
                     if seq < log_.next_seq:
                         continue  # a replay of what we hold already
+                    if log_.evicts_after(length, self._hole_from):
+                        offset = start - size  # left in the buffer until read back
+                        break
                     log_.next_seq = seq
                     log_.append(stream, view[start:offset].tobytes())
                     self.output_bytes[stream] = self.output_bytes.get(stream, 0) + length
@@ -339,6 +374,9 @@ class KeptProcess(ManagedProcess):
         self._pidfd = -1
         self._tasks = TaskSet(f"process {process_id}", logger=log)
         self._sender = self._tasks.spawn(self._send_loop(), name="sender")
+
+    def read_through(self, seq: int) -> None:
+        self._kept.read_through(seq)
 
     # ---- the keeper's events -----------------------------------------------------------
 

@@ -63,6 +63,21 @@ class OutputLog:
             self._evict()
         return seq
 
+    def evicts_after(self, length: int, kept_from: int) -> bool:
+        """Whether appending ``length`` bytes would evict a chunk with seq >=
+        ``kept_from`` (0: nothing is to be kept)."""
+        over = self._bytes + length - self.cap_bytes
+        if over <= 0 or not kept_from:
+            return False
+        chunks = self._chunks
+        index = self._head
+        while over > 0 and index < len(chunks):
+            if chunks[index].seq >= kept_from:
+                return True
+            over -= len(chunks[index].data)
+            index += 1
+        return False
+
     def reserve(self) -> int:
         """Take a seq for a non-output event (exit, close)."""
         seq = self.next_seq

@@ -424,6 +424,10 @@ class ManagedProcess:
         await self._tasks.aclose()
         self._output.wake()
 
+    def read_through(self, seq: int) -> None:
+        """A process/read returned everything up to ``seq`` (a kept process's log
+        holds what a detached session missed until then: processes/kept.py)."""
+
     def forget(self) -> None:
         """The retention period is over: drop the sender (the process is closed)."""
         self._tasks.cancel()

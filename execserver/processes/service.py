@@ -254,6 +254,9 @@ def _read_target(ctx: RequestContext, params: ReadParams) -> ManagedProcess:
     proc = _lookup(ctx, params.process_id)
     if proc is None:
         raise RpcError.invalid_request(f"unknown process id {params.process_id}")
+    # The client has what it reads after: a kept process's log may let it go (before
+    # any wait: what the client waits for may be held back behind it).
+    proc.read_through(params.after_seq or 0)
     return proc
 
 
@@ -288,6 +291,7 @@ ReadResult = Annotated[_ReadResult, EncodesAs(ReadResponse)]
 
 def _read_response(proc: ManagedProcess, after: int, max_bytes: int | None) -> ReadResult:
     chunks, next_seq = proc.log.read(after, max_bytes)
+    proc.read_through(chunks[-1].seq if chunks else after)
     return _ReadResult(
         chunks=[_EncodedChunk(c.seq, c.stream, chunk_json(c.data)) for c in chunks],
         next_seq=next_seq,
