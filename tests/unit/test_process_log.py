@@ -94,3 +94,17 @@ def test_eviction_drops_whole_oldest_chunks() -> None:
     assert [c.seq for c in log.since(0)] == [4, 5]
     assert log.retained_bytes == 8
     assert log.has_after(4) and not log.has_after(5)
+
+
+@settings(max_examples=200)
+@given(_ops, st.integers(0, 9000), st.integers(0, 130))
+def test_evicts_after_says_exactly_whether_an_append_would_drop_a_kept_chunk(
+    ops: list[tuple[str, int]], size: int, kept_from: int
+) -> None:
+    log = OutputLog(64 * 1024)
+    _fill(log, ops)
+    before = {c.seq for c in log.since(0)}
+    predicted = log.evicts_after(size, kept_from)
+    log.append("stdout", b"x" * size)
+    dropped = before - {c.seq for c in log.since(0)}
+    assert predicted == (kept_from > 0 and any(seq >= kept_from for seq in dropped))
