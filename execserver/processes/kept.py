@@ -58,8 +58,10 @@ log = logging.getLogger(__name__)
 
 _STREAMS = {KIND_STDOUT: "stdout", KIND_STDERR: "stderr", KIND_PTY: "pty"}
 RECV_BYTES = 256 * 1024
-# Acknowledge evictions in steps of this many chunks (one small line each).
-ACK_EVERY = 32
+# Acknowledge evictions in steps of this many chunks (1 MiB of pipe output; one
+# small line each, and each wakes the keeper: on 2 busy CPUs the wake-up preempted
+# the daemon inside its send).
+ACK_EVERY = 128
 
 
 class KeeperOutput:
