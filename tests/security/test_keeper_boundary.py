@@ -381,8 +381,9 @@ import array, json, os, socket, sys
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 sock.settimeout(30)
 sock.connect(sys.argv[1])
+request = {"op": "take-over", "pid": os.getpid(), "version": "9"}
 try:
-    sock.sendall(json.dumps({"op": "take-over", "pid": os.getpid(), "version": "9"}).encode() + b"\n")
+    sock.sendall(json.dumps(request).encode() + b"\n")
 except BrokenPipeError:
     pass  # refused at once: the refusal is still there to read
 data, fds, _, _ = socket.recv_fds(sock, 4096, 8)
