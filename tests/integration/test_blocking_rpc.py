@@ -14,7 +14,11 @@ import pytest
 
 from execserver.client.blocking_rpc import BlockingRpcSession, run_blocking
 from execserver.client.connection import ExecServerClient
-from execserver.client.errors import ExecServerConnectError, InvalidParams, MethodNotFound
+from execserver.client.errors import (
+    ExecServerConnectError,
+    InvalidParams,
+    MethodNotFound,
+)
 from execserver.core.apply_patch.blocking_fs import BlockingFileSystem
 from tests.support.servers import RunningServer, start_server
 
@@ -144,3 +148,20 @@ async def test_server_pings_between_answers_are_answered_and_skipped() -> None:
         calls, pinged = await asyncio.to_thread(_calls_until_pinged, server.url, 5)
     assert pinged >= 5
     assert calls > 0
+
+
+def _big_write(url: str, target: Path, data: bytes) -> None:
+    with BlockingRpcSession.connect(url) as session:
+        run_blocking(BlockingFileSystem(session, None).write_file(str(target), data))
+
+
+async def test_a_write_beyond_one_message_streams_through_a_handle(
+    any_server: RunningServer, tmp_path: Path
+) -> None:
+    # 48 MiB: its base64 alone (64 MiB) would not fit one message (the server would
+    # close the connection with 1009): it goes block by block through fs/open,
+    # which both servers have.
+    data = os.urandom(48 * 1024 * 1024 + 5)
+    target = tmp_path / "big.bin"
+    await asyncio.to_thread(_big_write, any_server.url, target, data)
+    assert target.read_bytes() == data

@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from execserver.client.blocking_rpc import BlockingRpcSession, run_blocking
+from execserver.client.errors import MethodNotFound, PayloadTooLarge
 from execserver.client.fs import RemoteFileSystem
 from execserver.core.apply_patch.blocking_fs import BlockingFileSystem
 from execserver.wire.contract import REQUESTS
@@ -111,3 +112,30 @@ def test_run_blocking_refuses_a_coroutine_that_suspends() -> None:
 
     with pytest.raises(RuntimeError, match="suspends"):
         run_blocking(suspends())
+
+
+def test_the_blocking_limits_are_the_async_clients() -> None:
+    from execserver.client import fs as async_fs
+    from execserver.core.apply_patch import blocking_fs
+
+    assert blocking_fs.WRITE_FILE_INLINE_LIMIT == async_fs.WRITE_FILE_INLINE_LIMIT
+    assert blocking_fs.WRITE_BLOCK_LIMIT == async_fs.WRITE_BLOCK_LIMIT
+
+
+class NoHandlesSession(RecordingSession):
+    """A server without fs/open (-32601)."""
+
+    def call(self, method: str, params: Any, *, timeout: float | None = 60.0) -> Any:
+        if method == "fs/open":
+            raise MethodNotFound(-32601, "unknown method fs/open")
+        return super().call(method, params, timeout=timeout)
+
+
+def test_a_big_write_to_a_server_without_handles_is_refused_before_any_block() -> None:
+    session = NoHandlesSession()
+    fs = BlockingFileSystem(session, None)
+    with pytest.raises(PayloadTooLarge, match="no fs/open"):
+        run_blocking(fs.write_file("/w/big", b"x" * (32 * 1024 * 1024 + 1)))
+    assert [method for method, _ in session.sent] == []  # nothing sent but the refused open
+    with pytest.raises(PayloadTooLarge, match="follow_symlinks=False"):
+        run_blocking(fs.write_file("/w/big", b"x" * (32 * 1024 * 1024 + 1), follow_symlinks=False))

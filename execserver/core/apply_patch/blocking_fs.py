@@ -14,15 +14,23 @@ from __future__ import annotations
 
 import base64
 import posixpath
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from execserver.client.blocking_rpc import BlockingRpcSession
-from execserver.client.errors import ExecServerError
+from execserver.client.errors import ExecServerError, MethodNotFound, PayloadTooLarge
 from execserver.client.fs_errors import fs_error
 from execserver.wire.uri import path_to_uri
 
 __all__ = ["BlockingFileSystem", "BlockingMetadata"]
+
+# execserver.client.fs's WRITE_FILE_INLINE_LIMIT and WRITE_BLOCK_LIMIT (not imported:
+# that module costs a one-shot command its start-up; a unit test keeps them equal).
+# A write beyond the first would not fit the protocol's 64 MiB message once base64
+# encoded; it goes through a handle in blocks of the second.
+WRITE_FILE_INLINE_LIMIT = 32 * 1024 * 1024
+WRITE_BLOCK_LIMIT = 1024 * 1024
 
 
 class BlockingMetadata:
@@ -76,6 +84,9 @@ class BlockingFileSystem:
 
     async def write_file(self, path: str, data: bytes, *, follow_symlinks: bool = True) -> None:
         p = _native(path)
+        if len(data) > WRITE_FILE_INLINE_LIMIT:
+            self._write_streamed(p, data, follow_symlinks=follow_symlinks)
+            return
         params = {
             "path": path_to_uri(p),
             "dataBase64": base64.b64encode(data).decode("ascii"),
@@ -83,6 +94,46 @@ class BlockingFileSystem:
             "followSymlinks": follow_symlinks,
         }
         self._call("fs/writeFile", p, params)
+
+    def _write_streamed(self, path: str, data: bytes, *, follow_symlinks: bool) -> None:
+        """As RemoteFileSystem.write_file beyond the inline limit: ``fs/open``
+        "replace", then ``fs/writeBlock`` after ``fs/writeBlock``, then ``fs/close``
+        (a failure part-way leaves the file partly written)."""
+        if not follow_symlinks:
+            raise PayloadTooLarge(
+                f"writing {path} ({len(data)} bytes) with follow_symlinks=False: only up to "
+                f"{WRITE_FILE_INLINE_LIMIT} bytes fit one fs/writeFile, and the handle it "
+                "streams through otherwise cannot refuse a symlink"
+            )
+        handle = os.urandom(16).hex()  # the servers take at most 32 bytes
+        params: dict[str, Any] = {
+            "handleId": handle,
+            "path": path_to_uri(path),
+            "mode": "replace",
+            "sandbox": self._sandbox,
+        }
+        try:
+            self._session.call("fs/open", params)
+        except MethodNotFound as exc:  # the reference has no file handles
+            raise PayloadTooLarge(
+                f"writing {path} ({len(data)} bytes): only up to "
+                f"{WRITE_FILE_INLINE_LIMIT} bytes fit one fs/writeFile, and this server "
+                "has no fs/open to stream it through; copy the file another way"
+            ) from exc
+        except ExecServerError as exc:
+            raise fs_error(exc, path) from exc
+        view = memoryview(data)
+        try:
+            for offset in range(0, len(data), WRITE_BLOCK_LIMIT):
+                block = view[offset : offset + WRITE_BLOCK_LIMIT]
+                chunk = base64.b64encode(block).decode("ascii")
+                self._call(
+                    "fs/writeBlock",
+                    path,
+                    {"handleId": handle, "offset": offset, "chunk": chunk},
+                )
+        finally:
+            self._call("fs/close", path, {"handleId": handle})
 
     async def create_directory(
         self, path: str, *, recursive: bool = True, follow_symlinks: bool = True
