@@ -13,8 +13,8 @@ the applier's coroutine runs to its end under
 from __future__ import annotations
 
 import base64
-import posixpath
 import os
+import posixpath
 from collections.abc import Mapping
 from typing import Any
 
