@@ -6,7 +6,6 @@ the last one ran an unsandboxed process as the daemon's uid (root)."""
 
 from __future__ import annotations
 
-import glob
 import json
 import shutil
 from pathlib import Path
@@ -20,7 +19,7 @@ from tests.support.attacks import (
     short_tmp_dir,
     unix_stream_service,
 )
-from tests.support.netproxy import proxy_params, upstream_server
+from tests.support.netproxy import proxy_params, proxy_sockets, upstream_server
 from tests.support.rpc import connect
 from tests.support.servers import start_server
 
@@ -91,7 +90,7 @@ async def test_managed_network_child_cannot_reach_host_sockets_siblings_or_the_d
                 mode="full",
                 domains={"localhost": "allow", "127.0.0.1": "allow", "::ffff:127.0.0.1": "allow"},
             )
-            before = set(glob.glob("/tmp/execserver-private-*/*/http.sock"))
+            before = proxy_sockets(server)
             # A sibling whose proxy lets everything local through, alive during the attack.
             await client.start(
                 "sibling",
@@ -101,7 +100,7 @@ async def test_managed_network_child_cannot_reach_host_sockets_siblings_or_the_d
                 sandbox=read_only,
                 **_managed(generous),
             )
-            siblings = sorted(set(glob.glob("/tmp/execserver-private-*/*/http.sock")) - before)
+            siblings = sorted(proxy_sockets(server) - before)
             assert siblings, "the sibling's proxy socket should exist on the host"
             result = await attack(
                 client,
@@ -148,7 +147,7 @@ async def test_proxy_sockets_are_masked_even_where_unix_sockets_are_allowed(
     """A network-enabled sandbox may create unix sockets; the proxies' private
     directory is still masked in its view, so no proxy socket is reachable."""
     async with start_server("execserver") as server, connect(server.url) as client:
-        before = set(glob.glob("/tmp/execserver-private-*/*/http.sock"))
+        before = proxy_sockets(server)
         await client.start(
             "sibling",
             python(SLEEPER),
@@ -157,7 +156,7 @@ async def test_proxy_sockets_are_masked_even_where_unix_sockets_are_allowed(
             sandbox=sandbox([ROOT_READ]),
             **_managed(proxy_params(domains={"localhost": "allow"})),
         )
-        siblings = sorted(set(glob.glob("/tmp/execserver-private-*/*/http.sock")) - before)
+        siblings = sorted(proxy_sockets(server) - before)
         assert siblings
         result = await attack(
             client,

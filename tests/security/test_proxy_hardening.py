@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import glob
 import shutil
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ from tests.support.attacks import (
     unix_stream_service,
     unrestricted,
 )
-from tests.support.netproxy import proxy_params, upstream_server
+from tests.support.netproxy import proxy_params, proxy_sockets, upstream_server
 from tests.support.rpc import connect
 from tests.support.servers import start_server
 from tests.unit.test_netproxy_policy import config
@@ -177,7 +176,7 @@ async def test_x_unix_socket_paths_are_compared_resolved(tmp_path: Path) -> None
 async def test_x_unix_socket_never_reaches_another_proxy(tmp_path: Path) -> None:
     everything = proxy_params(mode="full", dangerouslyAllowAllUnixSockets=True)
     async with start_server("execserver") as server, connect(server.url) as client:
-        before = set(glob.glob("/tmp/execserver-private-*/*/http.sock"))
+        before = proxy_sockets(server)
         await client.start(
             "sibling",
             python("import time; time.sleep(120)"),
@@ -187,7 +186,7 @@ async def test_x_unix_socket_never_reaches_another_proxy(tmp_path: Path) -> None
             networkProxy=proxy_params(mode="full", domains={"*": "allow"}),
             enforceManagedNetwork=True,
         )
-        sibling = sorted(set(glob.glob("/tmp/execserver-private-*/*/http.sock")) - before)
+        sibling = sorted(proxy_sockets(server) - before)
         assert sibling
         result = await attack(
             client,

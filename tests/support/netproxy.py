@@ -276,3 +276,12 @@ async def run_on(
         if line.startswith("{"):
             run.results.append(json.loads(line))
     return run
+
+
+def proxy_sockets(server: RunningServer) -> set[str]:
+    """The paths of the unix sockets on which ``server``'s proxies serve HTTP (its
+    own: other daemons of parallel tests have private directories too)."""
+    import psutil
+
+    paths = (str(c.laddr) for c in psutil.Process(server.process.pid).net_connections("unix"))
+    return {path for path in paths if path.endswith("/http.sock")}
