@@ -5,6 +5,7 @@ outcomes the reference showed (exit code, sandboxDenied, EROFS/EACCES texts)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import sys
@@ -401,9 +402,18 @@ def test_plan_rejects_empty_argv(tmp_path: Path) -> None:
     assert info.value.code == INVALID_PARAMS
 
 
+def _open_files() -> dict[str, str]:
+    """fd -> what it is (``pipe:[inode]``, a path...) for this process's open fds."""
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own fd, gone
+            found[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    return found
+
+
 def test_plan_close_releases_fds_even_when_never_spawned(tmp_path: Path) -> None:
     tree = make_tree(tmp_path)
-    before = set(os.listdir("/proc/self/fd"))
+    before = _open_files()
     plan = plan_process_launch(
         workspace_write(tree.ws),
         argv=["true"],
@@ -413,9 +423,13 @@ def test_plan_close_releases_fds_even_when_never_spawned(tmp_path: Path) -> None
         backend=host_backend(),
     )
     assert plan.pass_fds
+    # What the plan opened (compared by what each is, not by number: another
+    # test's thread in this worker may open and close fds meanwhile).
+    opened = {what for fd, what in _open_files().items() if before.get(fd) != what}
+    assert opened
     plan.close()
     assert plan.wait_released(10)
-    assert set(os.listdir("/proc/self/fd")) <= before
+    assert not opened & set(_open_files().values())
     assert not (tree.ws / ".codex").exists()
 
 
