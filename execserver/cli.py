@@ -151,11 +151,16 @@ def sandbox_config_from(environ: Mapping[str, str]) -> SandboxConfig:
         )
     except ValueError:
         glob_limit = defaults.glob_scan_limit
+    try:
+        helpers_max = max(1, int(environ.get("EXECSERVER_FS_HELPERS_MAX", defaults.fs_helpers_max)))
+    except ValueError:
+        helpers_max = defaults.fs_helpers_max
     return SandboxConfig(
         bwrap=environ.get("EXECSERVER_BWRAP") or None,
         landlock=environ.get("EXECSERVER_SANDBOX_NO_LANDLOCK", "") not in _TRUE_WORDS,
         glob_scan_limit=glob_limit,
         persistent_fs_helper=environ.get("EXECSERVER_FS_HELPER", "persistent") != "oneshot",
+        fs_helpers_max=helpers_max,
     )
 
 

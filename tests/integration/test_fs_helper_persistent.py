@@ -350,3 +350,30 @@ async def test_a_helper_outlives_a_session_whose_command_shares_its_environment(
             assert psutil.Process(helper).status() != psutil.STATUS_ZOMBIE
             assert _helper_pids(server.process.pid) == [helper]
             assert await _read(user, tmp_path / "f", box) == b"data"
+
+
+async def _helpers_after_reading(roots: list[Path], env: dict[str, str], most: int) -> int:
+    """How many helpers the daemon has once four workspaces were read in turn (a
+    retired helper's exit is waited for)."""
+    async with start_server("execserver", env=env) as server, connect(server.url) as client:
+        for root in roots:
+            box = sandbox([entry(root, "read")])
+            assert await _read(client, root / "f", box) == root.name.encode()
+        pid = server.process.pid
+        await wait_until(lambda: len(_helper_pids(pid)) <= most, 10)
+        return len(_helper_pids(pid))
+
+
+async def test_the_daemon_keeps_at_most_fs_helpers_max_helpers(tmp_path: Path) -> None:
+    # Four workspaces (four policies) read in turn: the default keeps a helper for
+    # each; EXECSERVER_FS_HELPERS_MAX=2 keeps two, the least recently used retired,
+    # and every read still answers.
+    roots = []
+    for name in "abcd":
+        root = tmp_path / name
+        root.mkdir()
+        (root / "f").write_text(name)
+        roots.append(root)
+    assert await _helpers_after_reading(roots, dict(os.environ), 4) == 4
+    capped = {**os.environ, "EXECSERVER_FS_HELPERS_MAX": "2"}
+    assert await _helpers_after_reading(roots, capped, 2) == 2

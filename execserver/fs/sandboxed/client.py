@@ -26,7 +26,7 @@ from execserver.config import DEFAULT_GLOB_SCAN_LIMIT, SandboxConfig
 from execserver.containment import ProcessCgroups
 from execserver.fs.sandboxed import program
 from execserver.fs.sandboxed.helper import HelperDied, spawn_confined_helper
-from execserver.fs.sandboxed.pool import HelperPool
+from execserver.fs.sandboxed.pool import DEFAULT_MAX_HELPERS, HelperPool
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.plan import off_loop
 from execserver.sandbox.policy import ResolvedPolicy, resolve_policy
@@ -53,8 +53,10 @@ class SandboxedFs:
         glob_scan_limit: int = DEFAULT_GLOB_SCAN_LIMIT,
         module: str = program.__name__,
         containment: ProcessCgroups | None = None,
+        max_helpers: int = DEFAULT_MAX_HELPERS,
     ) -> None:
         self.backend = backend
+        self.max_helpers = max_helpers
         # The daemon's per-process limits, for the helpers (None without them).
         self.containment = containment
         self.persistent = persistent
@@ -77,13 +79,16 @@ class SandboxedFs:
             persistent=config.persistent_fs_helper,
             glob_scan_limit=config.glob_scan_limit,
             containment=containment,
+            max_helpers=config.fs_helpers_max,
         )
 
     @property
     def pool(self) -> HelperPool:
         """The persistent helpers (made on first use: the daemon may never need one)."""
         if self._pool is None:
-            self._pool = HelperPool(module=self.module, containment=self.containment)
+            self._pool = HelperPool(
+                module=self.module, containment=self.containment, max_helpers=self.max_helpers
+            )
         return self._pool
 
     async def call(

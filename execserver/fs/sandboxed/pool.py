@@ -33,6 +33,7 @@ from collections import OrderedDict
 from typing import Any, Final
 
 from execserver.aio.tasks import TaskSet
+from execserver.config import DEFAULT_FS_HELPERS_MAX
 from execserver.containment import ProcessCgroups
 from execserver.fs.sandboxed import program
 from execserver.fs.sandboxed.helper import FsHelper, HelperDied, HelperStale, spawn_helper
@@ -44,7 +45,8 @@ from execserver.wire.errors import RpcError
 
 __all__ = ["DEFAULT_IDLE_SECONDS", "DEFAULT_MAX_HELPERS", "HelperPool"]
 
-DEFAULT_MAX_HELPERS: Final = 8
+# The daemon's default (``EXECSERVER_FS_HELPERS_MAX``; why that many: config.py).
+DEFAULT_MAX_HELPERS: Final = DEFAULT_FS_HELPERS_MAX
 DEFAULT_IDLE_SECONDS: Final = 30.0
 # A fresh helper whose mounts change under the call again is retired too; past
 # this many the call fails rather than chase a host that keeps replacing files.
