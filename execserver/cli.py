@@ -151,10 +151,11 @@ def sandbox_config_from(environ: Mapping[str, str]) -> SandboxConfig:
         )
     except ValueError:
         glob_limit = defaults.glob_scan_limit
+    helpers_max: int | None = None  # as the memory allows
     try:
-        helpers_max = max(1, int(environ.get("EXECSERVER_FS_HELPERS_MAX", defaults.fs_helpers_max)))
-    except ValueError:
-        helpers_max = defaults.fs_helpers_max
+        helpers_max = max(1, int(environ["EXECSERVER_FS_HELPERS_MAX"]))
+    except (KeyError, ValueError):
+        pass
     return SandboxConfig(
         bwrap=environ.get("EXECSERVER_BWRAP") or None,
         landlock=environ.get("EXECSERVER_SANDBOX_NO_LANDLOCK", "") not in _TRUE_WORDS,

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 __all__ = [
     "DEFAULT_CGROUP_ROOT",
     "DEFAULT_EXITED_RETENTION_S",
-    "DEFAULT_FS_HELPERS_MAX",
     "DEFAULT_GLOB_SCAN_LIMIT",
     "DEFAULT_LISTEN",
     "DEFAULT_PROCESS_DRAIN_TIMEOUT_S",
@@ -31,11 +30,7 @@ __all__ = [
 ]
 
 DEFAULT_LISTEN = "ws://127.0.0.1:0"
-# Persistent sandboxed-fs helpers (fs/sandboxed/pool.py), ~16 MB RSS each (less
-# private: the interpreter and libraries are shared): with 8, ten agents' distinct
-# workspaces already made every call start a helper, and 50 agents took both CPUs
-# starting helpers (benchmarks/scale.py; docs/scale.md).
-DEFAULT_FS_HELPERS_MAX = 64
+
 # The reference keeps detached sessions and exited processes for about 80 s.
 DEFAULT_SESSION_TTL_S = 80.0
 DEFAULT_EXITED_RETENTION_S = 80.0
@@ -119,7 +114,8 @@ class SandboxConfig:
     # At most this many persistent helpers live ($EXECSERVER_FS_HELPERS_MAX): one per
     # policy in use, so about one per agent workspace; beyond it the least recently
     # used one is retired and the next call of its policy starts a new one (~85 ms).
-    fs_helpers_max: int = DEFAULT_FS_HELPERS_MAX
+    # None: as many as a quarter of the memory holds (fs/sandboxed/capacity.py).
+    fs_helpers_max: int | None = None
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from execserver.config import DEFAULT_GLOB_SCAN_LIMIT, SandboxConfig
 from execserver.containment import ProcessCgroups
 from execserver.fs.sandboxed import program
 from execserver.fs.sandboxed.helper import HelperDied, spawn_confined_helper
-from execserver.fs.sandboxed.pool import DEFAULT_MAX_HELPERS, HelperPool
+from execserver.fs.sandboxed.pool import HelperPool
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.plan import off_loop
 from execserver.sandbox.policy import ResolvedPolicy, resolve_policy
@@ -53,7 +53,7 @@ class SandboxedFs:
         glob_scan_limit: int = DEFAULT_GLOB_SCAN_LIMIT,
         module: str = program.__name__,
         containment: ProcessCgroups | None = None,
-        max_helpers: int = DEFAULT_MAX_HELPERS,
+        max_helpers: int | None = None,
     ) -> None:
         self.backend = backend
         self.max_helpers = max_helpers

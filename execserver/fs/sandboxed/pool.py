@@ -20,8 +20,9 @@ set up. As a second, independent line the helper itself refuses to serve once
 any of its mounts is gone (``program.py``), and the pool then
 retries the call in a fresh helper.
 
-Lifetime: at most ``max_helpers`` live helpers (the least recently used one is
-retired beyond that) and each exits after ``idle_seconds`` without calls.
+Lifetime: at most ``max_helpers`` live helpers (by default as many as a quarter
+of the memory holds, ``capacity.py``; the least recently used one is retired
+beyond that) and each exits after ``idle_seconds`` without calls.
 Retiring closes the request pipe; calls already sent still complete.
 """
 
@@ -33,9 +34,9 @@ from collections import OrderedDict
 from typing import Any, Final
 
 from execserver.aio.tasks import TaskSet
-from execserver.config import DEFAULT_FS_HELPERS_MAX
 from execserver.containment import ProcessCgroups
 from execserver.fs.sandboxed import program
+from execserver.fs.sandboxed.capacity import default_max_helpers
 from execserver.fs.sandboxed.helper import FsHelper, HelperDied, HelperStale, spawn_helper
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.identity import protected_identity, rules_identity
@@ -43,10 +44,8 @@ from execserver.sandbox.fs_helper.runtime import helper_runtime, serves_policy
 from execserver.sandbox.policy import ResolvedPolicy
 from execserver.wire.errors import RpcError
 
-__all__ = ["DEFAULT_IDLE_SECONDS", "DEFAULT_MAX_HELPERS", "HelperPool"]
+__all__ = ["DEFAULT_IDLE_SECONDS", "HelperPool"]
 
-# The daemon's default (``EXECSERVER_FS_HELPERS_MAX``; why that many: config.py).
-DEFAULT_MAX_HELPERS: Final = DEFAULT_FS_HELPERS_MAX
 DEFAULT_IDLE_SECONDS: Final = 30.0
 # A fresh helper whose mounts change under the call again is retired too; past
 # this many the call fails rather than chase a host that keeps replacing files.
@@ -63,12 +62,13 @@ class HelperPool:
     def __init__(
         self,
         *,
-        max_helpers: int = DEFAULT_MAX_HELPERS,
+        max_helpers: int | None = None,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         module: str = program.__name__,
         containment: ProcessCgroups | None = None,
     ) -> None:
-        self.max_helpers = max_helpers
+        # None: as many as the memory allows (capacity.py).
+        self.max_helpers = default_max_helpers() if max_helpers is None else max_helpers
         # The daemon's per-process limits hold for its helpers too (None without them).
         self._containment = containment
         self.idle_seconds = idle_seconds
