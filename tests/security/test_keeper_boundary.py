@@ -507,18 +507,8 @@ async def _peek(server: RunningServer) -> dict[str, Any]:
 async def test_a_non_root_daemons_kept_child_cannot_ptrace_or_read_its_keeper() -> None:
     # The daemon as nobody: its child has the keeper's uid and no capability, the
     # case PR_SET_DUMPABLE 0 is for (the keeper's /proc files become root's).
-    nobody = pwd.getpwnam("nobody")
-    wrapper = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}"]
-    wrapper += ["--clear-groups", "--"]
-    with _open_dir() as open_dir:
-        os.chown(open_dir, nobody.pw_uid, nobody.pw_gid)
-        state = open_dir / "state"
-        flags = ["--state-dir", str(state), "--session-ttl", str(TTL), "--log-level", "warning"]
-        try:
-            async with start_server("execserver", flags, wrapper=wrapper) as server:
-                report = await _peek(server)
-        finally:
-            await end_keepers(state)
+    async with _nobody_daemon() as (server, _):
+        report = await _peek(server)
     denied = {"environ": "denied", "mem": "denied", "fd": "denied"}
     assert report["keeper"] == {**denied, "ptrace": "Operation not permitted"}
     assert report["zygote"] == {**denied, "ptrace": "Operation not permitted"}

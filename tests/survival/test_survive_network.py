@@ -90,6 +90,15 @@ def _processes(upstream_port: int) -> dict[str, dict[str, Any]]:
     }
 
 
+async def _start_all(peer: RpcClient, processes: dict[str, dict[str, Any]]) -> None:
+    """Each of ``processes`` (name -> its process/start params) answering fetches."""
+    for name, extra in processes.items():
+        params = {"env": ENV, **extra}
+        await peer.start(name, ["python3", "-c", LOOP], pipeStdin=True, **params)
+    for name in processes:
+        await peer.wait_output(name, b"ready\n")
+
+
 async def _ask(peer: RpcClient, name: str, ops: list[list[Any]], tag: str) -> None:
     await peer.write(name, json.dumps(ops) + "\n", tag)
 
@@ -152,11 +161,8 @@ async def test_managed_network_processes_survive_a_sigkill_with_their_policy(
         async with state_daemon(state_dir, port, ttl=TTL) as first:
             async with connect(first.url) as peer:
                 session_id = peer.session_id
-                for name, extra in processes.items():
-                    params = {"env": ENV, **extra}
-                    await peer.start(name, ["python3", "-c", LOOP], pipeStdin=True, **params)
+                await _start_all(peer, processes)
                 for name in processes:
-                    await peer.wait_output(name, b"ready\n")
                     await _ask(peer, name, ops("before"), "before")
                 for name in processes:
                     _check(await _answers(peer, name, 3), name, "/before")
@@ -279,11 +285,7 @@ async def test_managed_network_processes_survive_a_take_over(state_dir: Path) ->
         async with state_daemon(state_dir, ttl=TTL) as old:
             async with connect(old.url) as peer:
                 session_id = peer.session_id
-                for name, extra in processes.items():
-                    params = {"env": ENV, **extra}
-                    await peer.start(name, ["python3", "-c", LOOP], pipeStdin=True, **params)
-                for name in processes:
-                    await peer.wait_output(name, b"ready\n")
+                await _start_all(peer, processes)
             async with state_daemon(state_dir, ttl=TTL, extra=["--take-over"]) as new:
                 assert await asyncio.wait_for(old.process.wait(), 60) == 0
                 async with connect(new.url, resume=session_id) as peer:
