@@ -104,28 +104,22 @@ class PrivateSshd:
         self.process.wait(10)
 
 
-def tar_ssh_up(sshd: PrivateSshd, source: Path, destination: Path) -> float:
+def tar_pipe(
+    source: Path, destination: Path, sshd: PrivateSshd | None = None, *, upload: bool = True
+) -> float:
+    """``tar c | tar x`` from ``source`` into ``destination``; with ``sshd`` one
+    side runs through ssh: the extracting one for an upload, the archiving one
+    for a download."""
     destination.mkdir(parents=True)
+    create = f"tar cf - -C '{source}' ."
+    extract = f"tar xf - -C '{destination}'"
+    if sshd is not None:
+        if upload:
+            extract = sshd.command(extract)
+        else:
+            create = sshd.command(create)
     started = time.perf_counter()
-    remote = sshd.command(f"tar xf - -C '{destination}'")
-    subprocess.run(f"tar cf - -C '{source}' . | {remote}", shell=True, check=True)
-    return time.perf_counter() - started
-
-
-def tar_ssh_down(sshd: PrivateSshd, source: Path, destination: Path) -> float:
-    destination.mkdir(parents=True)
-    started = time.perf_counter()
-    remote = sshd.command(f"tar cf - -C '{source}' .")
-    subprocess.run(f"{remote} | tar xf - -C '{destination}'", shell=True, check=True)
-    return time.perf_counter() - started
-
-
-def tar_pipe(source: Path, destination: Path) -> float:
-    destination.mkdir(parents=True)
-    started = time.perf_counter()
-    subprocess.run(
-        f"tar cf - -C '{source}' . | tar xf - -C '{destination}'", shell=True, check=True
-    )
+    subprocess.run(f"{create} | {extract}", shell=True, check=True)
     return time.perf_counter() - started
 
 
@@ -146,9 +140,9 @@ async def measure(
             keep("tar_pipe", tar_pipe(source, work / f"tar{run}"))
             if sshd is not None:
                 os.sync()
-                keep("ssh_up", tar_ssh_up(sshd, source, work / f"sshup{run}"))
+                keep("ssh_up", tar_pipe(source, work / f"sshup{run}", sshd))
                 os.sync()
-                keep("ssh_down", tar_ssh_down(sshd, source, work / f"sshdown{run}"))
+                keep("ssh_down", tar_pipe(source, work / f"sshdown{run}", sshd, upload=False))
             os.sync()
             remote = work / f"up{run}"
             started = time.perf_counter()
