@@ -27,10 +27,11 @@ from execserver.client import ExecServerClient
 from execserver.client.events import Closed, Exited, Output
 from tests.support.state_dir import end_keepers
 
-# Puts the passed socket at fd 3 and execs the daemon under its own pid, so that
-# LISTEN_PID names the daemon (sh cannot: dash takes single-digit fds only).
+# Puts the passed socket at fd 3 (and only there, as systemd does) and execs the
+# daemon under its own pid, so that LISTEN_PID names the daemon (sh cannot: dash
+# takes single-digit fds only).
 _ACTIVATE = (
-    "import os, sys; os.dup2(int(sys.argv[1]), 3); "
+    "import os, sys; fd = int(sys.argv[1]); os.dup2(fd, 3); fd == 3 or os.close(fd); "
     "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1'); "
     "os.execv(sys.argv[2], sys.argv[2:])"
 )
