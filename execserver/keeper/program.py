@@ -376,6 +376,10 @@ class Keeper:
         self.stdin_queue: list[bytes] = []
         self.stdin_waiting = False
         self.exited = False
+        # The exit event of a child that exited while the journal was at its budget,
+        # recorded once what it left in its pipe has been read: an exit's seq comes
+        # after all of its output, as without the budget.
+        self.exit_info: dict[str, Any] | None = None
         self.closed = False
         self.abandon = False
         self.drain_deadline: float | None = None
@@ -602,6 +606,7 @@ class Keeper:
                 self._remove_session_if_last()
                 break
             self._update_reading()
+            self._record_pending_exit()
         self.sel.close()
 
     def _stopped(self) -> bool:
@@ -689,14 +694,14 @@ class Keeper:
                 os.close(fd)
         else:
             os.close(fd)
-        if self.exited and not self.streams:
+        if self.exited and self.exit_info is None and not self.streams:
             self._mark_closed()
 
     def _abandon_streams(self) -> None:
         self.drain_deadline = None
         for fd in list(self.streams):
             self._close_stream(fd)
-        if self.exited and not self.closed:
+        if self.exited and self.exit_info is None and not self.closed:
             self._mark_closed()
 
     def _drain_expired(self) -> None:
@@ -748,6 +753,28 @@ class Keeper:
             "cpu_s": usage.ru_utime + usage.ru_stime,  # type: ignore[attr-defined]
             "max_rss_kib": int(usage.ru_maxrss),  # type: ignore[attr-defined]
         }
+        if not self.abandon and self.streams and self._over_budget():
+            # The drain could not read (back-pressure): the pipe may still hold the
+            # child's last output, whose seqs must come before the exit's.
+            self.exit_info = info
+            return
+        self._record_exit(info)
+
+    def _record_pending_exit(self) -> None:
+        """The budget lets the drain go on: read what the pipes hold, then record the
+        exit unless the budget stops the drain again."""
+        info = self.exit_info
+        if info is None or self._over_budget():
+            return
+        for fd, stream in list(self.streams.items()):
+            self._read(fd, stream, DRAIN_READS)
+        if self.streams and self._over_budget():
+            return
+        self.exit_info = None
+        self._record_exit(info)
+        self._flush()
+
+    def _record_exit(self, info: dict[str, Any]) -> None:
         self._event(KIND_EXIT, json.dumps(info).encode())
         if self.abandon or not self.streams:
             self._abandon_streams()
