@@ -402,13 +402,14 @@ def serve(args: argparse.Namespace, config: ServerConfig) -> int:
         sys.stderr.write(f"Error: {exc}\n")
         return 1
     from execserver.sandbox.backend import probing_ahead
+    from execserver.sandbox.hidden import NotPrivateError
 
     try:
         # The sandbox probe (bwrap and launcher runs) goes on while the daemon's
         # modules are imported, instead of after: start-up is that much shorter.
         with probing_ahead(bwrap=config.sandbox.bwrap, allow_landlock=config.sandbox.landlock):
             return run_server(config)
-    except (AuditLogError, ContainmentError, HandoverError) as exc:
+    except (AuditLogError, ContainmentError, HandoverError, NotPrivateError) as exc:
         sys.stderr.write(f"Error: {exc}\n")
         return 1
     except OSError as exc:

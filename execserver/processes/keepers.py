@@ -50,6 +50,7 @@ from execserver.keeper.client import (
 )
 from execserver.keeper.program import META_NAME, NET_FDS_MARK
 from execserver.netproxy.kept import NETWORK_FILE, KeptNetwork, SavedListeners, saved_listeners
+from execserver.sandbox.hidden import claim_private
 from execserver.sandbox.plan import LaunchPlan
 from execserver.wire.errors import RpcError, os_error_text
 
@@ -86,14 +87,6 @@ def _write_atomic(path: str, data: bytes) -> None:
     finally:
         os.close(fd)
     os.rename(tmp, path)
-
-
-def _private_dir(path: str) -> None:
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    info = os.lstat(path)
-    if not os.path.isdir(path) or os.path.islink(path) or info.st_uid != os.getuid():
-        raise RuntimeError(f"--state-dir {path}: not a directory owned by this user")
-    os.chmod(path, 0o700)
 
 
 def _saved_processes(session_dir: str) -> dict[str, str]:
@@ -174,7 +167,7 @@ class KeeperHost:
         self, state_dir: str, *, ttl_s: float, drain_timeout_s: float, retained_bytes: int
     ) -> None:
         self.state_dir = os.path.abspath(state_dir)
-        _private_dir(self.state_dir)
+        claim_private(self.state_dir)
         self.private_dir = private_dir_for(self.state_dir)
         self._ttl_s = ttl_s
         self._drain_timeout_s = drain_timeout_s
@@ -220,7 +213,7 @@ class KeeperHost:
         on (``network.json`` beside them says what they are; netproxy/kept.py)."""
         try:
             session_dir = os.path.join(self.state_dir, session_id)
-            _private_dir(session_dir)
+            claim_private(session_dir)
             name = f"{self._prefix}-{next(self._names)}"
             directory = os.path.join(session_dir, name)
             os.mkdir(directory, 0o700)
@@ -311,7 +304,7 @@ class KeeperHost:
         handover: it may have done nothing but fs calls so far, and its client
         resumes it on the next daemon)."""
         if session_id not in self._sessions:
-            _private_dir(os.path.join(self.state_dir, session_id))
+            claim_private(os.path.join(self.state_dir, session_id))
             self._save(SavedSession(session_id, principal, {}))
 
     def _save(self, saved: SavedSession) -> None:

@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import threading
 
-__all__ = ["is_private", "private_dir", "use_private_dir"]
+__all__ = ["NotPrivateError", "claim_private", "is_private", "private_dir", "use_private_dir"]
 
 _lock = threading.Lock()
 _private: str | None = None
@@ -39,16 +39,29 @@ def private_dir() -> str:
         return _private
 
 
-def use_private_dir(path: str) -> None:
-    """This daemon's private directory is ``path`` (made 0700 if missing; it must be
-    a directory of this uid, not a link), kept at exit. Called at start-up,
-    before any sandbox or proxy is built."""
-    global _private
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    info = os.lstat(path)
+class NotPrivateError(RuntimeError):
+    """A directory that must be this user's alone is something else (a link,
+    another user's); the command line says so in one line."""
+
+
+def claim_private(path: str) -> None:
+    """``path`` made 0700 if missing; it must be a directory of this uid, not a
+    link (else NotPrivateError), and is left 0700."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.lstat(path)
+    except OSError as exc:
+        raise NotPrivateError(f"{path}: cannot be made a directory: {exc.strerror}") from None
     if not os.path.isdir(path) or os.path.islink(path) or info.st_uid != os.getuid():
-        raise RuntimeError(f"{path}: not a directory owned by this user")
+        raise NotPrivateError(f"{path}: not a directory owned by this user")
     os.chmod(path, 0o700)
+
+
+def use_private_dir(path: str) -> None:
+    """This daemon's private directory is ``path`` (``claim_private``), kept at
+    exit. Called at start-up, before any sandbox or proxy is built."""
+    global _private
+    claim_private(path)
     with _lock:
         _private = os.path.realpath(path)
 
