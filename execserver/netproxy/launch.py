@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -33,6 +34,7 @@ from execserver.wire.network import (
 from execserver.wire.process import ExecParams, RemoteNetworkProxyLaunchConfig
 
 if TYPE_CHECKING:
+    from execserver.config import ServerConfig
     from execserver.kernel.peer import SessionHandle
 
 __all__ = [
@@ -107,6 +109,11 @@ class NetworkHost:
 
     daemon_env: Mapping[str, str]
     host_overrides: Mapping[str, str] | None = None
+
+    @classmethod
+    def of(cls, config: ServerConfig) -> NetworkHost:
+        """The daemon's: its own environment, its configured name overrides."""
+        return cls(daemon_env=os.environ, host_overrides=config.netproxy_host_overrides)
 
     def resolver(self) -> Resolver:
         return Resolver(self.host_overrides)

@@ -66,8 +66,10 @@ class OutputLog:
     def evicts_after(self, length: int, kept_from: int) -> bool:
         """Whether appending ``length`` bytes would evict a chunk with seq >=
         ``kept_from`` (0: nothing is to be kept)."""
+        if not kept_from:  # the common case, on every chunk: nothing held back
+            return False
         over = self._bytes + length - self.cap_bytes
-        if over <= 0 or not kept_from:
+        if over <= 0:
             return False
         chunks = self._chunks
         index = self._head

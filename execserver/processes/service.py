@@ -157,7 +157,7 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
         env = tenant_environment(tenant, env)
     # The process's proxy (its variables injected into env) and, for
     # enforceManagedNetwork, the routes of the sandbox's bridge to a proxy.
-    network = NetworkHost(daemon_env=os.environ, host_overrides=config.netproxy_host_overrides)
+    network = NetworkHost.of(config)
     net = await prepare_network(
         ctx.session, params, env, sandboxed=sandbox is not None, host=network
     )

@@ -601,7 +601,7 @@ async def readopt_sessions(runtime: ServerRuntime) -> int:
     telemetry = runtime.telemetry
     tenants = runtime.resources.get(TenantDirectory)
     # What processes/service.py gives a proxy at a process's start.
-    network_host = NetworkHost(daemon_env=os.environ, host_overrides=config.netproxy_host_overrides)
+    network_host = NetworkHost.of(config)
     claimed: set[str] = set()
     for saved in host.saved_sessions():
         session = Session(saved.id, saved.principal)
