@@ -66,6 +66,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = [
+    "CHUNKS_PER_READ",
+    "CHUNK_BYTES",
     "FRAME",
     "KIND_CLOSED",
     "KIND_EXIT",
@@ -78,8 +80,10 @@ __all__ = [
     "REQUEST_HEAD",
     "SOCKET_NAME",
     "STREAM_KINDS",
+    "Journal",
     "held_by_a_keeper",
     "main",
+    "pieces",
     "short_path",
 ]
 
@@ -98,15 +102,24 @@ META_NAME = "meta.json"
 MOUNT_MARK = "user.execserver.mount-point"
 JOURNAL_DIR = "journal"
 SEGMENT_BYTES = 1 << 20
+# Acknowledged segments a journal keeps to write into again (see Journal.spares).
+SPARE_SEGMENTS = 2
 # The reference's chunk sizes (processes/output.py): pipes <= 8192, a pty <= 4095.
 PIPE_CHUNK = 8192
 PTY_CHUNK = 4095
 CHUNKS_PER_READ = 32
+# The bytes of output each seq stands for, per kind (see ``pieces``).
+CHUNK_BYTES = {KIND_STDOUT: PIPE_CHUNK, KIND_STDERR: PIPE_CHUNK, KIND_PTY: PTY_CHUNK}
 # A child's output pipe holds this much (Linux's default is 64 KiB): the keeper
 # then reads it in fewer, larger reads.
 PIPE_BUFFER_BYTES = 256 << 10
 F_SETPIPE_SZ = 1031
+SPLICE_F_NONBLOCK = 2
 READS_PER_WAKEUP = 4
+# A read at least this large means the child writes faster than the keeper reads:
+# the keeper then waits STREAMING_PAUSE_S before reading again (see _on_output).
+STREAMING_READ_BYTES = 32 << 10
+STREAMING_PAUSE_S = 0.0003
 DRAIN_READS = 16
 # The reference's pseudo-terminal is 24 rows x 80 columns (processes/launch.py).
 PTY_ROWS = 24
@@ -259,38 +272,88 @@ class short_path:
         os.close(self._fd)
 
 
+def pieces(kind: int, length: int) -> int:
+    """How many seqs a frame of ``length`` bytes of ``kind`` covers: an output frame
+    holds one read of the child's and stands for the reference's chunks of it
+    (``CHUNK_BYTES``, the last one shorter), numbered from the frame's seq on; any
+    other frame, one. (A keeper before this rule wrote a frame per chunk: the same
+    numbers.)"""
+    chunk = CHUNK_BYTES.get(kind)
+    return max(1, -(-length // chunk)) if chunk else 1
+
+
 class Journal:
     """Fixed-size segment files ``<first seq>.seg`` holding the frames in order."""
 
     def __init__(self, directory: str) -> None:
         self.dir = directory
         os.mkdir(directory, 0o700)
-        # [first_seq, last_seq, fd, size] per segment, oldest first.
+        # [first_seq, last_seq, fd, size] per segment, oldest first. ``size`` is what
+        # is whole: a frame counts once its head is written.
         self.segments: list[list[int]] = []
         self.acked = 0
+        self.splice = hasattr(os, "splice")
+        # Acknowledged segment files kept for reuse, (path, fd): a write into a new
+        # file's pages cost the kernel more than twice a write into pages it has
+        # (0.85 against 0.35 s of CPU per GB, splice from a pipe, this 2-CPU VM).
+        # What lies past a segment's size is stale and never read.
+        self.spares: list[tuple[str, int]] = []
+        self._spare_names = 0
 
-    def append(self, frames: Sequence[bytes | memoryview], first_seq: int, last_seq: int) -> None:
+    def _tail(self, first_seq: int) -> list[int]:
         seg = self.segments[-1] if self.segments else None
         if seg is None or seg[3] >= SEGMENT_BYTES:
             path = os.path.join(self.dir, f"{first_seq:020d}.seg")
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-            seg = [first_seq, last_seq, fd, 0]
+            if self.spares:
+                spare, fd = self.spares.pop()
+                os.rename(spare, path)
+            else:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            seg = [first_seq, first_seq - 1, fd, 0]
             self.segments.append(seg)
-        written = os.writev(seg[2], frames)
+        return seg
+
+    def append(self, frames: Sequence[bytes | memoryview], first_seq: int, last_seq: int) -> None:
+        seg = self._tail(first_seq)
         total = sum(len(f) for f in frames)
+        written = os.pwritev(seg[2], frames, seg[3])
         while written < total:  # a regular file takes it all; a full disk raises
             rest = b"".join(frames)[written:]  # never taken for a regular file
-            written += os.write(seg[2], rest)
+            written += os.pwrite(seg[2], rest, seg[3] + written)
         seg[1] = last_seq
         seg[3] += total
+
+    def splice_from(self, fd: int, want: int, kind: int, first_seq: int) -> int:
+        """Up to ``want`` bytes the pipe ``fd`` holds, as one frame, moved into the
+        journal by the kernel (splice: one copy, none through this process); its
+        head is written after them, so the frame counts only once it is whole. The
+        byte count (0 at the pipe's end); BlockingIOError when the pipe is empty;
+        OSError(EINVAL) where the file system does not take a splice."""
+        seg = self._tail(first_seq)
+        count = os.splice(fd, seg[2], want, offset_dst=seg[3] + FRAME.size, flags=SPLICE_F_NONBLOCK)
+        if count:
+            os.pwrite(seg[2], FRAME.pack(first_seq, kind, count), seg[3])
+            seg[1] = first_seq + pieces(kind, count) - 1
+            seg[3] += FRAME.size + count
+        return count
 
     def ack(self, seq: int) -> None:
         self.acked = max(self.acked, seq)
         while len(self.segments) > 1 and self.segments[0][1] <= self.acked:
             first, _, fd, _ = self.segments.pop(0)
+            path = os.path.join(self.dir, f"{first:020d}.seg")
+            if len(self.spares) < SPARE_SEGMENTS:
+                self._spare_names += 1
+                spare = os.path.join(self.dir, f"spare-{self._spare_names}")
+                try:
+                    os.rename(path, spare)
+                    self.spares.append((spare, fd))
+                    continue
+                except OSError:
+                    pass
             os.close(fd)
             try:
-                os.unlink(os.path.join(self.dir, f"{first:020d}.seg"))
+                os.unlink(path)
             except OSError:
                 pass
 
@@ -298,15 +361,15 @@ class Journal:
         return sum(seg[3] for seg in self.segments)
 
     def position_of(self, seq: int) -> tuple[int, int]:
-        """(segment index, byte offset) of the first frame with a seq >= ``seq``."""
+        """(segment index, byte offset) of the first frame that covers a seq >= ``seq``."""
         for index, seg in enumerate(self.segments):
             if seg[1] < seq:
                 continue
             offset = 0
             while offset < seg[3]:
                 head = os.pread(seg[2], FRAME.size, offset)
-                frame_seq, _, length = FRAME.unpack(head)
-                if frame_seq >= seq:
+                frame_seq, kind, length = FRAME.unpack(head)
+                if frame_seq + pieces(kind, length) - 1 >= seq:
                     return index, offset
                 offset += FRAME.size + length
             return index, offset
@@ -329,6 +392,23 @@ class Link:
         self.extra = b""  # bytes sent before the journal's (the spawn answer)
 
 
+class Ready:
+    """What a keeper needs whatever its request: made by a warm keeper before the
+    request comes (each step's first run in a freshly forked process is several
+    times slower than the next, so none of it stays on the spawn's path)."""
+
+    def __init__(self) -> None:
+        self.sel = selectors.DefaultSelector()
+        self.read_buffer = bytearray(PIPE_CHUNK * CHUNKS_PER_READ)
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.wake_r = wake_r
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        # The daemon's process-group signals and a hang-up are not for the keeper.
+        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_IGN)
+
+
 class Keeper:
     def __init__(
         self,
@@ -336,7 +416,9 @@ class Keeper:
         link: socket.socket,
         pass_fds: list[int],
         held: Sequence[int] = (),
+        ready: Ready | None = None,
     ) -> None:
+        ready = ready if ready is not None else Ready()
         self.request = request
         # A sandbox's host resources (execserver/sandbox/plan.py PlanResources.hand_over),
         # let go of once the child (bwrap) has exited: the read end of its status
@@ -359,7 +441,7 @@ class Keeper:
         self.budget: int = int(request["budget"])
         self.cgroups: list[str] = list(request.get("cgroups") or ())
         self.pass_fds = pass_fds
-        self.sel = selectors.DefaultSelector()
+        self.sel = ready.sel
         self.link: Link | None = Link(link)
         self.listener: socket.socket | None = None
         self.journal: Journal | None = None
@@ -368,7 +450,7 @@ class Keeper:
         self.pid = 0
         self.tty = bool(request["plan"]["tty"])
         self.streams: dict[int, str] = {}
-        self.read_buffer = bytearray(PIPE_CHUNK * CHUNKS_PER_READ)
+        self.read_buffer = ready.read_buffer
         self.paused = False
         self.master: int | None = None
         self.held_master: int | None = None
@@ -386,13 +468,7 @@ class Keeper:
         self.drain_mark = 0
         self.orphan_deadline: float | None = None
         self.done = False
-        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self.wake_r = wake_r
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        # The daemon's process-group signals and a hang-up are not for the keeper.
-        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_IGN)
+        self.wake_r = ready.wake_r
         # SIGTERM (an operator's, a test's): end it now, as the TTL would.
         self.stop_requested = False
         signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -414,7 +490,8 @@ class Keeper:
                 os.close(fd)
             except OSError:
                 pass
-        self.journal = Journal(os.path.join(self.dir, JOURNAL_DIR))
+        # Before the answer: what a re-adopting daemon looks for (the socket, then
+        # meta.json naming the keeper). After it: what only this keeper's loop uses.
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
@@ -436,6 +513,8 @@ class Keeper:
         }
         _write_atomic(os.path.join(self.dir, META_NAME), json.dumps(meta).encode())
         self._answer({"ok": True, "pid": self.pid, "keeper": os.getpid()})
+        self._send_answer()
+        self.journal = Journal(os.path.join(self.dir, JOURNAL_DIR))
         self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
         self.sel.register(listener, selectors.EVENT_READ, "accept")
         for fd in self.streams:
@@ -451,6 +530,18 @@ class Keeper:
         if not answer.get("ok"):
             self.link.sock.setblocking(True)
             self.link.sock.sendall(self.link.extra)
+
+    def _send_answer(self) -> None:
+        """The answer now, not after the journal and the loop's set-up: on the spawn's
+        path. A fresh link's buffer takes it whole; what it did not stays in
+        ``extra`` for ``_flush``."""
+        link = self.link
+        assert link is not None
+        try:
+            sent = link.sock.send(link.extra)
+        except BlockingIOError:
+            return
+        link.extra = link.extra[sent:]
 
     def _identity(self, plan: dict[str, Any]) -> dict[str, Any]:
         creds = plan.get("credentials")
@@ -621,42 +712,68 @@ class Keeper:
     def _on_output(self, fd: int) -> None:
         stream = self.streams.get(fd)
         if stream is not None:
-            self._read(fd, stream, READS_PER_WAKEUP)
+            streaming = self._read(fd, stream, READS_PER_WAKEUP) >= STREAMING_READ_BYTES
             self._flush()
+            if streaming:
+                # A child writing faster than it is read: let its pipe fill a while
+                # before the next read, so that reads (and sends, and the daemon's
+                # wake-ups) are few and large. Its own pace sets a read's size
+                # otherwise: ~40 KiB, and the keeper's time went to the wake-ups.
+                time.sleep(STREAMING_PAUSE_S)
 
-    def _read(self, fd: int, stream: str, max_reads: int) -> None:
-        size = PTY_CHUNK if stream == "pty" else PIPE_CHUNK
-        want = size * CHUNKS_PER_READ
+    def _read(self, fd: int, stream: str, max_reads: int) -> int:
+        """Up to ``max_reads`` reads of the child's ``stream``, each journaled as one
+        frame (``pieces`` numbers its chunks). The last read's byte count."""
         kind = STREAM_KINDS[stream]
-        # Into one buffer kept for the keeper's life: a fresh 256 KiB object per
-        # read came from memory the kernel had to fault in and zero each time
-        # (half of a streaming keeper's CPU went to its reads).
-        buffer = self.read_buffer
+        want = (PTY_CHUNK if stream == "pty" else PIPE_CHUNK) * CHUNKS_PER_READ
+        journal = self.journal
+        assert journal is not None
+        count = 0
         for _ in range(max_reads):
             if self._over_budget():
-                return
+                return 0
+            first = self.seq + 1
             try:
-                count = os.readv(fd, [memoryview(buffer)[:want]])
+                if journal.splice and stream != "pty":
+                    count = self._splice(journal, fd, want, kind, first)
+                else:
+                    count = self._read_copy(journal, fd, want, kind, first)
             except BlockingIOError:
-                return
+                return 0
             except OSError:  # EIO: the pty's last slave fd closed
                 count = 0
             if not count:
                 self._close_stream(fd)
-                return
-            frames: list[bytes | memoryview] = []
-            first = self.seq + 1
-            view = memoryview(buffer)  # the pieces are views: writev copies them once
-            for start in range(0, count, size):
-                piece = view[start : min(start + size, count)]
-                self.seq += 1
-                frames.append(FRAME.pack(self.seq, kind, len(piece)))
-                frames.append(piece)
-            assert self.journal is not None
-            self.journal.append(frames, first, self.seq)
-            del frames, view, piece  # written: the buffer is free for the next read
+                return 0
+            self.seq = first + pieces(kind, count) - 1
             if count < want:
-                return
+                return count
+        return count
+
+    def _splice(self, journal: Journal, fd: int, want: int, kind: int, first: int) -> int:
+        try:
+            return journal.splice_from(fd, want, kind, first)
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise
+        journal.splice = False  # this file system: read and write, as for a pty
+        return self._read_copy(journal, fd, want, kind, first)
+
+    def _read_copy(self, journal: Journal, fd: int, want: int, kind: int, first: int) -> int:
+        # Into one buffer kept for the keeper's life: a fresh 256 KiB object per
+        # read came from memory the kernel had to fault in and zero each time.
+        view = memoryview(self.read_buffer)
+        try:
+            count = os.readv(fd, [view[:want]])
+            if count:
+                journal.append(
+                    [FRAME.pack(first, kind, count), view[:count]],
+                    first,
+                    first + pieces(kind, count) - 1,
+                )
+            return count
+        finally:
+            view.release()
 
     def _event(self, kind: int, payload: bytes = b"") -> None:
         self.seq += 1
@@ -1082,6 +1199,7 @@ def _keeper(ctl: socket.socket, link_fd: int) -> None:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_DUMPABLE, 0)
     link = socket.socket(fileno=_move_high(link_fd))
+    ready = Ready()
     received = _receive_request(link)
     if received is None:
         return  # the daemon let go of its warm keeper (or is gone): nothing to keep
@@ -1096,7 +1214,7 @@ def _keeper(ctl: socket.socket, link_fd: int) -> None:
         os.dup2(high, number, inheritable=True)
         os.close(high)
         pass_fds.append(number)
-    keeper = Keeper(request, link, pass_fds, held)
+    keeper = Keeper(request, link, pass_fds, held, ready)
     try:
         keeper.start()
     except SystemExit:

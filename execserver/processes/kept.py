@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 from execserver.aio.tasks import TaskSet
 from execserver.keeper.client import send_line
 from execserver.keeper.program import (
+    CHUNK_BYTES,
+    CHUNKS_PER_READ,
     FRAME,
     KIND_CLOSED,
     KIND_EXIT,
@@ -57,7 +59,9 @@ __all__ = ["KeeperOutput", "KeptProcess"]
 log = logging.getLogger(__name__)
 
 _STREAMS = {KIND_STDOUT: "stdout", KIND_STDERR: "stderr", KIND_PTY: "pty"}
-RECV_BYTES = 256 * 1024
+# The largest frame a keeper sends (one read of the child's): the buffer grows by
+# reads until it holds a whole one.
+RECV_BYTES = FRAME.size + max(CHUNK_BYTES.values()) * CHUNKS_PER_READ
 # Acknowledge evictions in steps of this many chunks (1 MiB of pipe output; one
 # small line each, and each wakes the keeper: on 2 busy CPUs the wake-up preempted
 # the daemon inside its send).
@@ -159,9 +163,21 @@ class KeeperOutput:
         if self._paused and not self._backlogged():
             self._resume()
 
+    def _keep_from(self) -> int:
+        """The oldest seq the log may not evict yet (0: none): the first one an
+        attached reader was not sent yet, or a hole's first. The link's reads are a
+        keeper's reads of the child (32 chunks each) and a parse takes several: the
+        backlog check alone, made after a parse, let a log full of unsent output
+        evict some of it (8 KiB chunks lost under load)."""
+        keep = self._delivered + 1 if self._reader_attached() else 0
+        hole = self._hole_from
+        if hole and (not keep or hole < keep):
+            return hole
+        return keep
+
     def _held(self) -> bool:
-        """Whether the next chunk would evict output not yet read back (a hole's)."""
-        return self.log.evicts_after(PIPE_CHUNK, self._hole_from)
+        """Whether the next chunk would evict output not yet sent or read back."""
+        return self.log.evicts_after(PIPE_CHUNK, self._keep_from())
 
     def caught_up(self) -> None:
         if self._paused and not self._held():
@@ -219,31 +235,42 @@ class KeeperOutput:
         # Each chunk is copied once, out of a view (a slice of the bytearray would
         # be a copy of its own before the bytes).
         view = memoryview(buffer)
+        keep_from = self._keep_from()
         try:
             while end - offset >= size:
                 seq, kind, length = FRAME.unpack_from(buffer, offset)
                 if end - offset - size < length:
                     break
                 start = offset + size
-                offset = start + length
                 stream = _STREAMS.get(kind)
                 if stream is not None:
-                    if seq < log_.next_seq:
-                        continue  # a replay of what we hold already
-                    if log_.evicts_after(length, self._hole_from):
-                        offset = start - size  # left in the buffer until read back
+                    # One read of the child's: the reference's chunks of it, a seq each.
+                    chunk = CHUNK_BYTES[kind]
+                    stop = start + length
+                    held = False
+                    for at in range(start, stop, chunk):
+                        if seq < log_.next_seq:
+                            seq += 1
+                            continue  # a replay of what we hold already
+                        upto = min(at + chunk, stop)
+                        if log_.evicts_after(upto - at, keep_from):
+                            held = True  # the frame waits in the buffer until read back
+                            break
+                        log_.next_seq = seq
+                        log_.append(stream, view[at:upto].tobytes())
+                        self.output_bytes[stream] = self.output_bytes.get(stream, 0) + upto - at
+                        seq += 1
+                    if held:
                         break
-                    log_.next_seq = seq
-                    log_.append(stream, view[start:offset].tobytes())
-                    self.output_bytes[stream] = self.output_bytes.get(stream, 0) + length
                 elif kind == KIND_EXIT:
                     if seq >= log_.next_seq:
                         log_.next_seq = seq + 1
-                        self._on_exit(seq, json.loads(view[start:offset].tobytes()))
+                        self._on_exit(seq, json.loads(view[start : start + length].tobytes()))
                 elif kind == KIND_CLOSED:
                     if seq >= log_.next_seq:
                         log_.next_seq = seq + 1
                         self._on_closed(seq)
+                offset = start + length
         finally:
             view.release()  # before the bytearray may shrink
         if offset:
