@@ -7,6 +7,7 @@ these few members and the server can change how it keeps connections.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from execserver.kernel.scoped import ScopedState
@@ -24,6 +25,11 @@ class Notifier(Protocol):
 
     async def notify(self, method: str, params: Any) -> None:
         """Send a notification; dropped while no connection is attached."""
+        ...
+
+    async def notify_many(self, notes: Sequence[tuple[str, Any]]) -> None:
+        """Send several notifications in order, written out together; dropped while
+        no connection is attached."""
         ...
 
 

@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 # Bytes of output kept for the sandbox-denial classifier.
 DENIAL_TAIL_BYTES = 16 * 1024
+# A process's pending notifications go out this many at a time, written together
+# (16 full chunks: ~180 KB of frames).
+NOTIFY_BATCH = 16
 # Remembered writeIds per process (de-duplication); the oldest are forgotten first.
 MAX_WRITE_IDS = 65536
 
@@ -328,6 +331,7 @@ class ManagedProcess:
 
     async def _send_loop(self) -> None:
         notify = self._session.notify
+        notify_many = self._session.notify_many
         methods: dict[type, str] = {
             ProcessOutputNotification: m.PROCESS_OUTPUT,
             ProcessExitedNotification: m.PROCESS_EXITED,
@@ -340,9 +344,14 @@ class ManagedProcess:
                     return
                 await self._output.wait_change()
                 continue
-            for seq, note in events:
-                await notify(methods[type(note)], note)
-                self._output.delivered(seq)
+            # Written out NOTIFY_BATCH at a time (one send each, not one per chunk).
+            for at in range(0, len(events), NOTIFY_BATCH):
+                batch = events[at : at + NOTIFY_BATCH]
+                if len(batch) == 1:
+                    await notify(methods[type(batch[0][1])], batch[0][1])
+                else:
+                    await notify_many([(methods[type(note)], note) for _, note in batch])
+                self._output.delivered(batch[-1][0])
             self._output.caught_up()
 
     # ---- stdin -----------------------------------------------------------------------

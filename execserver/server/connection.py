@@ -15,7 +15,7 @@ import enum
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, NamedTuple
 
 import msgspec
@@ -53,6 +53,8 @@ __all__ = ["Connection", "ProtocolViolation"]
 log = logging.getLogger(__name__)
 
 SendFrame = Callable[[bytes], Awaitable[None]]
+# Several frames written at once, in order (one system call where the transport can).
+SendFrames = Callable[[Sequence[bytes]], Awaitable[None]]
 # Writes one frame at once and returns True, or returns False without writing when the
 # peer is behind (then ``send_frame``, which waits, takes it).
 WriteNow = Callable[[bytes], bool]
@@ -92,6 +94,7 @@ class Connection:
         peer: str,
         parse_error_prefix: str,
         write_now: WriteNow | None = None,
+        send_frames: SendFrames | None = None,
         principal: str | None = None,
     ) -> None:
         self.runtime = runtime
@@ -100,6 +103,7 @@ class Connection:
         # the only principal its initialize may create or resume a session for.
         self.principal = principal
         self._send_frame = send_frame
+        self._send_frames = send_frames
         self._write_now = write_now
         self._parse_error_prefix = parse_error_prefix
         self.lifecycle = Lifecycle.NEW
@@ -166,6 +170,24 @@ class Connection:
 
     async def send_notification(self, method: str, params: Any) -> None:
         await self._enqueue(encode_message(NotificationMessage(method, params)))
+
+    async def send_notifications(self, notes: Sequence[tuple[str, Any]]) -> None:
+        """Several notifications in order. With nothing queued before them they are
+        written together: a streaming process's chunks one by one cost a send (on
+        loopback, the receiver's network stack too) each, 40% of the daemon's time."""
+        frames = [encode_message(NotificationMessage(method, params)) for method, params in notes]
+        if self.closed:
+            return
+        if self._send_frames is None or not self._outbound.empty():
+            for frame in frames:
+                await self._enqueue(frame)
+            return
+        self._meter.outbound_bytes += sum(len(frame) for frame in frames)
+        try:
+            await self._send_frames(frames)
+        except Exception as exc:  # the transport is gone
+            log.debug("connection %s: write failed: %r", self.peer, exc)
+            self.abort("write failed")
 
     async def request(self, method: str, params: Any, timeout: float | None) -> Any:
         """Send a server->client request and wait for its result (raises RpcError on error)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from execserver.aio.tasks import TaskSet
@@ -29,6 +29,8 @@ class AttachedConnection(Protocol):
     ``Connection``, which imports this module: a Protocol keeps the two acyclic)."""
 
     async def send_notification(self, method: str, params: Any) -> None: ...
+
+    async def send_notifications(self, notes: Sequence[tuple[str, Any]]) -> None: ...
 
     async def request(self, method: str, params: Any, timeout: float | None) -> Any: ...
 
@@ -61,6 +63,12 @@ class Session:
         conn = self.connection
         if conn is not None:
             await conn.send_notification(method, params)
+
+    async def notify_many(self, notes: Sequence[tuple[str, Any]]) -> None:
+        """``notify`` for several, written out together (a process's output chunks)."""
+        conn = self.connection
+        if conn is not None:
+            await conn.send_notifications(notes)
 
     async def request(self, method: str, params: Any, timeout: float | None) -> Any:
         """Send a server->client request on the attached connection."""

@@ -400,6 +400,7 @@ class _Socket(WSListener):
             runtime,
             self._send_frame,
             write_now=self._write_now,
+            send_frames=self._send_frames,
             peer=self._peer,
             principal=self._principal,
             parse_error_prefix=(
@@ -620,6 +621,22 @@ class _Socket(WSListener):
             raise ConnectionResetError("the peer is gone")
         self._write_frame(frame)
         if self._can_write is not None:  # the peer reads slower than we write
+            await self._can_write.wait()
+            if self._transport.is_disconnected:
+                raise ConnectionResetError("the peer is gone")
+
+    async def _send_frames(self, frames: Sequence[bytes]) -> None:
+        """``_send_frame`` for several, in one write."""
+        if self._closing_sent:
+            return
+        if self._transport.is_disconnected:
+            raise ConnectionResetError("the peer is gone")
+        parts: list[bytes] = []
+        for payload in frames:
+            parts.append(_text_frame_header(len(payload)))
+            parts.append(payload)
+        self._tcp.writelines(parts)
+        if self._can_write is not None:
             await self._can_write.wait()
             if self._transport.is_disconnected:
                 raise ConnectionResetError("the peer is gone")

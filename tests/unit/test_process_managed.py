@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
@@ -28,6 +28,11 @@ class FakeSession:
         if self.gate is not None:
             await self.gate.wait()
         self.notes.append((method, params))
+
+    async def notify_many(self, notes: Sequence[tuple[str, Any]]) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        self.notes.extend(notes)
 
 
 @pytest.fixture
