@@ -20,9 +20,10 @@ A keeper:
 * appends every chunk of its output to a journal of fixed-size segment files
   under its process directory *before* it forwards the same bytes to the daemon,
   so a daemon killed at any instant loses nothing; the daemon acknowledges what
-  it no longer needs, acknowledged segments are deleted, and when
-  ``budget`` bytes are unacknowledged the keeper stops reading the child
-  (back-pressure: the child blocks on a full pipe);
+  it no longer needs, acknowledged segments are deleted (two are kept to be
+  written again), and when ``budget`` bytes are unacknowledged, or
+  ``UNSENT_LIMIT`` wait to be sent to a connected daemon, the keeper stops
+  reading the child (back-pressure: the child blocks on a full pipe);
 * serves one daemon at a time on its link: first the socketpair, later a
   re-adopting daemon on ``keeper.sock`` in the process directory (0700; the
   peer must have the keeper's uid and must not be held by a keeper, this one
@@ -104,6 +105,9 @@ JOURNAL_DIR = "journal"
 SEGMENT_BYTES = 1 << 20
 # Acknowledged segments a journal keeps to write into again (see Journal.spares).
 SPARE_SEGMENTS = 2
+# Journal bytes not yet sent to a connected daemon at which the keeper stops
+# reading the child (see Keeper._held_back).
+UNSENT_LIMIT = 1 << 20
 # The reference's chunk sizes (processes/output.py): pipes <= 8192, a pty <= 4095.
 PIPE_CHUNK = 8192
 PTY_CHUNK = 4095
@@ -730,7 +734,7 @@ class Keeper:
         assert journal is not None
         count = 0
         for _ in range(max_reads):
-            if self._over_budget():
+            if self._held_back():
                 return 0
             first = self.seq + 1
             try:
@@ -785,8 +789,28 @@ class Keeper:
         assert self.journal is not None
         return self.journal.unacked_bytes() >= self.budget
 
+    def _held_back(self) -> bool:
+        """Whether the child's output is left in its pipe for now: the journal is at
+        its budget, or a daemon is connected and ``UNSENT_LIMIT`` bytes wait to be
+        sent to it. A daemon that reads slower than the child writes (its client
+        does) then holds the child as it would without a keeper, instead of the
+        journal growing to its budget in fresh segment files, which cost the
+        keeper twice the CPU of the ones it reuses; the budget is for when no
+        daemon is there."""
+        if self._over_budget():
+            return True
+        link = self.link
+        if link is None:
+            return False
+        assert self.journal is not None
+        segments = self.journal.segments
+        unsent = -link.offset if link.segment < len(segments) else 0
+        for seg in segments[link.segment :]:
+            unsent += seg[3]
+        return unsent >= UNSENT_LIMIT
+
     def _update_reading(self) -> None:
-        pause = self._over_budget()
+        pause = self._held_back()
         if pause == self.paused:
             return
         self.paused = pause
@@ -870,7 +894,7 @@ class Keeper:
             "cpu_s": usage.ru_utime + usage.ru_stime,  # type: ignore[attr-defined]
             "max_rss_kib": int(usage.ru_maxrss),  # type: ignore[attr-defined]
         }
-        if not self.abandon and self.streams and self._over_budget():
+        if not self.abandon and self.streams and self._held_back():
             # The drain could not read (back-pressure): the pipe may still hold the
             # child's last output, whose seqs must come before the exit's.
             self.exit_info = info
@@ -881,11 +905,11 @@ class Keeper:
         """The budget lets the drain go on: read what the pipes hold, then record the
         exit unless the budget stops the drain again."""
         info = self.exit_info
-        if info is None or self._over_budget():
+        if info is None or self._held_back():
             return
         for fd, stream in list(self.streams.items()):
             self._read(fd, stream, DRAIN_READS)
-        if self.streams and self._over_budget():
+        if self.streams and self._held_back():
             return
         self.exit_info = None
         self._record_exit(info)

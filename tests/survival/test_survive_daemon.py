@@ -197,7 +197,10 @@ async def test_big_output_to_a_client_that_does_not_read_stays_bounded(state: Pa
             await asyncio.sleep(0.2)
             assert child.status() == psutil.STATUS_SLEEPING
         assert _journal_bytes(state) <= written + (1 << 20)
-        assert _journal_bytes(state) < 32 * 1024 * 1024
+        # With its daemon connected the keeper stops at 1 MiB not yet sent to it
+        # (UNSENT_LIMIT), well short of its budget (retained 1 MiB + 8 MiB), which
+        # is for when no daemon is there.
+        assert _journal_bytes(state) < 5 * 1024 * 1024
         assert rss_mb(daemon) - baseline < 100
         assert keeper.memory_info().rss / 1e6 < 64
         # Reading resumes the flow: everything arrives, and the journal is dropped
