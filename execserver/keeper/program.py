@@ -79,6 +79,7 @@ __all__ = [
     "META_NAME",
     "NET_FDS_MARK",
     "REQUEST_HEAD",
+    "SEGMENT_BYTES",
     "SOCKET_NAME",
     "STREAM_KINDS",
     "Journal",
@@ -308,10 +309,15 @@ class Journal:
         seg = self.segments[-1] if self.segments else None
         if seg is None or seg[3] >= SEGMENT_BYTES:
             path = os.path.join(self.dir, f"{first_seq:020d}.seg")
+            fd = -1
             if self.spares:
                 spare, fd = self.spares.pop()
-                os.rename(spare, path)
-            else:
+                try:
+                    os.rename(spare, path)
+                except OSError:  # not ours to reuse after all: a new file, as without one
+                    os.close(fd)
+                    fd = -1
+            if fd < 0:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             seg = [first_seq, first_seq - 1, fd, 0]
             self.segments.append(seg)

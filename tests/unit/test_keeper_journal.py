@@ -18,6 +18,7 @@ from execserver.keeper.program import (
     KIND_EXIT,
     KIND_PTY,
     KIND_STDOUT,
+    SEGMENT_BYTES,
     Journal,
     pieces,
 )
@@ -82,3 +83,27 @@ async def test_the_daemon_cuts_a_frame_into_chunks_and_skips_what_it_holds() -> 
         output.close()
         keepers.close()
         await asyncio.sleep(0)
+
+
+def test_an_acknowledged_segment_is_written_again_and_its_old_bytes_never_read(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "journal"
+    journal = Journal(str(directory))
+    big = os.urandom(SEGMENT_BYTES)  # one frame fills a segment
+    journal.append([FRAME.pack(1, KIND_EXIT, len(big)), big], 1, 1)
+    journal.append([FRAME.pack(2, KIND_EXIT, 1), b"x"], 2, 2)  # the second segment
+    first_inode = os.stat(directory / f"{1:020d}.seg").st_ino
+    journal.ack(1)  # the first segment is done with: kept as a spare, not deleted
+    assert [p.name for p in directory.iterdir() if p.name.startswith("spare-")] != []
+    assert not (directory / f"{1:020d}.seg").exists()
+    journal.append([FRAME.pack(3, KIND_EXIT, len(big)), big], 3, 3)  # fills the second
+    journal.append([FRAME.pack(4, KIND_EXIT, 2), b"{}"], 4, 4)  # a third: the spare
+    reused = directory / f"{4:020d}.seg"
+    assert os.stat(reused).st_ino == first_inode
+    first, last, fd, size = journal.segments[-1]
+    assert (first, last, size) == (4, 4, FRAME.size + 2)
+    # Past its size the file still holds the old frame's bytes: nothing reads them.
+    assert os.stat(reused).st_size > size
+    assert journal.position_of(4) == (len(journal.segments) - 1, 0)
+    assert os.pread(fd, size, 0) == FRAME.pack(4, KIND_EXIT, 2) + b"{}"
