@@ -7,12 +7,14 @@ call, a send coroutine. Here the whole loop runs in picows' frame callback
 (Cython websocket): each answer is decoded with msgspec and the next request
 is sent from inside the callback, with no task, future or coroutine per
 call. The figures' shapes are unchanged: polling keeps one request
-outstanding, the pipeline keeps ``in_flight`` outstanding.
+outstanding, the pipeline keeps ``in_flight`` outstanding. ``stream_throughput``
+reads a process's output the same way (benchmarks/keeper.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -167,3 +169,82 @@ async def pipelined(
         return None
 
     await client.run([client.request(method, params) for _ in range(sent)], refill)
+
+
+class _Stream(WSListener):
+    """Answers by id; counts ``process/output`` bytes; resolves at ``process/closed``."""
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.answers: dict[int, asyncio.Future[Any]] = {}
+        self.closed: asyncio.Future[None] = loop.create_future()
+        self.output_bytes = 0
+        self.transport: WSTransport | None = None
+
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        self.transport = transport
+
+    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        if frame.msg_type not in (WSMsgType.TEXT, WSMsgType.BINARY):
+            return
+        message = _decode(frame.get_payload_as_bytes())
+        method = message.get("method")
+        if method == "process/output":
+            # The chunk's byte count from its base64 length: CPython's base64
+            # decoder takes ~15 µs per 8 KiB chunk, five times all the rest.
+            chunk = message["params"]["chunk"]
+            self.output_bytes += len(chunk) // 4 * 3 - chunk[-2:].count("=")
+        elif method == "process/closed":
+            if not self.closed.done():
+                self.closed.set_result(None)
+        elif "id" in message:
+            future = self.answers.pop(message["id"], None)
+            if future is not None and not future.done():
+                if "error" in message:
+                    future.set_exception(RuntimeError(message["error"]["message"]))
+                else:
+                    future.set_result(message.get("result"))
+
+    def on_ws_disconnected(self, transport: WSTransport) -> None:
+        if not self.closed.done():
+            self.closed.set_exception(ConnectionError("the server hung up"))
+
+    def call(self, ident: int, method: str, params: Any) -> asyncio.Future[Any]:
+        assert self.transport is not None
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.answers[ident] = future
+        body = {"id": ident, "method": method, "params": params}
+        self.transport.send(WSMsgType.TEXT, _encode(body))
+        return future
+
+    def notify(self, method: str, params: Any) -> None:
+        assert self.transport is not None
+        self.transport.send(WSMsgType.TEXT, _encode({"method": method, "params": params}))
+
+
+async def stream_throughput(url: str, start: dict[str, Any], size: int) -> dict[str, float]:
+    """``process/start`` with ``start`` (its processId's output must be ``size``
+    bytes); MB/s from the start's send to ``process/closed``.
+
+    The aiohttp client of figures.output_throughput takes a whole CPU at ~225 MB/s
+    on this 2-CPU machine (~35 us per 8 KiB chunk, CPython's base64 decoder half
+    of it), and both servers' messages are byte for byte alike: through it every
+    server measures the same. Here picows parses the frames in C in the socket's
+    read callback, msgspec decodes each message, and a chunk's bytes are counted
+    from its base64 length: a third of a CPU at 500 MB/s."""
+    transport, listener = await ws_connect(_Stream, url, max_frame_size=64 * 1024 * 1024)
+    reader = cast(_Stream, listener)
+    try:
+        await asyncio.wait_for(reader.call(0, "initialize", {"clientName": "bench"}), 30)
+        reader.notify("initialized", {})
+        cpu0 = time.process_time()
+        began = time.perf_counter()
+        await asyncio.wait_for(reader.call(1, "process/start", start), 30)
+        await asyncio.wait_for(reader.closed, 600)
+        elapsed = time.perf_counter() - began
+        cpu = time.process_time() - cpu0
+    finally:
+        transport.disconnect()
+    if reader.output_bytes != size:
+        raise RuntimeError(f"received {reader.output_bytes} of {size} bytes")
+    return {"MB_per_s": size / elapsed / 1e6, "client_cpu_share": cpu / elapsed}

@@ -3,7 +3,7 @@ without ``--state-dir`` (process keepers: every process, sandboxed or not, is a
 keeper's child), side by side in one run, and the reference's when it is
 installed, with each figure's ratio to the reference's.
 Throughput is measured unsandboxed and sandboxed (workspace-write), read by
-benchmarks/stream_reader.py's client, which outpaces both servers.
+benchmarks/fast_client.py's client, which outpaces both servers.
 ``python -m benchmarks.keeper [--spawns N] [--megabytes M] [--rounds R]``."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tempfile
 from typing import Any
 
 from benchmarks import figures
-from benchmarks.stream_reader import stream_throughput
+from benchmarks.fast_client import stream_throughput
 from scripts.servers import ReferenceUnavailable, start_server
 
 __all__ = ["main"]
@@ -44,9 +44,9 @@ async def _measure(kind: str, extra: list[str], spawns: int, megabytes: int) -> 
 
 
 async def _throughput(url: str, megabytes: int, *, sandboxed: bool) -> dict[str, float]:
-    """``head -c`` of ``megabytes`` MiB, read by stream_reader's client (the lean
+    """``head -c`` of ``megabytes`` MiB, read by fast_client.stream_throughput (the lean
     aiohttp client of figures.output_throughput is the bottleneck at ~225 MB/s
-    here, whichever server it reads: see benchmarks/stream_reader.py)."""
+    here, whichever server it reads: see fast_client.stream_throughput)."""
     size = megabytes * 1024 * 1024
     params: dict[str, Any] = {
         "processId": "out",
