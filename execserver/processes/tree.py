@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from execserver.containment import ProcessCgroup
 
 __all__ = [
+    "ProcTable",
     "ProcessTree",
     "adopt_orphans",
     "claim_unowned_children",
