@@ -153,11 +153,32 @@ class ProcessCgroups:
         # Per principal: the directories its processes' cgroups are made in.
         self._groups: dict[str, dict[str, str]] = {}
         self.group_limits: dict[str, ProcessLimitsConfig] = {}
+        # Per group (None: the daemon's own), the cgroup the next create takes,
+        # made by ``prepare`` after a spawn rather than on the next one's path.
+        self._ready: dict[str | None, ProcessCgroup] = {}
 
     def create(self, group: str | None = None) -> ProcessCgroup:
         """A new cgroup with the limits set, inside ``group``'s (a principal's) when
         given; raises OSError (the caller fails the start): a principal without its
-        group has no process of its own outside its quota."""
+        group has no process of its own outside its quota. The one ``prepare`` made,
+        when it is still there."""
+        ready = self._ready.pop(group, None)
+        if ready is not None:
+            if all(os.path.isdir(d) for d in ready.directories):
+                return ready
+            ready.remove()  # its parent went (removed as stale by another daemon)
+        return self._make(group)
+
+    def prepare(self, group: str | None = None) -> None:
+        """Make ``group``'s next cgroup now, off the next spawn's path: its directories
+        and limit files were ~0.3 ms of a spawn's 1.2 ms (five v1 hierarchies). A
+        failure is left for that spawn's ``create`` to meet and report."""
+        if group in self._ready:
+            return
+        with contextlib.suppress(OSError):
+            self._ready[group] = self._make(group)
+
+    def _make(self, group: str | None) -> ProcessCgroup:
         if group is None:
             parents = self._parents
         else:
@@ -249,6 +270,7 @@ class ProcessCgroups:
 
     def close(self) -> None:
         """Daemon shutdown (after every tree was killed): remove what is left of ours."""
+        self._ready.clear()  # among what is left: removed below with the rest
         pid = os.getpid()
         for parent in self._parents.values():
             with contextlib.suppress(OSError):

@@ -83,6 +83,8 @@ class Supervisor:
         # another sweep was asked for meanwhile.
         self._scan: asyncio.Future[ProcTable] | None = None
         self._sweep_again = False
+        # The cgroups of trees that ended, for the next sweep to remove.
+        self._finished: list[ProcessCgroup] = []
 
     def track(
         self, pid: int, env: dict[str, str], cgroup: ProcessCgroup | None = None
@@ -127,7 +129,9 @@ class Supervisor:
     def _forget(self, tree: ProcessTree) -> None:
         self._trees.discard(tree)
         if tree.cgroup is not None:
-            tree.cgroup.remove()
+            # Empty now; removed by the next sweep's thread, not here on the way to
+            # the process's `closed` (five rmdirs on a v1 host, ~0.16 ms).
+            self._finished.append(tree.cgroup)
         if not self._trees:
             self._schedule(STRAY_SWEEP_S)  # one look for what the trees left unowned
 
@@ -188,9 +192,9 @@ class Supervisor:
         # With no tree left only our own unowned children are of interest.
         whole = bool(self._trees)
         before = {tree: set(tree.tracked) for tree in self._trees}
-        scan = asyncio.get_running_loop().run_in_executor(
-            None, self._read_table if whole else read_own_children_table
-        )
+        finished, self._finished = self._finished, []
+        read = self._read_table if whole else read_own_children_table
+        scan = asyncio.get_running_loop().run_in_executor(None, _remove_then_read, finished, read)
         self._scan = scan
         scan.add_done_callback(lambda done: self._swept(done, whole, before))
 
@@ -261,8 +265,18 @@ class Supervisor:
             if all(not t.tracked for t in self._trees):
                 break
             await asyncio.sleep(0.02)
+        finished, self._finished = self._finished, []
+        for cgroup in finished:
+            cgroup.remove()
         for _ in range(50):
             if all(t.cgroup is None or t.cgroup.remove() for t in self._trees):
                 break
             await asyncio.sleep(0.02)  # SIGKILLed members leave their cgroup within ms
         self._trees.clear()
+
+
+def _remove_then_read(finished: list[ProcessCgroup], read: Callable[[], ProcTable]) -> ProcTable:
+    """A sweep's work in its thread: the ended trees' cgroups go, then /proc is read."""
+    for cgroup in finished:
+        cgroup.remove()
+    return read()

@@ -203,9 +203,13 @@ class ProcessTable:
         """The process's resource-limit cgroup (in its principal's group). Fails
         closed: with limits configured nothing runs without them (``plan`` is then
         closed and the start refused)."""
-        assert self._containment is not None
+        containment = self._containment
+        assert containment is not None
         try:
-            return self._containment.create(self._principal)
+            cgroup = containment.create(self._principal)
+            # The next one is made once this spawn has been answered, not on its path.
+            asyncio.get_running_loop().call_soon(containment.prepare, self._principal)
+            return cgroup
         except OSError as exc:
             plan.close()
             raise RpcError.internal(

@@ -148,6 +148,31 @@ async def test_fork_loop_is_contained_while_the_daemon_stays_responsive(tmp_path
 
 
 @needs_cgroups
+async def test_each_process_gets_its_own_cgroup_and_an_ended_ones_is_removed() -> None:
+    """The next process's cgroup is made after a spawn is answered (off the next
+    spawn's path), and an ended process's cgroup is removed by the supervisor's
+    next sweep (off the way to its ``closed``): still one cgroup per process, and
+    none left behind."""
+    async with start_server("execserver", ["--process-pids-max", "64"]) as server:
+        async with connect(server.url) as c:
+            dirs: list[str] = []
+            for n in range(3):
+                await c.start(f"p{n}", ["sh", "-c", "echo $$; sleep 30"])
+                await c.wait_output(f"p{n}", b"\n")
+                pid = int(c.events(f"p{n}").output().split()[0])
+                found = cgroup_dir_of(pid, "pids", ROOT)
+                assert found is not None
+                dirs.append(found)
+            assert len(set(dirs)) == 3  # a cgroup each, none shared
+            for n in range(3):
+                assert await c.ok("process/terminate", {"processId": f"p{n}"}) == {"running": True}
+                await c.wait_closed(f"p{n}")
+            # Gone within the sweeps that follow (each second while processes live,
+            # every two seconds after).
+            assert await poll_until(lambda: not any(os.path.isdir(d) for d in dirs), timeout=10)
+
+
+@needs_cgroups
 async def test_sandboxed_fs_helper_runs_under_the_limits(tmp_path: Path) -> None:
     """The fs helper (bwrap + a Python runner) answers with room and is OOM-killed
     in 8 MiB, which shows it is placed in a limited cgroup.

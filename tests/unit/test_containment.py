@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from execserver.config import ProcessLimitsConfig
-from execserver.containment import ContainmentError, open_process_cgroups, parse_size
+from execserver.containment import (
+    ContainmentError,
+    ProcessCgroups,
+    open_process_cgroups,
+    parse_size,
+)
 from execserver.containment.host import OwnCgroups, own_cgroups, probe_host
 
 
@@ -76,3 +81,27 @@ def test_limits_without_delegation_name_what_is_missing(tmp_path: Path) -> None:
     assert f"no cgroup v2 mounted at {tmp_path}" in message
     assert f"no cgroup v1 memory hierarchy at {tmp_path}/memory" in message
     assert "\n" not in message
+
+
+def test_a_prepared_cgroup_is_the_next_one_created(tmp_path: Path) -> None:
+    """``prepare`` makes the next cgroup ahead (after a spawn, not on the next one's
+    path); ``create`` takes it, and makes a new one when none is ready."""
+    cgroups = ProcessCgroups(ProcessLimitsConfig(), 2, {"": str(tmp_path)})
+    cgroups.prepare()
+    made = [p.name for p in tmp_path.iterdir()]
+    assert len(made) == 1
+    first = cgroups.create()
+    assert [Path(d).name for d in first.directories] == made
+    second = cgroups.create()
+    assert second.directories != first.directories
+    assert all(Path(d).is_dir() for d in second.directories)
+
+
+def test_a_prepared_cgroup_whose_directory_went_is_not_handed_out(tmp_path: Path) -> None:
+    cgroups = ProcessCgroups(ProcessLimitsConfig(), 2, {"": str(tmp_path)})
+    cgroups.prepare()
+    (gone,) = tmp_path.iterdir()
+    gone.rmdir()  # e.g. its parent removed as stale by another daemon
+    fresh = cgroups.create()
+    assert all(Path(d).is_dir() for d in fresh.directories)
+    assert [Path(d).name for d in fresh.directories] != [gone.name]
