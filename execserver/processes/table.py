@@ -207,8 +207,12 @@ class ProcessTable:
         assert containment is not None
         try:
             cgroup = containment.create(self._principal)
-            # The next one is made once this spawn has been answered, not on its path.
-            asyncio.get_running_loop().call_soon(containment.prepare, self._principal)
+            # The next one, in a worker thread: on the loop it ran between this
+            # spawn's answer and its command's exit, on the way to its `closed`.
+            made = asyncio.get_running_loop().run_in_executor(
+                None, containment.prepare, self._principal
+            )
+            made.add_done_callback(_log_failure)
             return cgroup
         except OSError as exc:
             plan.close()
@@ -321,3 +325,8 @@ class ProcessTable:
         keepers = self._supervisor.keepers
         if keepers is not None:
             keepers.session_closed(self._session.id)
+
+
+def _log_failure(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and (error := done.exception()) is not None:
+        log.error("preparing the next process cgroup failed: %r", error)
