@@ -83,6 +83,14 @@ async def connect(url: str, **kwargs: Any) -> ExecServerClient:
     return await ExecServerClient.connect(url, **kwargs)
 
 
+async def connect_detached(url: str) -> ExecServerClient:
+    """For a script that leaves a process running and plays no ``process/terminate``:
+    leaving ``async with`` would otherwise wait out the client's bound on
+    terminating its processes (CLOSE_TERMINATE_TIMEOUT, 10 s) for an answer the
+    peer never sends. What is checked happens before the client closes."""
+    return await ExecServerClient.connect(url, on_exit="detach")
+
+
 async def test_process_events_are_delivered_in_seq_order_when_notifications_are_reordered() -> None:
     async def script(peer: ScriptedPeer) -> None:
         await peer.handshake()
@@ -217,7 +225,7 @@ async def test_replays_cursor_read_once_after_disconnect() -> None:
         await peer.reply(after, {"status": "ready"})
 
     async with scripted_server(first, second) as url:
-        async with await connect(url) as client:
+        async with await connect_detached(url) as client:
             proc = await client.start_process(["x"], process_id=PID)
             result = await proc.read(after_seq=0, wait_ms=30_000)
             assert await client.environment_status() == "ready"
@@ -244,7 +252,7 @@ async def test_does_not_replay_non_read_apis_after_disconnect() -> None:
         await peer.reply(message, {"status": "ready"})
 
     async with scripted_server(first, second) as url:
-        async with await connect(url) as client:
+        async with await connect_detached(url) as client:
             proc = await client.start_process(["cat"], process_id=PID, pipe_stdin=True)
             with pytest.raises(ExecServerTransportClosed):
                 await proc.write(b"maybe written, maybe not")
@@ -394,7 +402,7 @@ async def test_wake_notifications_do_not_block_other_sessions() -> None:
         await peer.notify("process/closed", {"processId": "quiet", "seq": 3})
 
     async with scripted_server(script) as url:
-        async with await connect(url) as client:
+        async with await connect_detached(url) as client:
             noisy = await client.start_process(["x"], process_id="noisy")
             quiet = await client.start_process(["x"], process_id="quiet")
             # Nobody reads the noisy process; the quiet one still gets everything.
