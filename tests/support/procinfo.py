@@ -4,9 +4,70 @@ an argument of theirs, bounded waits."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 
 import psutil
+
+
+def descendant_pids(pid: int) -> set[int] | None:
+    """The pids under ``pid`` (zombies too), from its subtree alone: each
+    process's ``/proc/<pid>/task/<tid>/children``, from ``pid`` down. psutil's
+    ``children(recursive=True)`` reads every process on the machine for the same
+    answer: with the parallel suite's hundreds of processes, the leak check after
+    each test (tests/conftest.py) spent most of its worker's CPU there.
+
+    The kernel lists a task's children as they are while the file is read and may
+    skip one when another exits meanwhile (the kernel's
+    Documentation/filesystems/proc.rst), so the subtree is walked twice
+    and the two joined: a process that stays is in one walk at least. None when
+    the kernel has no such file (built without CONFIG_PROC_CHILDREN)."""
+    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
+        return None
+    return _walk_children(pid) | _walk_children(pid)
+
+
+def _walk_children(root: int) -> set[int]:
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # gone
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                    listed = f.read().split()
+            except OSError:
+                continue
+            for child in map(int, listed):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+    return found
+
+
+def is_zombie_or_gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie not reaped yet, or no process at all)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    # The state follows the command name, which is in parentheses and may hold any byte.
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X", b"")
+
+
+def command_line(pid: int, words: int = 4) -> str:
+    """The first ``words`` of ``pid``'s command line ('' once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return ""
+    return " ".join(arg.decode(errors="replace") for arg in argv[:words])
 
 
 def live_descendants(pid: int) -> list[psutil.Process]:
