@@ -31,13 +31,19 @@ def _script(prefix: str, gates: Path, code: int) -> str:
     """Numbered lines ``<prefix><n>``; every tenth also as ``<prefix>e<n>`` on stderr.
     Between the phases it waits for the test's gate file and says it got there."""
     g = shlex.quote(str(gates))
-    emit = f"echo {prefix}$i; [ $((i % 10)) -ne 0 ] || echo {prefix}e$i >&2; sleep 0.002"
+    # A line every 2 ms on average: ten, then a 20 ms pause (one `sleep` forked per
+    # ten lines, not per line). The gates are looked for every 100 ms: each look
+    # forks a `sleep` too.
+    emit = (
+        f"echo {prefix}$i; [ $((i % 10)) -ne 0 ] || echo {prefix}e$i >&2; "
+        f"[ $((i % 10)) -ne 0 ] || sleep 0.02"
+    )
     return (
         f"for i in $(seq 1 {BEFORE}); do {emit}; done; "
-        f"until [ -e {g}/down ]; do sleep 0.01; done; "
+        f"until [ -e {g}/down ]; do sleep 0.1; done; "
         f"for i in $(seq {BEFORE + 1} {BEFORE + DOWN}); do {emit}; done; "
         f"touch {g}/{prefix}.journaled; "
-        f"until [ -e {g}/restarted ]; do sleep 0.01; done; "
+        f"until [ -e {g}/restarted ]; do sleep 0.1; done; "
         f"for i in $(seq {BEFORE + DOWN + 1} {LINES}); do {emit}; done; "
         f"exit {code}"
     )
