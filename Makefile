@@ -121,13 +121,17 @@ typecheck: $(BENCH_STAMP)
 #
 # The suite runs on TEST_WORKERS pytest-xdist workers (3 on 2 cores: a worker spends
 # much of its time waiting for daemons and their children), each with one shared
-# daemon (tests/support/shared_daemon.py). The reliability storms and soak, the
-# container image (built once per module) and the reference interop then run in a
-# second pytest, one test at a time: they measure time, memory and load, which
-# other workers' tests would skew. Each run lists its slowest tests (the suite's
-# time has a target: docs/development.md); the last line is the wall time of both.
+# daemon (tests/support/shared_daemon.py), the longest tests first
+# (tests/support/ordering.py). The tests that measure a daemon's memory, fds or
+# growth under a load of their own (SERIAL_TESTS: the memory bounds, the soak, the
+# disconnect storm) then run in a second pytest, one at a time: other workers'
+# tests would skew what they measure. The crash storm, the faults, the fuzzers,
+# the container image and the reference interop check outcomes, not figures, and
+# run with the rest. Each run lists its slowest tests (the suite's time has a
+# target: docs/development.md); the last line is the wall time of both.
 TEST_WORKERS ?= 3
-SERIAL_TESTS := tests/reliability tests/container tests/interop
+SERIAL_TESTS := tests/reliability/test_memory.py tests/reliability/test_soak.py \
+	tests/reliability/test_disconnect_storm.py
 test: $(STAMP) $(EXEC_AS) $(LINT_STAMP) system-deps lint-code typecheck
 	@start=$$(date +%s); status=0; \
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(SERIAL_TESTS:%=--ignore=%) $(PYTEST_ARGS) \

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.ordering import longest_first
 from tests.support.procinfo import command_line, descendant_pids, is_zombie_or_gone
 from tests.support.servers import (
     ReferenceUnavailable,
@@ -80,7 +81,11 @@ def _needs_reference(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Install or find the reference once, before any test (outside test timeouts)."""
+    """Under pytest-xdist, the longest tests first (tests/support/ordering.py says
+    why). Then install or find the reference once, before any test (outside test
+    timeouts)."""
+    if hasattr(config, "workerinput"):
+        longest_first(items)
     if not any(_needs_reference(item) for item in items):
         return
     try:

@@ -34,6 +34,9 @@ from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_con
 
 pytestmark = [
     pytest.mark.container,
+    # Under pytest-xdist (`make test`) these tests go to one worker: the module's
+    # fixtures build the image and start its container once, not once per worker.
+    pytest.mark.xdist_group("container-image"),
     pytest.mark.skipif(shutil.which("podman") is None, reason="podman is not installed"),
     pytest.mark.timeout(900),
 ]

@@ -36,7 +36,11 @@ from tests.interop.codex_cli.mock_model import (
 )
 from tests.support.servers import reference_binary
 
-pytestmark = pytest.mark.interop
+# Under pytest-xdist (`make test`) the CLI's turns run one at a time, on one worker:
+# its workspace-write sandbox makes /tmp writable, and two daemons sandboxing /tmp
+# at once race on its protected-name mount points (one daemon removed /tmp/.codex
+# as another's bwrap bound it: "Can't bind mount /oldroot/tmp/.codex").
+pytestmark = [pytest.mark.interop, pytest.mark.xdist_group("codex-cli")]
 
 SERVERS = ["execserver", "reference"]
 TRANSPORTS = ["websocket", "stdio"]

@@ -44,7 +44,11 @@ from tests.interop.codex_cli.mock_model import apply_patch, exec_command, messag
 from tests.support.servers import reference_binary
 from tests.support.tenants import TOKEN_A, TenantHost, tenant_host
 
-pytestmark = pytest.mark.interop
+# Under pytest-xdist (`make test`) the CLI's turns run one at a time, on one worker:
+# its workspace-write sandbox makes /tmp writable, and two daemons sandboxing /tmp
+# at once race on its protected-name mount points (one daemon removed /tmp/.codex
+# as another's bwrap bound it: "Can't bind mount /oldroot/tmp/.codex").
+pytestmark = [pytest.mark.interop, pytest.mark.xdist_group("codex-cli")]
 
 WRONG_TOKEN = "not-alices-token-0000000000"
 NO_ENVIRONMENT = "No usable execution environment is available"
