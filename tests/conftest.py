@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.support.ordering import longest_first
-from tests.support.procinfo import command_line, descendant_pids, is_zombie_or_gone
+from tests.support.procinfo import command_line, live_descendant_pids
 from tests.support.servers import (
     ReferenceUnavailable,
     RunningServer,
@@ -224,12 +224,12 @@ _become_subreaper()
 def _descendants() -> dict[int, str]:
     """This process's live (not zombie) descendants, with the start of each one's
     command line. From our own subtree (tests/support/procinfo.py,
-    descendant_pids), or psutil's sweep of every process where the kernel cannot
+    live_descendant_pids), or psutil's sweep of every process where the kernel cannot
     list a task's children."""
-    pids = descendant_pids(os.getpid())
+    pids = live_descendant_pids(os.getpid())
     if pids is None:
         return _descendants_by_psutil()
-    return {pid: command_line(pid) for pid in pids if not is_zombie_or_gone(pid)}
+    return {pid: command_line(pid) for pid in pids}
 
 
 def _descendants_by_psutil() -> dict[int, str]:

@@ -10,8 +10,8 @@ import uuid
 import psutil
 
 
-def descendant_pids(pid: int) -> set[int] | None:
-    """The pids under ``pid`` (zombies too), from its subtree alone: each
+def live_descendant_pids(pid: int) -> set[int] | None:
+    """The live (not zombie) pids under ``pid``, from its subtree alone: each
     process's ``/proc/<pid>/task/<tid>/children``, from ``pid`` down. psutil's
     ``children(recursive=True)`` reads every process on the machine for the same
     answer: with the parallel suite's hundreds of processes, the leak check after
@@ -19,16 +19,22 @@ def descendant_pids(pid: int) -> set[int] | None:
 
     The kernel lists a task's children as they are while the file is read and may
     skip one when another exits meanwhile (the kernel's
-    Documentation/filesystems/proc.rst), so the subtree is walked twice
-    and the two joined: a process that stays is in one walk at least. None when
-    the kernel has no such file (built without CONFIG_PROC_CHILDREN)."""
+    Documentation/filesystems/proc.rst), so the subtree is walked twice and the
+    two joined: a process that stays is in one walk at least. A zombie is not
+    walked into (it has no children left): a pytest worker is a subreaper, and the
+    orphans it inherits stay its zombies, hundreds of them by the end of a run.
+    None when the kernel has no such file (built without CONFIG_PROC_CHILDREN)."""
     if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
         return None
-    return _walk_children(pid) | _walk_children(pid)
+    # What the first walk found exited is not read again by the second, a moment
+    # later (a zombie's pid cannot be reused before it is reaped).
+    zombies: set[int] = set()
+    return _walk_live_children(pid, zombies) | _walk_live_children(pid, zombies)
 
 
-def _walk_children(root: int) -> set[int]:
-    found: set[int] = set()
+def _walk_live_children(root: int, zombies: set[int]) -> set[int]:
+    seen: set[int] = set()
+    live: set[int] = set()
     todo = [root]
     while todo:
         pid = todo.pop()
@@ -43,10 +49,15 @@ def _walk_children(root: int) -> set[int]:
             except OSError:
                 continue
             for child in map(int, listed):
-                if child not in found:
-                    found.add(child)
+                if child in seen or child in zombies:
+                    continue
+                seen.add(child)
+                if is_zombie_or_gone(child):
+                    zombies.add(child)
+                else:
+                    live.add(child)
                     todo.append(child)
-    return found
+    return live
 
 
 def is_zombie_or_gone(pid: int) -> bool:
@@ -57,7 +68,8 @@ def is_zombie_or_gone(pid: int) -> bool:
     except OSError:
         return True
     # The state follows the command name, which is in parentheses and may hold any byte.
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X", b"")
+    end = stat.rfind(b")")
+    return stat[end + 2 : end + 3] in (b"Z", b"X", b"")
 
 
 def command_line(pid: int, words: int = 4) -> str:
