@@ -53,6 +53,8 @@ UNREAD_TRIES = 50
 # With no tree left, how often children nobody owns are looked at (while there are
 # any), so that one which exits is reaped, not left a zombie until the daemon ends.
 STRAY_SWEEP_S = 2.0
+# "At once", for a sweep asked for while one was reading /proc.
+SWEEP_SOON_S = 0.001
 
 
 class Supervisor:
@@ -173,6 +175,8 @@ class Supervisor:
     def _schedule(self, delay: float = SWEEP_INTERVAL_S) -> None:
         if self._closed:
             return
+        # Never 0: uvloop's call_later(0) is a call_soon, whose handle has no when().
+        delay = max(delay, SWEEP_SOON_S)
         if self._timer is not None:
             if self._timer.when() - asyncio.get_running_loop().time() <= delay:
                 return
@@ -212,7 +216,7 @@ class Supervisor:
             return
         table = scan.result()
         if self._trees and not whole:
-            self._schedule(0)  # a tree came meanwhile: it needs the whole table
+            self._schedule(SWEEP_SOON_S)  # a tree came meanwhile: it needs the whole table
             return
         # Members recorded while the scan ran (an orphan adopted at its root's exit,
         # a tree started meanwhile) are not in the table, which would say they died:
@@ -238,7 +242,7 @@ class Supervisor:
         for tree in [t for t in self._trees if t.empty]:
             self._forget(tree)
         if again:
-            self._schedule(0)
+            self._schedule(SWEEP_SOON_S)
         elif self._trees:
             self._schedule()
         elif self._stray_zombies or self._strays_running:

@@ -10,6 +10,8 @@ import os
 import subprocess
 import threading
 
+import uvloop
+
 from execserver.processes.supervisor import Supervisor
 from execserver.processes.tree import ProcTable, read_proc_table, read_stat
 from tests.support.rpc import poll_until
@@ -66,3 +68,47 @@ async def test_a_member_recorded_while_the_sweep_reads_proc_stays_tracked() -> N
             if proc is not None:
                 _end(proc)
         await supervisor.aclose()
+
+
+def test_a_sweep_asked_for_while_one_reads_runs_next_under_uvloop() -> None:
+    """The daemon's loop is uvloop, whose call_later(0) is a call_soon: its handle
+    has no when(), which the next scheduling read, so every process/start failed
+    with an internal error after a sweep had been asked for during a read."""
+    read = threading.Event()
+    release = threading.Event()
+
+    def slow_read() -> ProcTable:
+        table = read_proc_table()
+        read.set()
+        release.wait(30)
+        return table
+
+    async def scenario() -> None:
+        supervisor = Supervisor(read_table=slow_read)
+        env = {"PATH": os.environ["PATH"], "EXECSERVER_TEST_TREE": "sweep-again"}
+        procs = [_sleeper(env)]
+        try:
+            supervisor.track(procs[0].pid, env)
+            assert await asyncio.to_thread(read.wait, 10)  # the first sweep reads
+            read.clear()
+            # A kill asks for a sweep in 50 ms, while the first is still reading.
+            supervisor.kill(supervisor.track(procs[0].pid, env))
+            await asyncio.sleep(0.2)
+            procs.append(_sleeper(env))
+            release.set()
+            # The read's table is applied and the sweep asked for meanwhile is made
+            # due at once, in some turn of the loop; a start in that same turn (as
+            # under load) schedules again, which reads the due one's time. One
+            # start on every turn meets that turn.
+            for _ in range(200):
+                supervisor.track(procs[1].pid, env)
+                await asyncio.sleep(0)
+            assert await asyncio.to_thread(read.wait, 10)  # and it ran
+        finally:
+            release.set()
+            for proc in procs:
+                _end(proc)
+            await supervisor.aclose()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(scenario())
