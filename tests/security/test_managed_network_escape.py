@@ -27,8 +27,9 @@ from tests.support.servers import start_server
 # the sibling proxies' socket paths as the host sees them.
 PAYLOAD = r"""
 import errno, glob, json, os, socket, sys
-docker, daemon_port, upstream_port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-siblings = sys.argv[4:]
+docker, private = sys.argv[1], sys.argv[4]
+daemon_port, upstream_port = int(sys.argv[2]), int(sys.argv[3])
+siblings = sys.argv[5:]
 
 def attempt(name, func):
     try:
@@ -55,7 +56,7 @@ attempt("docker", lambda: unix_http(docker, create))
 for i, path in enumerate(siblings):
     upgrade = f"CONNECT localhost:{daemon_port} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
     attempt(f"sibling{i}", lambda: unix_http(path, upgrade))
-attempt("listing", lambda: json.dumps(sorted(glob.glob("/tmp/execserver-private-*/*/*.sock"))))
+attempt("listing", lambda: json.dumps(sorted(glob.glob(private + "/*/*.sock"))))
 attempt("dgram", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) and "created")
 def ask(line):
     return lambda: proxy(f"{line} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
@@ -102,9 +103,12 @@ async def test_managed_network_child_cannot_reach_host_sockets_siblings_or_the_d
             )
             siblings = sorted(proxy_sockets(server) - before)
             assert siblings, "the sibling's proxy socket should exist on the host"
+            # This daemon's private directory (a socket's grandparent): the daemons of
+            # parallel tests have theirs in the same temporary directory.
+            private = str(Path(siblings[0]).parent.parent)
             result = await attack(
                 client,
-                python(PAYLOAD, docker.path, daemon_port, str(upstream.port), *siblings),
+                python(PAYLOAD, docker.path, daemon_port, str(upstream.port), private, *siblings),
                 cwd=tmp_path,
                 context=read_only,
                 **_managed(generous),
