@@ -330,7 +330,6 @@ class ManagedProcess:
         )
 
     async def _send_loop(self) -> None:
-        notify = self._session.notify
         notify_many = self._session.notify_many
         methods: dict[type, str] = {
             ProcessOutputNotification: m.PROCESS_OUTPUT,
@@ -347,10 +346,7 @@ class ManagedProcess:
             # Written out NOTIFY_BATCH at a time (one send each, not one per chunk).
             for at in range(0, len(events), NOTIFY_BATCH):
                 batch = events[at : at + NOTIFY_BATCH]
-                if len(batch) == 1:
-                    await notify(methods[type(batch[0][1])], batch[0][1])
-                else:
-                    await notify_many([(methods[type(note)], note) for _, note in batch])
+                await notify_many([(methods[type(note)], note) for _, note in batch])
                 self._output.delivered(batch[-1][0])
             self._output.caught_up()
 

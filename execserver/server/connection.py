@@ -159,35 +159,39 @@ class Connection:
             # the hop through the writer task (two task switches per message). The
             # frame's bytes reach the transport synchronously; only the drain that
             # may follow suspends, which is the same backpressure the writer has.
-            self._meter.outbound_bytes += len(frame)
-            try:
-                await self._send_frame(frame)
-            except Exception as exc:  # the transport is gone
-                log.debug("connection %s: write failed: %r", self.peer, exc)
-                self.abort("write failed")
+            await self._write_inline(len(frame), self._send_frame(frame))
             return
         await self._outbound.put(frame)
+
+    async def _enqueue_all(self, frames: Sequence[bytes]) -> None:
+        """``_enqueue`` for several, written together when the transport can and
+        nothing is queued before them: a streaming process's chunks one by one cost
+        a send each (on loopback, the receiver's network stack too), 40% of the
+        daemon's time."""
+        if self._send_frames is None or len(frames) == 1 or not self._outbound.empty():
+            for frame in frames:
+                await self._enqueue(frame)
+            return
+        if not self.closed:
+            size = sum(len(frame) for frame in frames)
+            await self._write_inline(size, self._send_frames(frames))
+
+    async def _write_inline(self, size: int, write: Awaitable[None]) -> None:
+        self._meter.outbound_bytes += size
+        try:
+            await write
+        except Exception as exc:  # the transport is gone
+            log.debug("connection %s: write failed: %r", self.peer, exc)
+            self.abort("write failed")
 
     async def send_notification(self, method: str, params: Any) -> None:
         await self._enqueue(encode_message(NotificationMessage(method, params)))
 
     async def send_notifications(self, notes: Sequence[tuple[str, Any]]) -> None:
-        """Several notifications in order. With nothing queued before them they are
-        written together: a streaming process's chunks one by one cost a send (on
-        loopback, the receiver's network stack too) each, 40% of the daemon's time."""
-        frames = [encode_message(NotificationMessage(method, params)) for method, params in notes]
-        if self.closed:
-            return
-        if self._send_frames is None or not self._outbound.empty():
-            for frame in frames:
-                await self._enqueue(frame)
-            return
-        self._meter.outbound_bytes += sum(len(frame) for frame in frames)
-        try:
-            await self._send_frames(frames)
-        except Exception as exc:  # the transport is gone
-            log.debug("connection %s: write failed: %r", self.peer, exc)
-            self.abort("write failed")
+        """Several notifications in order, written together (``_enqueue_all``)."""
+        await self._enqueue_all(
+            [encode_message(NotificationMessage(method, params)) for method, params in notes]
+        )
 
     async def request(self, method: str, params: Any, timeout: float | None) -> Any:
         """Send a server->client request and wait for its result (raises RpcError on error)."""

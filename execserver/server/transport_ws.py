@@ -615,28 +615,24 @@ class _Socket(WSListener):
         return True
 
     async def _send_frame(self, frame: bytes) -> None:
+        await self._send_frames((frame,))
+
+    async def _send_frames(self, frames: Sequence[bytes]) -> None:
+        """Several frames in one write, then the wait while the peer reads slower
+        than we write."""
         if self._closing_sent:
             return  # as in _write_now; an abort here would reset the close frame away
         if self._transport.is_disconnected:
             raise ConnectionResetError("the peer is gone")
-        self._write_frame(frame)
+        if len(frames) == 1:
+            self._write_frame(frames[0])
+        else:
+            parts: list[bytes] = []
+            for payload in frames:
+                parts.append(_text_frame_header(len(payload)))
+                parts.append(payload)
+            self._tcp.writelines(parts)
         if self._can_write is not None:  # the peer reads slower than we write
-            await self._can_write.wait()
-            if self._transport.is_disconnected:
-                raise ConnectionResetError("the peer is gone")
-
-    async def _send_frames(self, frames: Sequence[bytes]) -> None:
-        """``_send_frame`` for several, in one write."""
-        if self._closing_sent:
-            return
-        if self._transport.is_disconnected:
-            raise ConnectionResetError("the peer is gone")
-        parts: list[bytes] = []
-        for payload in frames:
-            parts.append(_text_frame_header(len(payload)))
-            parts.append(payload)
-        self._tcp.writelines(parts)
-        if self._can_write is not None:
             await self._can_write.wait()
             if self._transport.is_disconnected:
                 raise ConnectionResetError("the peer is gone")
