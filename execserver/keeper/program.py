@@ -523,7 +523,6 @@ class Keeper:
         }
         _write_atomic(os.path.join(self.dir, META_NAME), json.dumps(meta).encode())
         self._answer({"ok": True, "pid": self.pid, "keeper": os.getpid()})
-        self._send_answer()
         self.journal = Journal(os.path.join(self.dir, JOURNAL_DIR))
         self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
         self.sel.register(listener, selectors.EVENT_READ, "accept")
@@ -534,19 +533,18 @@ class Keeper:
         self._flush()
 
     def _answer(self, answer: dict[str, Any]) -> None:
-        payload = json.dumps(answer).encode()
-        assert self.link is not None
-        self.link.extra = FRAME.pack(0, KIND_INFO, len(payload)) + payload
-        if not answer.get("ok"):
-            self.link.sock.setblocking(True)
-            self.link.sock.sendall(self.link.extra)
-
-    def _send_answer(self) -> None:
-        """The answer now, not after the journal and the loop's set-up: on the spawn's
-        path. A fresh link's buffer takes it whole; what it did not stays in
+        """The answer now, not after the journal and the loop's set-up: it is on the
+        spawn's path. A refusal whole (the keeper exits next); otherwise what a fresh
+        link's buffer does not take (it nearly always takes it all) stays in
         ``extra`` for ``_flush``."""
+        payload = json.dumps(answer).encode()
         link = self.link
         assert link is not None
+        link.extra = FRAME.pack(0, KIND_INFO, len(payload)) + payload
+        if not answer.get("ok"):
+            link.sock.setblocking(True)
+            link.sock.sendall(link.extra)
+            return
         try:
             sent = link.sock.send(link.extra)
         except BlockingIOError:
