@@ -29,15 +29,18 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
 async def test_a_member_recorded_while_the_sweep_reads_proc_stays_tracked() -> None:
     loop_thread = threading.current_thread()
     readers: list[threading.Thread] = []
-    read = threading.Event()
-    release = threading.Event()
+    started = [threading.Event(), threading.Event()]
+    release = [threading.Event(), threading.Event()]
 
     def slow_read() -> ProcTable:
-        """/proc as it is now, handed back only once the test has moved on."""
+        """/proc as it is now, handed back only once the test has moved on (the
+        first two reads; later ones at once)."""
         table = read_proc_table()
+        n = len(readers)
         readers.append(threading.current_thread())
-        read.set()
-        release.wait(30)
+        if n < len(started):
+            started[n].set()
+            release[n].wait(30)
         return table
 
     supervisor = Supervisor(read_table=slow_read)
@@ -47,23 +50,26 @@ async def test_a_member_recorded_while_the_sweep_reads_proc_stays_tracked() -> N
     try:
         tree = supervisor.track(root.pid, env)
         # The first sweep comes within a second; the loop runs on meanwhile.
-        assert await asyncio.to_thread(read.wait, 10)
-        assert readers and readers[0] is not loop_thread
+        assert await asyncio.to_thread(started[0].wait, 10)
+        assert readers[0] is not loop_thread
         # Recorded after the table was taken, as an orphan adopted at its root's
         # exit is: that table does not know it.
         late = _sleeper(env)
         info = read_stat(late.pid)
         assert info is not None
         tree.tracked[late.pid] = info.start
-        release.set()
-        await asyncio.sleep(0.2)  # the table is applied on the loop
+        release[0].set()
+        # The next sweep is scheduled once that table has been applied: when its
+        # read starts, the first table's judgement is in.
+        assert await asyncio.to_thread(started[1].wait, 10)
         assert late.pid in tree.tracked
         # And the next sweep, with a table that knows it, keeps it as one of ours.
-        read.clear()
-        assert await asyncio.to_thread(read.wait, 10)
-        assert await poll_until(lambda: late is not None and late.pid in tree.tracked, 5)
+        release[1].set()
+        assert await poll_until(lambda: len(readers) > 2, 5)
+        assert late.pid in tree.tracked
     finally:
-        release.set()
+        for gate in release:
+            gate.set()
         for proc in (root, late):
             if proc is not None:
                 _end(proc)
