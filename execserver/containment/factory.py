@@ -264,7 +264,7 @@ class ProcessCgroups:
         the pre-exec hook placing it in a fresh limited cgroup; afterwards kills what
         is left in it and removes it."""
         cgroup = self.create()
-        placement = Placement(cgroup.directories)
+        placement = Placement(cgroup.directories, cgroup.version)
         try:
             yield placement.preexec
         finally:

@@ -180,6 +180,17 @@ def _remove_tree(path: str) -> None:
         pass
 
 
+def _open_placement(directory: str) -> int:
+    """The file the forked child writes ``0`` into to enter ``directory``: ``tasks``
+    on cgroup v1, which moves a single-threaded writer without the RCU grace
+    period ``cgroup.procs`` waits for (execserver/containment/process_cgroup.py
+    says more); ``cgroup.procs`` on v2, which has no ``tasks``."""
+    try:
+        return os.open(os.path.join(directory, "tasks"), os.O_WRONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return os.open(os.path.join(directory, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+
+
 def _childless() -> bool:
     """Whether this process has no child at all, not even a zombie; then, as a
     subreaper, it has no descendant either (each has a living parent below it or
@@ -558,10 +569,7 @@ class Keeper:
         return {"user": creds["uid"], "group": creds["gid"], "extra_groups": list(creds["groups"])}
 
     def _spawn(self, plan: dict[str, Any]) -> None:
-        places = [
-            os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
-            for d in self.cgroups
-        ]
+        places = [_open_placement(d) for d in self.cgroups]
 
         def place() -> None:  # pragma: no cover - runs in the forked child
             for fd in places:

@@ -15,7 +15,9 @@
  * UID, GID and GROUPS "-" keep the daemon's (a cgroup placement alone); GROUPS
  * "" is no supplementary group. GROUPS and CGROUP_FDS are comma-separated, and
  * CGROUP_FDS "-" is none. Each
- * CGROUP_FD is an open cgroup.procs: writing "0" moves the writer, so the
+ * CGROUP_FD is an open placement file (v1 tasks, v2 cgroup.procs:
+ * execserver/containment/process_cgroup.py says why): writing "0" moves the
+ * writer, which is single-threaded, so the
  * command's first instruction already runs inside its cgroup. PROGRAM... are
  * the paths to try, in order, as subprocess tries PATH's entries (the first
  * error other than ENOENT/ENOTDIR is the one reported). On failure it writes
