@@ -108,6 +108,9 @@ def _limit_files(version: int, limits: ProcessLimitsConfig) -> list[tuple[str, s
 # (swap accounting is off on many kernels: then there is no swap to escape into).
 _OPTIONAL_FILES: Final = {"memory.swap.max", "memory.memsw.limit_in_bytes"}
 _CONTROLLERS: Final = ("memory", "pids", "cpu")
+# A principal's group's leaf for its processes without a cgroup of their own
+# (``ProcessCgroups.per_process``).
+GROUP_MEMBERS: Final = "members"
 
 
 def _group_files(version: int, quota: ProcessLimitsConfig) -> list[tuple[str, str, str]]:
@@ -171,6 +174,29 @@ class ProcessCgroups:
                 return ready
             ready.remove()  # its parent went (removed as stale by another daemon)
         return self._make(group)
+
+    @property
+    def per_process(self) -> bool:
+        """Whether each process gets a cgroup of its own: only for per-process limits
+        (``--process-*-max``). A principal's quota alone bounds the principal as a
+        whole, so its processes go straight into its group's shared leaf
+        (``group_placement``): no cgroup to make, read or remove per spawn. Their
+        tree kill is then the supervisor's (/proc), as for any process without
+        per-process limits, and their figures come from rusage."""
+        return self.limits.requested
+
+    def group_placement(self, group: str) -> Placement:
+        """The placement into ``group``'s shared leaf (see ``per_process``); raises
+        OSError when the principal has no group. Close it after the spawn."""
+        return Placement(self.group_members(group), self.version)
+
+    def group_members(self, group: str) -> list[str]:
+        """The directories of ``group``'s shared leaf, one per hierarchy (hierarchies
+        mounted together appear once)."""
+        found = self._groups.get(group)
+        if found is None:
+            raise OSError(errno.ENOENT, f"no cgroup for tenant {group}")
+        return list(dict.fromkeys(os.path.join(d, GROUP_MEMBERS) for d in found.values()))
 
     def prepare(self, group: str | None = None) -> None:
         """Make ``group``'s next cgroup now, off the next spawn's path: its directories
@@ -256,6 +282,9 @@ class ProcessCgroups:
             except OSError:
                 if file not in _OPTIONAL_FILES:
                     raise
+        # The leaf its processes without a cgroup of their own share: on v2 a
+        # group that passes controllers on may hold no process itself.
+        _make_dirs(dirs, GROUP_MEMBERS, exist_ok=True)
         return dirs
 
     @contextlib.asynccontextmanager

@@ -460,7 +460,10 @@ class Keeper:
         self.ttl: float = float(request["ttl"])
         self.drain_timeout: float = float(request["drain"])
         self.budget: int = int(request["budget"])
+        # Its own cgroup (entered, killed, removed at the end), and a shared one it
+        # only enters (a principal's group's leaf: execserver/containment/factory.py).
         self.cgroups: list[str] = list(request.get("cgroups") or ())
+        self.enter: list[str] = list(request.get("enter") or ())
         self.pass_fds = pass_fds
         self.sel = ready.sel
         self.link: Link | None = Link(link)
@@ -569,7 +572,7 @@ class Keeper:
         return {"user": creds["uid"], "group": creds["gid"], "extra_groups": list(creds["groups"])}
 
     def _spawn(self, plan: dict[str, Any]) -> None:
-        places = [_open_placement(d) for d in self.cgroups]
+        places = [_open_placement(d) for d in (*self.cgroups, *self.enter)]
 
         def place() -> None:  # pragma: no cover - runs in the forked child
             for fd in places:

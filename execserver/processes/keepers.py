@@ -37,6 +37,7 @@ import socket
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,6 +203,7 @@ class KeeperHost:
         *,
         program: str,
         cgroups: list[str],
+        enter: Sequence[str] = (),
         outlive: bool = True,
         network: KeptNetwork | None = None,
     ) -> tuple[socket.socket, dict[str, Any], str]:
@@ -210,7 +212,10 @@ class KeeperHost:
         start. ``plan`` is closed either way. ``outlive`` False: the keeper ends the
         process as soon as no daemon holds its link (a TTL of 0). ``network``: the
         listening sockets of its managed network, which the keeper holds from now
-        on (``network.json`` beside them says what they are; netproxy/kept.py)."""
+        on (``network.json`` beside them says what they are; netproxy/kept.py).
+        ``cgroups``: the process's own cgroup, which the keeper enters, kills and
+        removes; ``enter``: a shared one it only enters (a principal's group's
+        leaf, which outlives the process)."""
         try:
             session_dir = os.path.join(self.state_dir, session_id)
             claim_private(session_dir)
@@ -224,6 +229,7 @@ class KeeperHost:
                 "drain": self._drain_timeout_s,
                 "budget": self._budget,
                 "cgroups": cgroups,
+                "enter": list(enter),
                 "process_id": process_id,
                 "program": program,
                 "plan": {

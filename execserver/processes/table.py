@@ -9,11 +9,13 @@ shutdown) kills every process tree of the session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
+from collections.abc import Iterator
 
 from execserver.config import LimitsConfig
-from execserver.containment import ProcessCgroup, ProcessCgroups
+from execserver.containment import Placement, ProcessCgroup, ProcessCgroups
 from execserver.keeper.client import KeeperGone
 from execserver.kernel.limits import check_below
 from execserver.kernel.peer import SessionHandle
@@ -126,6 +128,10 @@ class ProcessTable:
         if self._containment is None:
             spawned = spawn(plan)
             tree = self._supervisor.track(spawned.pid, plan.env)
+        elif (group := self._shared_group()) is not None:
+            with self._group_placement(plan, group) as place:
+                spawned = spawn(plan, place)
+            tree = self._supervisor.track(spawned.pid, plan.env)
         else:
             cgroup = self._new_cgroup(plan)
             try:
@@ -168,7 +174,13 @@ class ProcessTable:
         keepers = self._supervisor.keepers
         assert keepers is not None
         name = program if program is not None else plan.executable
-        cgroup = self._new_cgroup(plan) if self._containment is not None else None
+        cgroup: ProcessCgroup | None = None
+        enter: list[str] = []
+        if self._containment is not None:
+            if (group := self._shared_group()) is not None:
+                enter = self._group_members(plan, group)
+            else:
+                cgroup = self._new_cgroup(plan)
         try:
             link, answer, directory = keepers.spawn(
                 self._session.id,
@@ -177,6 +189,7 @@ class ProcessTable:
                 plan,
                 program=name,
                 cgroups=cgroup.directories if cgroup is not None else [],
+                enter=enter,
                 outlive=outlive,
                 network=network,
             )
@@ -199,6 +212,37 @@ class ProcessTable:
             self._telemetry.process_spawned()
         return proc
 
+    def _shared_group(self) -> str | None:
+        """The principal whose group's shared leaf the process goes into, when it
+        needs no cgroup of its own (``ProcessCgroups.per_process``)."""
+        containment = self._containment
+        if containment is None or containment.per_process:
+            return None
+        return self._principal
+
+    def _group_members(self, plan: LaunchPlan, group: str) -> list[str]:
+        """``ProcessCgroups.group_members``, failing closed as ``_new_cgroup`` does."""
+        assert self._containment is not None
+        try:
+            return self._containment.group_members(group)
+        except OSError as exc:
+            plan.close()
+            raise _no_cgroup(exc) from None
+
+    @contextlib.contextmanager
+    def _group_placement(self, plan: LaunchPlan, group: str) -> Iterator[Placement]:
+        """``ProcessCgroups.group_placement``, failing closed as ``_new_cgroup`` does."""
+        assert self._containment is not None
+        try:
+            place = self._containment.group_placement(group)
+        except OSError as exc:
+            plan.close()
+            raise _no_cgroup(exc) from None
+        try:
+            yield place
+        finally:
+            place.close()
+
     def _new_cgroup(self, plan: LaunchPlan) -> ProcessCgroup:
         """The process's resource-limit cgroup (in its principal's group). Fails
         closed: with limits configured nothing runs without them (``plan`` is then
@@ -216,9 +260,7 @@ class ProcessTable:
             return cgroup
         except OSError as exc:
             plan.close()
-            raise RpcError.internal(
-                f"cannot create the process's resource-limit cgroup: {exc.strerror}"
-            ) from None
+            raise _no_cgroup(exc) from None
 
     def _kept(
         self,
@@ -330,3 +372,9 @@ class ProcessTable:
 def _log_failure(done: asyncio.Future[None]) -> None:
     if not done.cancelled() and (error := done.exception()) is not None:
         log.error("preparing the next process cgroup failed: %r", error)
+
+
+def _no_cgroup(exc: OSError) -> RpcError:
+    """The refusal of a start whose cgroup could not be made or entered (fail closed:
+    with limits or quotas configured nothing runs outside them)."""
+    return RpcError.internal(f"cannot create the process's resource-limit cgroup: {exc.strerror}")

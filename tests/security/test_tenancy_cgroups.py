@@ -2,7 +2,9 @@
 ``memory_max`` hold over everything B runs, across its processes and sessions,
 while A (no quota) starts and allocates as before; a reload changes or lifts the
 quota in place, and a reload that adds a quota the daemon cannot apply is
-refused with the old table kept."""
+refused with the old table kept. Where each process goes: into its group's
+shared leaf when there are no per-process limits (with or without keepers), into
+a cgroup of its own inside the group when there are."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 
 from tests.support.rpc import connect, poll_until
 from tests.support.servers import RunningServer
+from tests.support.state_dir import end_keepers
 from tests.support.tenants import (
     TOKEN_A,
     TOKEN_B,
@@ -167,3 +170,62 @@ async def test_a_quota_added_on_reload_to_a_daemon_without_cgroups_is_refused(
                 assert ok
                 text, _ = await output_of(b, "b1")
                 assert _forked(text) == 15
+
+
+def _pids_cgroup(text: str) -> str:
+    """The pids hierarchy's path in a /proc/<pid>/cgroup listing (v1), else the
+    unified one (v2)."""
+    lines = [line.split(":", 2) for line in text.splitlines() if line.count(":") >= 2]
+    for _, controllers, path in lines:
+        if "pids" in controllers.split(","):
+            return path
+    return next(path for number, _, path in lines if number == "0")
+
+
+@pytest.mark.parametrize("keepers", [False, True], ids=["daemon", "state-dir"])
+async def test_without_per_process_limits_b_runs_in_its_groups_shared_leaf(
+    host: TenantHost, keepers: bool
+) -> None:
+    state = host.base / "state"
+    extra = ("--state-dir", str(state)) if keepers else ()
+    try:
+        async with host.serve(*extra) as server, connect(server.url, token=TOKEN_B) as b:
+            group = _bob_group(server, "pids")
+            for n in range(2):
+                ok, error = await start(b, f"b{n}", ["cat", "/proc/self/cgroup"], host.b)
+                assert ok, error
+                text, code = await output_of(b, f"b{n}")
+                assert code == 0, text
+                path = _pids_cgroup(text)
+                # In the group's members leaf, not in a cgroup of its own.
+                assert path.endswith(f"/{group.name}/members"), text
+            # A process's end (its keeper's, with --state-dir) leaves the shared leaf
+            # and the group in place for the next one.
+            assert (group / "members").is_dir()
+            members = (group / "members" / "cgroup.procs").read_text().split()
+            assert members == []
+    finally:
+        if keepers:
+            await end_keepers(state)
+
+
+async def test_with_per_process_limits_each_of_bs_processes_has_its_own_cgroup_in_the_group(
+    host: TenantHost,
+) -> None:
+    async with (
+        host.serve("--process-pids-max", "500") as server,
+        connect(server.url, token=TOKEN_B) as b,
+    ):
+        group = _bob_group(server, "pids")
+        paths = []
+        for n in range(2):
+            ok, error = await start(b, f"b{n}", ["cat", "/proc/self/cgroup"], host.b)
+            assert ok, error
+            text, code = await output_of(b, f"b{n}")
+            assert code == 0, text
+            paths.append(_pids_cgroup(text))
+        for path in paths:
+            parent, _, leaf = path.rpartition("/")
+            assert parent.endswith(f"/{group.name}"), paths
+            assert leaf != "members", paths
+        assert paths[0] != paths[1]
