@@ -145,12 +145,18 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
         check_process_quota(directory, tenant)
         limit = config.sandbox.glob_scan_limit
         managed = params.enforce_managed_network
-        await off_loop(
-            lambda: admit_launch(
-                tenant, sandbox, cwd, managed_network=managed, glob_scan_limit=limit
-            ),
-            _nothing,
-        )
+        if sandbox is None:
+            # One access check as the account: on the loop it costs less than the
+            # hop to a worker thread, which only a policy's resolution (a walk of
+            # the file system) needs.
+            admit_launch(tenant, None, cwd, managed_network=managed, glob_scan_limit=limit)
+        else:
+            await off_loop(
+                lambda: admit_launch(
+                    tenant, sandbox, cwd, managed_network=managed, glob_scan_limit=limit
+                ),
+                _nothing,
+            )
     # The daemon's own environment is what envPolicy inherits from.
     env = build_environment(params.env, params.env_policy, os.environ)
     if tenant is not None:
