@@ -103,6 +103,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):  # NaN neither
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
 def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -284,6 +291,7 @@ def config_from_args(
         session_ttl_s=args.session_ttl,
         exited_process_retention_s=args.exited_process_retention,
         ping_interval_s=args.ping_interval,
+        http_head_timeout_s=args.http_head_timeout,
         ws_auth=WsAuthConfig(
             mode=args.ws_auth,
             token_file=args.ws_token_file,
@@ -319,6 +327,7 @@ def config_from_args(
 def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from execserver.config import (
         DEFAULT_EXITED_RETENTION_S,
+        DEFAULT_HTTP_HEAD_TIMEOUT_S,
         DEFAULT_LISTEN,
         DEFAULT_SESSION_TTL_S,
         PING_INTERVAL_S,
@@ -361,6 +370,17 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         default=PING_INTERVAL_S,
         metavar="SECONDS",
         help="websocket ping interval, as the reference's 30 s (default %(default)s)",
+    )
+    p.add_argument(
+        "--http-head-timeout",
+        type=_positive_float,
+        default=DEFAULT_HTTP_HEAD_TIMEOUT_S,
+        metavar="SECONDS",
+        help=(
+            "close a connection whose HTTP request head is not complete within SECONDS: "
+            "the first from the connection's start, each later one from the previous "
+            "answer (default %(default)s)"
+        ),
     )
     p.add_argument(
         "--exited-process-retention",

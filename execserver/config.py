@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_CGROUP_ROOT",
     "DEFAULT_EXITED_RETENTION_S",
     "DEFAULT_GLOB_SCAN_LIMIT",
+    "DEFAULT_HTTP_HEAD_TIMEOUT_S",
     "DEFAULT_LISTEN",
     "DEFAULT_PROCESS_DRAIN_TIMEOUT_S",
     "DEFAULT_RETAINED_BYTES",
@@ -43,6 +44,10 @@ DEFAULT_GLOB_SCAN_LIMIT = 200_000
 # Inbound limits of the reference: < 16 MiB per frame, 64 MiB per reassembled message.
 MAX_INBOUND_MESSAGE_BYTES = 64 * 1024 * 1024
 PING_INTERVAL_S = 30.0
+# How long a client has to send a complete HTTP request head: a connection's first
+# (websocket upgrade or plain request) from its start, each later one on a kept-alive
+# plain connection from the previous answer (server/http_plain_heads.py).
+DEFAULT_HTTP_HEAD_TIMEOUT_S = 30.0
 
 
 # --ws-max-clock-skew-seconds default of the reference.
@@ -129,6 +134,7 @@ class ServerConfig:
     process_drain_timeout_s: float = DEFAULT_PROCESS_DRAIN_TIMEOUT_S
     max_message_bytes: int = MAX_INBOUND_MESSAGE_BYTES
     ping_interval_s: float = PING_INTERVAL_S
+    http_head_timeout_s: float = DEFAULT_HTTP_HEAD_TIMEOUT_S
     outbound_queue_messages: int = 1024
     ws_auth: WsAuthConfig = field(default_factory=WsAuthConfig)
     # Listening on a non-loopback address without --ws-auth needs this explicit opt-in.

@@ -24,13 +24,13 @@ from types import ModuleType
 from typing import TYPE_CHECKING, cast
 
 from execserver.aio.tasks import TaskSet
-from execserver.server.http_plain_heads import HEAD_TIMEOUT_S, BoundedHeads
+from execserver.server.http_plain_heads import BoundedHeads
 from execserver.server.http_surface import HttpSurface
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-__all__ = ["HEAD_TIMEOUT_S", "PlainHttp"]
+__all__ = ["PlainHttp"]
 
 # What one waiting connection may send before aiohttp is there to read it: more
 # pauses its reading (a request head is far smaller).
@@ -47,9 +47,10 @@ class PlainHttp:
     """The plain-HTTP side of the listener: ``protocol()`` makes the handler for
     one connection (aiohttp's, once it is loaded)."""
 
-    def __init__(self, surface: HttpSurface, *, metrics: bool) -> None:
+    def __init__(self, surface: HttpSurface, *, metrics: bool, head_timeout_s: float) -> None:
         self._surface = surface
         self._metrics = metrics
+        self._head_timeout_s = head_timeout_s
         self._runner: web.AppRunner | None = None
         self._handler: Callable[[], asyncio.Protocol] | None = None
         self._waiting: list[_Pending] = []
@@ -67,14 +68,15 @@ class PlainHttp:
 
     def protocol(self, first_head_s: float) -> asyncio.Protocol:
         """The protocol for one connection; its first request head must be complete
-        within ``first_head_s`` (what is left of the listener's deadline)."""
+        within ``first_head_s`` (what is left of the listener's deadline), each later
+        one within ``head_timeout_s`` of the previous answer."""
         if self._handler is not None:
-            return BoundedHeads(self._handler(), first_head_s, HEAD_TIMEOUT_S)
+            return BoundedHeads(self._handler(), first_head_s, self._head_timeout_s)
         pending = _Pending()
         self._waiting.append(pending)
         if not self._loading and not self._loading.closed:
             self._loading.spawn(self._load(), name="load-aiohttp")
-        return BoundedHeads(pending, first_head_s, HEAD_TIMEOUT_S)
+        return BoundedHeads(pending, first_head_s, self._head_timeout_s)
 
     async def _load(self) -> None:
         try:

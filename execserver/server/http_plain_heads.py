@@ -3,9 +3,10 @@
 aiohttp puts no time limit on reading a request head, so a client could hold a
 connection (and its fd) for ever by sending a head a byte at a time (measured:
 a 17 KiB head, one more line every 5 s, was still open after 75 s; the reference
-behaves the same). Every head must be complete within ``HEAD_TIMEOUT_S``: the
-first one counted from the connection's start, each later one from the previous
-answer (so an idle kept-alive connection closes after as long).
+behaves the same). Every head must be complete within ``--http-head-timeout``
+(30 s by default, ``ServerConfig.http_head_timeout_s``): the first one counted
+from the connection's start, each later one from the previous answer (so an idle
+kept-alive connection closes after as long).
 
 This module does not import aiohttp: the bound is armed the moment a connection
 is handed over, also while aiohttp itself is still being loaded.
@@ -15,11 +16,7 @@ from __future__ import annotations
 
 import asyncio
 
-__all__ = ["HEAD_TIMEOUT_S", "BoundedHeads"]
-
-# How long a client has to send a complete request head (the websocket listener
-# gives a connection's first request head as long in all).
-HEAD_TIMEOUT_S = 30.0
+__all__ = ["BoundedHeads"]
 
 
 class BoundedHeads(asyncio.Protocol):

@@ -46,7 +46,7 @@ from execserver.aio.eager import resumed
 from execserver.aio.tasks import TaskSet
 from execserver.server.coalesce import Cork
 from execserver.server.connection import Connection, ProtocolViolation
-from execserver.server.http_plain import HEAD_TIMEOUT_S, PlainHttp
+from execserver.server.http_plain import PlainHttp
 from execserver.server.http_surface import HttpRequest, HttpSurface, UpgradeCheck
 from execserver.server.runtime import ServerRuntime
 
@@ -141,7 +141,11 @@ class WebsocketServer:
     ) -> None:
         self.runtime = runtime
         self.surface = HttpSurface(runtime, upgrade_checks, metrics_checks)
-        self.plain_http = PlainHttp(self.surface, metrics=runtime.config.metrics)
+        self.plain_http = PlainHttp(
+            self.surface,
+            metrics=runtime.config.metrics,
+            head_timeout_s=runtime.config.http_head_timeout_s,
+        )
         # One asyncio.Server per listening socket (several when inherited).
         self._servers: list[asyncio.Server] = []
         # Websockets not yet closed down (Connection.aclose done); shutdown waits for them.
@@ -269,9 +273,9 @@ class _FirstRequest(asyncio.Protocol):
         # uvloop's transports are not asyncio.Transport subclasses; they have its methods.
         self._transport = cast(asyncio.Transport, transport)
         loop = asyncio.get_running_loop()
-        # A connection's first request head has HEAD_TIMEOUT_S in all, whoever reads
-        # the rest of it (http_plain bounds every later head the same way).
-        self._deadline = loop.time() + HEAD_TIMEOUT_S
+        # A connection's first request head has --http-head-timeout in all, whoever
+        # reads the rest of it (http_plain bounds every later head the same way).
+        self._deadline = loop.time() + self._server.runtime.config.http_head_timeout_s
         self._timeout = loop.call_at(self._deadline, self._transport.abort)
 
     def data_received(self, data: bytes) -> None:

@@ -2,11 +2,12 @@
 
 aiohttp reads a request head for as long as the client takes, and so does the
 reference: a head sent a line at a time kept a connection (and its fd) for as
-long as the client liked. The daemon gives each head ``HEAD_TIMEOUT_S``: the
-first one from the connection's start (whether it is sniffed by the listener or
-handed to aiohttp unfinished because it is long), each later one on a kept-alive
-connection from the previous answer. The four clients here run at once, against
-one real daemon, so the test takes about one timeout.
+long as the client liked. The daemon gives each head ``--http-head-timeout``
+(30 s by default): the first one from the connection's start (whether it is
+sniffed by the listener or handed to aiohttp unfinished because it is long), each
+later one on a kept-alive connection from the previous answer. The four clients
+here run at once, against one real daemon started with a timeout of
+``HEAD_TIMEOUT_S``, so the test takes about that long.
 """
 
 from __future__ import annotations
@@ -15,14 +16,21 @@ import asyncio
 import time
 from urllib.parse import urlsplit
 
-from execserver.server.http_plain import HEAD_TIMEOUT_S
+import pytest
+
+from execserver.cli import build_parser, config_from_args
+from execserver.config import DEFAULT_HTTP_HEAD_TIMEOUT_S
 from execserver.server.transport_ws import SNIFF_LIMIT
-from tests.support.servers import RunningServer
+from tests.support.servers import RunningServer, start_server
 
 PROBE = b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n"
+# The daemon's --http-head-timeout here: short, so that the test does not wait out
+# the default's 30 s, and still several of the trickling clients' lines long (a
+# bound re-armed by every line received would never close their connections).
+HEAD_TIMEOUT_S = 4.0
 # Well past the timeout: a connection still open by then was never going to close.
 GIVE_UP_S = HEAD_TIMEOUT_S + 15
-LINE_EVERY_S = 2.0
+LINE_EVERY_S = 0.5
 
 
 async def _open(server: RunningServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -106,13 +114,15 @@ def _content_length(head: bytes) -> int:
     return 0
 
 
-async def test_no_request_head_outlasts_its_deadline(execserver: RunningServer) -> None:
-    long_head, short_head, idle, second_head = await asyncio.gather(
-        _long_head_never_finished(execserver),
-        _short_head_never_finished(execserver),
-        _idle_after_an_answer(execserver),
-        _second_head_never_finished(execserver),
-    )
+async def test_no_request_head_outlasts_its_deadline() -> None:
+    timeout = ["--http-head-timeout", str(HEAD_TIMEOUT_S)]
+    async with start_server("execserver", extra=timeout) as server:
+        long_head, short_head, idle, second_head = await asyncio.gather(
+            _long_head_never_finished(server),
+            _short_head_never_finished(server),
+            _idle_after_an_answer(server),
+            _second_head_never_finished(server),
+        )
     for name, took in [
         ("a long head, finished never", long_head),
         ("a short head, finished never", short_head),
@@ -122,6 +132,17 @@ async def test_no_request_head_outlasts_its_deadline(execserver: RunningServer) 
         # Closed at the deadline: not long before it (the client kept sending),
         # and not left open past it.
         assert HEAD_TIMEOUT_S - 1 <= took < GIVE_UP_S, f"{name}: closed after {took:.1f} s"
+
+
+def test_the_deadline_is_thirty_seconds_unless_told() -> None:
+    def configured(*flags: str) -> float:
+        return config_from_args(build_parser().parse_args(["serve", *flags])).http_head_timeout_s
+
+    assert configured() == DEFAULT_HTTP_HEAD_TIMEOUT_S == 30.0
+    assert configured("--http-head-timeout", "2.5") == 2.5
+    for bad in ("0", "-1", "nan", "inf"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["serve", "--http-head-timeout", bad])
 
 
 async def test_a_kept_alive_connection_answers_within_the_deadline_as_before(

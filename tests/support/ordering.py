@@ -27,7 +27,6 @@ LONGEST_FIRST: tuple[str, ...] = (
     "tests/reliability/test_crash_storm.py",  # ~45-75 s
     "tests/integration/test_bench_scale.py",  # ~45-55 s
     "tests/interop/test_codex_cli",  # ~50 s in all, one worker's (xdist_group)
-    "tests/integration/test_http_head_deadline.py::test_no_request_head_outlasts_its_deadline",
     "tests/survival/test_survive_fifty.py",  # ~25 s
     "tests/survival/test_survive_daemon.py::test_big_output_to_a_client_that_does_not_read",
     "tests/survival/test_survive_network.py::test_a_fetch_made_while_no_daemon_runs",
