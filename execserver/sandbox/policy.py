@@ -270,6 +270,32 @@ def _walk(path: str, stop_in: list[str] | None = None) -> tuple[str, str | None]
     return current, None
 
 
+def _kernel_resolved(path: str) -> str | None:
+    """``path`` resolved by the kernel, or None when it cannot say (the caller then
+    walks, ``_walk``). An ``O_PATH`` open and a read of the descriptor's link in
+    /proc are three system calls, where ``_walk`` makes an lstat per component of
+    every path a policy names: that walk was a quarter of the daemon's CPU with
+    100 agents making sandboxed fs calls (benchmarks/results/scale_profile.txt).
+    None for a relative path, a missing one, a loop past the kernel's 40 links
+    (``_walk`` then raises its own error), a permission refused on the way, or a
+    file deleted meanwhile."""
+    if not path.startswith("/"):
+        return None
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        resolved = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not resolved.startswith("/") or resolved.endswith(" (deleted)"):
+        return None
+    return resolved
+
+
 def canonical_path(path: str) -> str | None:
     """``path`` with every symlink resolved (``_walk``), or None when that names
     nothing that exists (such a path grants and denies nothing).
@@ -279,6 +305,9 @@ def canonical_path(path: str) -> str | None:
     plants a chain where a context names a writable path made one resolution
     take 0.8 s (900 links whose targets are ~200 components each) and a chain
     of 3 000 raised RecursionError."""
+    fast = _kernel_resolved(path)
+    if fast is not None:
+        return fast
     resolved, _ = _walk(path)
     return resolved if os.path.exists(resolved) else None
 
@@ -291,7 +320,14 @@ def crossed_writable_symlink(target: str, writable_roots: list[str]) -> str | No
     Why: a sandboxed command may plant ``ws/cache -> ../outside``; a later grant
     naming ``ws/cache`` would then be bound at ``outside``, widening the grant to
     a place no policy named. Symlinks outside every writable root (``/var/run``,
-    a workspace given through a link) are the host's and are followed."""
+    a workspace given through a link) are the host's and are followed.
+
+    The common case first: an absolute ``target`` without ``..`` that the kernel
+    resolves to itself crossed no symlink at all (a resolved path has none among
+    its components, and with no ``..`` any symlink on the way would show in the
+    result), so there is nothing to walk."""
+    if ".." not in target.split("/") and _kernel_resolved(target) == os.path.normpath(target):
+        return None
     _, link = _walk(target, writable_roots)
     return link
 
