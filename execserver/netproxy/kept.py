@@ -20,13 +20,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from execserver.netproxy.loopback import LoopbackBridge
-from execserver.netproxy.proxy import ProcessNetworkProxy
 from execserver.wire.process import RemoteNetworkProxyLaunchConfig
+
+# The proxy and the bridge are loaded with the first managed network (launch.py
+# says why); only their types are needed here before that.
+if TYPE_CHECKING:
+    from execserver.netproxy.loopback import LoopbackBridge
+    from execserver.netproxy.proxy import ProcessNetworkProxy
 
 __all__ = ["NETWORK_FILE", "KeptNetwork", "SavedListeners", "saved_listeners"]
 
@@ -55,6 +59,8 @@ class KeptNetwork:
 
     @classmethod
     def of(cls, resources: Sequence[ProcessNetworkProxy | LoopbackBridge]) -> KeptNetwork:
+        from execserver.netproxy.proxy import ProcessNetworkProxy
+
         entries: list[dict[str, Any]] = []
         fds: list[int] = []
         dirs: list[str] = []

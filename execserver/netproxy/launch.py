@@ -6,6 +6,11 @@ its variables, and for a sandboxed child under ``enforceManagedNetwork`` the
 routes its in-sandbox bridge uses (to our proxy, or to a loopback proxy named
 by its proxy variables / ``managedNetwork.loopbackPorts``). What it started is
 stopped when the process is closed, or with the session.
+
+The proxy itself (netproxy/proxy.py: the HTTP and SOCKS engines, h11, the policy
+engine, the upstream proxies; 25 modules) is imported by the first process that
+has a managed network, not at the daemon's start: most daemons never run one, and
+every daemon start paid ~10 ms for it.
 """
 
 from __future__ import annotations
@@ -21,9 +26,6 @@ from typing import TYPE_CHECKING, Protocol
 from execserver.aio.tasks import TaskSet
 from execserver.netproxy.guard import is_daemon_endpoint
 from execserver.netproxy.kept import PROXY, KeptNetwork, SavedListeners
-from execserver.netproxy.loopback import LoopbackBridge, loopback_proxy_ports
-from execserver.netproxy.proxy import ProcessNetworkProxy
-from execserver.netproxy.resolver import Resolver
 from execserver.sandbox.proxy_routed import ProxyRoutes
 from execserver.wire import methods as m
 from execserver.wire.network import (
@@ -36,6 +38,9 @@ from execserver.wire.process import ExecParams, RemoteNetworkProxyLaunchConfig
 if TYPE_CHECKING:
     from execserver.config import ServerConfig
     from execserver.kernel.peer import SessionHandle
+    from execserver.netproxy.loopback import LoopbackBridge
+    from execserver.netproxy.proxy import ProcessNetworkProxy
+    from execserver.netproxy.resolver import Resolver
 
 __all__ = [
     "NetworkHost",
@@ -116,6 +121,8 @@ class NetworkHost:
         return cls(daemon_env=os.environ, host_overrides=config.netproxy_host_overrides)
 
     def resolver(self) -> Resolver:
+        from execserver.netproxy.resolver import Resolver
+
         return Resolver(self.host_overrides)
 
 
@@ -127,6 +134,7 @@ def new_process_proxy(
 ) -> ProcessNetworkProxy:
     """The proxy for ``process_id``, not listening yet, registered with the session
     (closed with it)."""
+    from execserver.netproxy.proxy import ProcessNetworkProxy
 
     async def notify(note: NetworkPolicyDecisionNotification) -> None:
         await session.notify(m.NETWORK_POLICY_DECISION, note)
@@ -189,6 +197,10 @@ class NetworkSetup:
         daemon serves them again. Not with masked credentials: the real secrets live
         only in this daemon's memory (never written to disk), so such a process
         ends with the daemon."""
+        if not self.owned:
+            return True
+        from execserver.netproxy.proxy import ProcessNetworkProxy
+
         return not any(
             isinstance(r, ProcessNetworkProxy) and r.credentials is not None for r in self.owned
         )
@@ -198,6 +210,9 @@ class NetworkSetup:
         (None: it uses nothing of the daemon's)."""
         if not self.owned:
             return None
+        from execserver.netproxy.loopback import LoopbackBridge
+        from execserver.netproxy.proxy import ProcessNetworkProxy
+
         return KeptNetwork.of(
             [r for r in self.owned if isinstance(r, ProcessNetworkProxy | LoopbackBridge)]
         )
@@ -253,6 +268,8 @@ async def prepare_network(
 async def _loopback_routes(setup: NetworkSetup, params: ExecParams) -> ProxyRoutes | None:
     """Bridge a client-side loopback proxy; None (the sandbox refuses: fail closed)
     when the variables name no loopback proxy or something unreachable."""
+    from execserver.netproxy.loopback import LoopbackBridge, loopback_proxy_ports
+
     ports, foreign = loopback_proxy_ports(setup.env)
     if not ports or foreign:
         return None
@@ -278,6 +295,8 @@ async def restore_network(
     listening sockets its keeper held, closed with it as at its start. The
     sockets are theirs from now on (closed on failure: the child's connections
     are then refused, never let through unfiltered)."""
+    from execserver.netproxy.loopback import LoopbackBridge
+
     proxies = session_proxies(session)
     for index, item in enumerate(saved):
         listeners = list(zip(item.roles, item.sockets, strict=True))
