@@ -16,6 +16,7 @@ section of their own without touching the others.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -24,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from execserver import REFERENCE_VERSION, __version__
-from execserver.config import DEFAULT_CGROUP_ROOT, SandboxConfig
+from execserver.config import DEFAULT_CGROUP_ROOT, LimitsConfig, SandboxConfig
 
 if TYPE_CHECKING:
     from execserver.sandbox.backend import SandboxBackend
@@ -266,7 +267,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         except TenantsFileError as exc:
             sys.stderr.write(f"Error: {exc}\n")
             return 1
-        report.extra_sections["principals (--tenants)"] = principal_lines(table)
+        report.extra_sections["principals (--tenants)"] = principal_lines(table, _limits(args))
     required = set(args.require or [])
     missing = sorted(name for name in required if not report.status(name))
     if args.json:
@@ -284,6 +285,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if missing:
             sys.stdout.write(f"missing requirements: {', '.join(missing)}\n")
     return 1 if missing else 0
+
+
+def _limits(args: argparse.Namespace) -> LimitsConfig:
+    """The daemon-wide limits the tenants' shares divide, as ``serve`` would have
+    them (``0``: unlimited)."""
+    defaults = LimitsConfig()
+    values: dict[str, int | None] = {}
+    for name in ("max_connections", "max_concurrent_http_requests"):
+        given = getattr(args, name, None)
+        values[name] = getattr(defaults, name) if given is None else (given or None)
+    return dataclasses.replace(defaults, **values)
 
 
 def add_doctor_parser(
@@ -306,5 +318,16 @@ def add_doctor_parser(
         metavar="PATH",
         help="also check this tenants file and print each principal and what it may do",
     )
+    for flag, what in (
+        ("--max-connections", "websocket connections"),
+        ("--max-concurrent-http-requests", "http/request calls in flight"),
+    ):
+        p.add_argument(
+            flag,
+            type=int,
+            metavar="N",
+            help=f"with --tenants: the daemon-wide limit of {what} serve will have, "
+            "which each tenant gets a share of (default: serve's default; 0: unlimited)",
+        )
     p.set_defaults(func=cmd_doctor)
     return p

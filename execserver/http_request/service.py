@@ -17,8 +17,11 @@ from execserver.http_request.validate import (
 )
 from execserver.kernel.context import RequestContext
 from execserver.kernel.methods import MethodTable
+from execserver.tenancy.directory import TenantDirectory
 from execserver.tenancy.http import check_http_request
+from execserver.tenancy.profile import TenantProfile
 from execserver.tenancy.seat import tenant_of
+from execserver.tenancy.shares import hold_share
 from execserver.wire import methods as m
 from execserver.wire.errors import RpcError
 from execserver.wire.http import (
@@ -79,14 +82,27 @@ def _prepare(call: HttpCall) -> PreparedRequest:
 async def http_request(ctx: RequestContext, call: HttpCall) -> HttpRequestResponse:
     # --max-concurrent-http-requests, held until the answer (for a
     # streamed response: until its headers; the body then streams outside the cap).
-    with ctx.server.limits.http.hold():
-        return await _http_request(ctx, call)
+    tenant = tenant_of(ctx)
+    if tenant is None:
+        with ctx.server.limits.http.hold():
+            return await _http_request(ctx, call, None)
+    # --tenants: the tenant's own share first (tenancy.shares), so that no tenant
+    # holds the daemon's room; the daemon-wide limit stays as the backstop.
+    directory = ctx.server.resources.get(TenantDirectory)
+    assert directory is not None  # tenant_of found the tenant in it
+    share = directory.shares(tenant).http_requests
+    with (
+        hold_share(directory.http_in_flight, tenant, share, "max_http_requests"),
+        ctx.server.limits.http.hold(),
+    ):
+        return await _http_request(ctx, call, tenant)
 
 
-async def _http_request(ctx: RequestContext, call: HttpCall) -> HttpRequestResponse:
+async def _http_request(
+    ctx: RequestContext, call: HttpCall, tenant: TenantProfile | None
+) -> HttpRequestResponse:
     request = _prepare(call)
     params = call.params
-    tenant = tenant_of(ctx)
     if tenant is not None:
         check_http_request(tenant, request.url.host, follow=request.follow_redirects)
     if params.timeout_ms == 0:

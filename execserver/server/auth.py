@@ -273,7 +273,7 @@ def load_tenant_verifier(
     and the daemon's JWT secret refused when a tenant's account could read it."""
     assert config.tenants_file is not None
     jwt = isinstance(jwt_verifier, SignedBearerVerifier)
-    directory = TenantDirectory.load(config.tenants_file, jwt=jwt)
+    directory = TenantDirectory.load(config.tenants_file, jwt=jwt, limits=config.limits)
     accounts = [t.credentials for t in directory.table.tenants.values()]
     secret = config.ws_auth.shared_secret_file
     if secret is not None:

@@ -58,7 +58,8 @@ from execserver.server.runtime import ServerRuntime
 from execserver.server.sessions import Session, SessionRegistry
 from execserver.server.transport_stdio import serve_stdio
 from execserver.server.transport_ws import WebsocketServer
-from execserver.tenancy.directory import TenantDirectory
+from execserver.tenancy.directory import TenantDirectory, TenantGone
+from execserver.tenancy.shares import connection_refusal
 from execserver.tenancy.tenants_file import TenantTable
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,16 @@ def operational_checks(
 
         checks.append(auth.make_upgrade_check(verifier, rejected))
 
+    tenants = runtime.resources.get(TenantDirectory)
+
     def connection_limit(request: HttpRequest) -> HttpResponse | None:
+        principal = request.admission.principal
+        if principal is not None and tenants is not None:
+            # --tenants: the tenant's own share first, so that no tenant fills the
+            # daemon's room; the daemon-wide limit stays as the backstop.
+            refusal = tenant_connection_refusal(runtime, tenants, principal, request)
+            if refusal is not None:
+                return refusal
         refusal = too_many_connections(runtime.config.limits, len(runtime.connections))
         if refusal is not None:
             runtime.metrics.connections_rejected.labels("limit").inc()
@@ -151,6 +161,35 @@ def operational_checks(
 
     checks.append(connection_limit)
     return checks
+
+
+def tenant_connection_refusal(
+    runtime: ServerRuntime, tenants: TenantDirectory, principal: str, request: HttpRequest
+) -> HttpResponse | None:
+    """The refusal of a websocket upgrade over the tenant's ``max_connections`` share:
+    503 + Retry-After as the daemon-wide one, its text naming the tenant's ceiling
+    alone (never the daemon's count), and audited as every ceiling (tenant.refuse)."""
+    try:
+        profile = tenants.profile(principal)
+    except TenantGone:
+        return None  # initialize refuses it, naming the removal
+    share = tenants.shares(profile).connections
+    open_connections = sum(1 for conn in runtime.connections if conn.principal == principal)
+    refusal = connection_refusal(profile, share, open_connections)
+    if refusal is None:
+        return None
+    runtime.metrics.connections_rejected.labels("limit").inc()
+    runtime.metrics.principal_refused(principal)
+    runtime.audit.emit(
+        "tenant.refuse",
+        session=None,
+        peer=request.remote,
+        principal=principal,
+        method="upgrade",
+        reason=refusal.reason,
+    )
+    log.info("websocket upgrade refused: %s", refusal.message)
+    return HttpResponse.text(503, refusal.message, {"Retry-After": "1"})
 
 
 async def probe_sandbox_backend(config: ServerConfig) -> SandboxBackend:

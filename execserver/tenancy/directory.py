@@ -15,7 +15,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from execserver.config import LimitsConfig
 from execserver.tenancy.profile import TenantProfile
+from execserver.tenancy.shares import Shares, shares_of
 from execserver.tenancy.tenants_file import TenantTable, load_tenants
 
 __all__ = ["TenantDirectory", "TenantGone"]
@@ -28,11 +30,17 @@ class TenantGone(LookupError):
 
 
 class TenantDirectory:
-    def __init__(self, table: TenantTable, *, jwt: bool) -> None:
+    def __init__(
+        self, table: TenantTable, *, jwt: bool, limits: LimitsConfig | None = None
+    ) -> None:
         self._table = table
         self._jwt = jwt
+        # The daemon-wide limits each tenant has a share of (tenancy.shares).
+        self._limits = LimitsConfig() if limits is None else limits
         # Live processes per principal (max_processes): counted here, across sessions.
         self.live_processes: Counter[str] = Counter()
+        # http/request calls in flight per principal (its max_http_requests share).
+        self.http_in_flight: Counter[str] = Counter()
 
     def count_process(self, principal: str, close_hooks: list[Callable[[Any], None]]) -> None:
         """One more live process of ``principal`` (its max_processes, across its
@@ -43,8 +51,8 @@ class TenantDirectory:
         close_hooks.append(lambda closed: live.subtract((principal,)))
 
     @classmethod
-    def load(cls, path: str, *, jwt: bool) -> TenantDirectory:
-        return cls(load_tenants(path, jwt=jwt), jwt=jwt)
+    def load(cls, path: str, *, jwt: bool, limits: LimitsConfig | None = None) -> TenantDirectory:
+        return cls(load_tenants(path, jwt=jwt), jwt=jwt, limits=limits)
 
     @property
     def table(self) -> TenantTable:
@@ -72,6 +80,11 @@ class TenantDirectory:
         if found is None:
             raise TenantGone(name)
         return found
+
+    def shares(self, profile: TenantProfile) -> Shares:
+        """``profile``'s share of the daemon-wide limits, from the current table (a
+        reload that adds or removes a tenant changes the even split)."""
+        return shares_of(profile, self._table, self._limits)
 
     def identify_token(self, token: str) -> str | None:
         """The principal whose token this is, or None. Every tenant's digest is

@@ -38,6 +38,10 @@ class TenantProfile:
     http_request: bool | tuple[str, ...]
     max_processes: int | None
     max_sessions: int | None
+    # Its share of the daemon-wide --max-connections / --max-concurrent-http-requests
+    # as the file sets it; None: an even split among the tenants (tenancy.shares).
+    max_connections: int | None
+    max_http_requests: int | None
     env: Mapping[str, str]
     # memory_max / pids_max / cpu_max: one cgroup over everything it runs
     # (execserver.containment); every field None when the profile sets none.

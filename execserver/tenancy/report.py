@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import tomllib
 
+from execserver.config import LimitsConfig
 from execserver.tenancy.profile import TenantProfile
+from execserver.tenancy.shares import Shares, shares_of
 from execserver.tenancy.tenants_file import TenantsFileError, TenantTable, load_tenants
 
 __all__ = ["TenantsFileError", "load_for_report", "principal_lines"]
@@ -49,7 +51,27 @@ def _quota(profile: TenantProfile) -> str:
     return ", ".join(parts) or "no quota"
 
 
-def principal_lines(table: TenantTable) -> list[str]:
+def _shares(shares: Shares, limits: LimitsConfig) -> str:
+    def one(value: int | None, split: bool, flag: str, limit: int | None) -> str:
+        if value is None:
+            return "unlimited"
+        return f"{value} (an even share of {flag}={limit})" if split else str(value)
+
+    connections = one(
+        shares.connections, shares.connections_split, "--max-connections", limits.max_connections
+    )
+    http = one(
+        shares.http_requests,
+        shares.http_requests_split,
+        "--max-concurrent-http-requests",
+        limits.max_concurrent_http_requests,
+    )
+    return f"    max connections {connections}, max http/requests {http}"
+
+
+def principal_lines(table: TenantTable, limits: LimitsConfig | None = None) -> list[str]:
+    """``limits``: the daemon-wide limits ``serve`` would have (each tenant's share)."""
+    limits = LimitsConfig() if limits is None else limits
     lines: list[str] = []
     privileged = os.geteuid() == 0
     for profile in table.tenants.values():
@@ -66,6 +88,7 @@ def principal_lines(table: TenantTable) -> list[str]:
             f"    max processes {profile.max_processes or 'unlimited'}, "
             f"max sessions {profile.max_sessions or 'unlimited'}; forced env: "
             + (", ".join(sorted(profile.env)) or "none"),
+            _shares(shares_of(profile, table, limits), limits),
             f"    its cgroup over all it runs: {_quota(profile)}",
         ]
     lines.append(

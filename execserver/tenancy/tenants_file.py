@@ -36,6 +36,8 @@ _KEYS: Final = frozenset(
         "http_request",
         "max_processes",
         "max_sessions",
+        "max_connections",
+        "max_http_requests",
         "memory_max",
         "pids_max",
         "cpu_max",
@@ -151,6 +153,8 @@ def _profile(where: str, name: str, entry: dict[str, object], *, jwt: bool) -> T
         http_request=_http(where, entry.get("http_request", False)),
         max_processes=_count(where, "max_processes", entry.get("max_processes")),
         max_sessions=_count(where, "max_sessions", entry.get("max_sessions")),
+        max_connections=_count(where, "max_connections", entry.get("max_connections")),
+        max_http_requests=_count(where, "max_http_requests", entry.get("max_http_requests")),
         env=_env(where, entry.get("env", {})),
         quota=_quota(where, entry),
     )
