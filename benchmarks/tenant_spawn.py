@@ -5,7 +5,9 @@ its account, one whose tenant also has a cgroup quota (``pids_max``: each proces
 then also enters its tenant's cgroup), and one without tenancy. The first two
 Unix account, ``es-bench-tenant``, made with useradd when missing) and one
 without; ``process/start`` of ``true`` until its ``process/closed``, over the
-websocket, alternately on each so that load on the machine falls on both alike.
+websocket, alternately on each so that load on the machine falls on both alike;
+``--gap-ms`` pauses after each spawn, as an agent's turns do (the kernel's cost
+of a first move into a cgroup depends on how long ago the last one was).
 Needs root (a tenant's process runs as its account).
 ``python -m benchmarks.tenant_spawn [--spawns N] [--out FILE]``.
 """
@@ -116,7 +118,7 @@ def _figures(times: list[float]) -> dict[str, float]:
     }
 
 
-async def run(spawns: int, warmup: int) -> dict[str, Any]:
+async def run(spawns: int, warmup: int, gap_s: float = 0.0) -> dict[str, Any]:
     if os.geteuid() != 0:
         raise SystemExit("tenant_spawn: needs root (a tenant's process runs as its account)")
     names = ("tenant", "tenant_cgroup", "no_tenancy")
@@ -138,6 +140,9 @@ async def run(spawns: int, warmup: int) -> dict[str, Any]:
                         took = await _one(clients[index], watchers[index], f"s{i}", cwd)
                         if i >= warmup:
                             times[names[index]].append(took)
+                        if gap_s:
+                            # As an agent's commands come: a model's turn between them.
+                            await asyncio.sleep(gap_s)
             finally:
                 for client in clients:
                     await client.close()
@@ -146,6 +151,7 @@ async def run(spawns: int, warmup: int) -> dict[str, Any]:
     plain = figures["no_tenancy"]
     return {
         "spawns": spawns,
+        "gap_ms": round(gap_s * 1e3),
         **figures,
         "p50_ratio": round(figures["tenant"]["p50_ms"] / plain["p50_ms"], 2),
         "p99_ratio": round(figures["tenant"]["p99_ms"] / plain["p99_ms"], 2),
@@ -160,11 +166,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--spawns", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument(
+        "--gap-ms",
+        type=float,
+        default=0.0,
+        help="pause after each spawn (agents' spawns come seconds apart; 0: back to back)",
+    )
     parser.add_argument("--out", help="also write the figures (JSON) here")
     args = parser.parse_args()
     with open("/proc/loadavg") as handle:
         before = handle.read().strip()
-    result = {"loadavg_before": before, **asyncio.run(run(args.spawns, args.warmup))}
+    figures = asyncio.run(run(args.spawns, args.warmup, args.gap_ms / 1e3))
+    result = {"loadavg_before": before, **figures}
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
