@@ -19,6 +19,8 @@ from execserver.kernel.methods import MethodTable
 from execserver.server.connection import Connection
 from execserver.server.sessions import SessionRegistry
 from execserver.tenancy.directory import TenantDirectory, TenantGone
+from execserver.tenancy.profile import TenantProfile
+from execserver.tenancy.seat import tenant_of
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
 from execserver.wire.errors import (
@@ -73,11 +75,35 @@ def _platform_os() -> str:
     return {"darwin": "macos", "win32": "windows"}.get(sys.platform, "linux")
 
 
-def build_environment_info(capabilities: set[str]) -> EnvironmentInfo:
-    home = _home_dir()
+def tenant_shell(profile: TenantProfile) -> ShellInfo:
+    """The login shell of the tenant's account (what its terminals get), never the
+    daemon's: the account database's, else /bin/sh."""
+    try:
+        path = pwd.getpwuid(profile.credentials.uid).pw_shell
+    except KeyError:
+        path = ""
+    if not path or not os.path.exists(path):
+        path = "/bin/sh"
+    return ShellInfo(name=os.path.basename(path), path=path)
+
+
+def build_environment_info(
+    capabilities: set[str], tenant: TenantProfile | None = None
+) -> EnvironmentInfo:
+    """The executor as the client sees it. For a tenant (--tenants): its account's
+    shell and home, and its forced TMPDIR when the profile sets one, as its
+    processes get them; the daemon's own are none of its business."""
     flags = EnvironmentCapabilities(**{name: True for name in sorted(capabilities)})
+    if tenant is None:
+        home = _home_dir()
+        shell = detect_shell()
+        temp = tempfile.gettempdir()
+    else:
+        home = os.path.abspath(tenant.credentials.home)
+        shell = tenant_shell(tenant)
+        temp = tenant.env.get("TMPDIR") or tempfile.gettempdir()
     return EnvironmentInfo(
-        shell=detect_shell(),
+        shell=shell,
         executor_version=EXECUTOR_VERSION,
         provider_id=PROVIDER_ID,
         cwd=path_to_uri(os.getcwd()),
@@ -85,7 +111,7 @@ def build_environment_info(capabilities: set[str]) -> EnvironmentInfo:
         platform_os=_platform_os(),
         prepend_path_dirs=[],
         temporary_directories=[],
-        temp_dir=path_to_uri(tempfile.gettempdir()),
+        temp_dir=path_to_uri(temp),
         capabilities=flags,
     )
 
@@ -104,8 +130,9 @@ async def initialize(ctx: RequestContext, params: InitializeParams) -> Initializ
     runtime = conn.runtime
     sessions = runtime.sessions
     principal = conn.principal
+    tenant: TenantProfile | None = None
     if principal is not None:
-        _check_tenant(runtime.resources.get(TenantDirectory), principal, params, sessions)
+        tenant = _check_tenant(runtime.resources.get(TenantDirectory), principal, params, sessions)
     if params.resume_session_id is not None:
         session = sessions.resume(params.resume_session_id, conn, principal)
     elif runtime.draining:
@@ -115,7 +142,7 @@ async def initialize(ctx: RequestContext, params: InitializeParams) -> Initializ
     conn.bind_session(session)
     for hook in list(session.on_attach):
         await hook(session)
-    info = build_environment_info(runtime.methods.capabilities)
+    info = build_environment_info(runtime.methods.capabilities, tenant)
     return InitializeResponse(session_id=session.id, environment_info=info)
 
 
@@ -124,9 +151,9 @@ def _check_tenant(
     principal: str,
     params: InitializeParams,
     sessions: SessionRegistry,
-) -> None:
+) -> TenantProfile:
     """A tenant removed since its upgrade gets no session; a new one counts against
-    its max_sessions."""
+    its max_sessions. Returns its profile."""
     if directory is None:  # a principal without a directory: never served (fail closed)
         raise RpcError.internal("no tenants table")
     try:
@@ -138,10 +165,11 @@ def _check_tenant(
             raise PolicyRefusal(
                 PARSE_OR_INVALID_REQUEST, principal, f"max_sessions {profile.max_sessions} reached"
             )
+    return profile
 
 
 async def environment_info(ctx: RequestContext, params: Empty) -> EnvironmentInfo:
-    return build_environment_info(_connection(ctx).runtime.methods.capabilities)
+    return build_environment_info(_connection(ctx).runtime.methods.capabilities, tenant_of(ctx))
 
 
 async def environment_status(ctx: RequestContext, params: Empty) -> EnvironmentStatusResponse:

@@ -9,10 +9,11 @@ import asyncio
 import base64
 import pwd
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.support.rpc import connect
+from tests.support.rpc import connect, uri
 from tests.support.tenants import TOKEN_A, TOKEN_B, TenantHost, output_of, start, tenant_host
 
 
@@ -110,3 +111,37 @@ async def test_a_tenants_terminal_gets_its_accounts_login_shell(host: TenantHost
         text, code = await output_of(b, "tty")
     assert code == 0
     assert f"shell={tenant_shell}" in text, text
+
+
+async def test_environment_info_reports_the_tenants_home_shell_and_tmpdir(
+    host: TenantHost,
+) -> None:
+    """initialize's environmentInfo and environment/info tell a tenant its own
+    account's home and login shell, and its forced TMPDIR: never the daemon's
+    (root's home, the daemon's SHELL and TMPDIR say nothing of the tenant)."""
+    tmp = host.b / "tmp"
+    host.write_tenants(alice={"sandbox": "optional"}, bob={"env": {"TMPDIR": str(tmp)}})
+    daemon = {"HOME": "/root", "SHELL": "/bin/bash", "TMPDIR": "/var/tmp"}
+    account_a, account_b = pwd.getpwuid(host.a_uid), pwd.getpwuid(host.b_uid)
+    async with (
+        host.serve(env=daemon) as server,
+        connect(server.url, token=TOKEN_A, handshake=False) as a,
+        connect(server.url, token=TOKEN_B, handshake=False) as b,
+    ):
+        infos = {}
+        for name, client in (("a", a), ("b", b)):
+            reply = await client.handshake()
+            assert reply.ok
+            infos[name] = (reply.result["environmentInfo"], await client.ok("environment/info"))
+    for name, account, temp in (("a", account_a, "/var/tmp"), ("b", account_b, str(tmp))):
+        at_initialize, asked = infos[name]
+        # The wire shape is the reference's: the same keys, whoever asks.
+        assert sorted(asked) == sorted(at_initialize)
+        for info in (at_initialize, asked):
+            assert info["userHomeDir"] == uri(Path(account.pw_dir))
+            assert info["shell"] == {
+                "name": Path(account.pw_shell).name,
+                "path": account.pw_shell,
+            }
+            assert info["tempDir"] == uri(Path(temp))
+    assert account_b.pw_dir != "/root" and account_b.pw_shell != "/bin/bash"
