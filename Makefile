@@ -40,12 +40,16 @@ $(BENCH_STAMP): $(STAMP)
 venv: $(STAMP) execserver/processes/native/exec-as
 
 # exec-as (execserver/processes/exec_as.py): a tenant's or cgroup-limited spawn keeps
-# the daemon's vfork path. Static when the C library allows (no dynamic loader at each
-# spawn); without a C compiler the daemon falls back to a slower fork, and says so.
+# the daemon's vfork path. Without the C library on x86-64 and arm64 (its start-up
+# would be most of the program's time: see the source), else static on libc, else
+# dynamic; without a C compiler the daemon falls back to a slower fork, and says so.
 EXEC_AS := execserver/processes/native/exec-as
+EXEC_AS_NOLIBC := -static -nostdlib -fno-stack-protector -ffreestanding -fno-builtin
 $(EXEC_AS): execserver/processes/native/exec_as.c
 	@if command -v cc >/dev/null 2>&1; then \
-	  cc -O2 -Wall -Wextra -static -o $@ $< 2>/dev/null || cc -O2 -Wall -Wextra -o $@ $<; \
+	  cc -O2 -Wall -Wextra $(EXEC_AS_NOLIBC) -o $@ $< 2>/dev/null \
+	  || cc -O2 -Wall -Wextra -DEXEC_AS_LIBC -static -o $@ $< 2>/dev/null \
+	  || cc -O2 -Wall -Wextra -DEXEC_AS_LIBC -o $@ $<; \
 	else \
 	  echo "warning: no C compiler; tenants' and cgroup-limited spawns fall back to fork (install gcc)"; \
 	fi

@@ -47,9 +47,18 @@ def _output(fd: int) -> str:
         data += chunk
 
 
-def _run(argv: list[str], program: str | None, arg0: str | None = None) -> tuple[int, str, int]:
+def _run(
+    argv: list[str],
+    program: str | None,
+    arg0: str | None = None,
+    credentials: Credentials | None = None,
+) -> tuple[int, str, int]:
     request = LaunchRequest(
-        argv=argv, cwd="/", env={"PATH": "/usr/bin:/bin"}, credentials=_nobody(), arg0=arg0
+        argv=argv,
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin"},
+        credentials=credentials or _nobody(),
+        arg0=arg0,
     )
     spawned = spawn(plan_unsandboxed(request), exec_as_program=program)
     out = _output(spawned.outputs[0][0])
@@ -60,6 +69,22 @@ def test_the_command_keeps_the_pid_argv0_and_exit_status(path: str | None) -> No
     pid, out, status = _run(["sh", "-c", 'echo "$$ $0 $(id -u)"; exit 7'], path, arg0="renamed")
     own_pid, arg0, uid = out.split()
     assert (int(own_pid), arg0, int(uid), status) == (pid, "renamed", _nobody().uid, 7)
+
+
+@pytest.mark.parametrize("groups", [(), (4, 100, 65534)], ids=["no-groups", "three-groups"])
+def test_the_command_has_exactly_the_accounts_uid_gid_and_groups(
+    path: str | None, groups: tuple[int, ...]
+) -> None:
+    # Real, effective and saved ids all switched (the kernel's status file lists them).
+    account = Credentials("nobody", _nobody().uid, 100, groups, "/")
+    _, out, status = _run(
+        ["sh", "-c", "grep -E '^(Uid|Gid|Groups):' /proc/self/status"], path, None, account
+    )
+    fields = {line.split(":")[0]: line.split()[1:] for line in out.splitlines()}
+    assert status == 0, out
+    assert fields["Uid"] == [str(account.uid)] * 4
+    assert fields["Gid"] == ["100"] * 4
+    assert sorted(map(int, fields["Groups"])) == sorted(groups)
 
 
 def test_no_fd_of_the_spawn_leaks_into_the_command(path: str | None) -> None:
