@@ -27,6 +27,7 @@ __all__ = [
     "MITM_REQUIRED",
     "NOT_ALLOWED",
     "NOT_ALLOWED_LOCAL",
+    "OUTSIDE_CEILING",
     "UNIX_SOCKET_DENIED",
     "Decision",
     "Outcome",
@@ -80,6 +81,15 @@ NOT_ALLOWED = Decision(
     "not_allowed",
     header="blocked-by-allowlist",
     message="Domain not in allowlist.",
+)
+# A host outside the tenant's network_allow (ours: the reference has no tenants).
+# The decider is not asked: no client answer lifts a ceiling the operator set.
+OUTSIDE_CEILING = Decision(
+    "deny",
+    "baseline_policy",
+    "not_allowed",
+    header="blocked-by-allowlist",
+    message="Domain outside the tenant's network_allow ceiling.",
 )
 # No answer in time, an error answer, or no client attached: deny.
 DECIDER_UNANSWERED = Decision(

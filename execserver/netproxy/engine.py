@@ -4,6 +4,8 @@ decider, then the mode guard. Each final decision is reported once.
 Order (observed on the reference):
 
 1. SOCKS in limited mode: ``mode_guard`` deny before anything else;
+   (ours) a host outside a tenant's ``network_allow`` ceiling: ``not_allowed``,
+   the decider never asked;
 2. a ``deny`` pattern: ``denied``;
 3. a local/private destination without ``allowLocalBinding``, unless the host
    is allowed by an exact pattern: ``not_allowed_local`` (the decider is not
@@ -92,6 +94,8 @@ class PolicyEngine:
         policy, host = self.policy, target.host
         if target.protocol in ("socks5_tcp", "socks5_udp") and policy.mode == "limited":
             return d.Outcome(d.METHOD_NOT_ALLOWED)
+        if policy.outside_ceiling(host):
+            return d.Outcome(d.OUTSIDE_CEILING)
         if policy.denied(host):
             return d.Outcome(d.DENYLIST)
         resolution: Resolution | None = None

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from execserver.aio.tasks import TaskSet
+from execserver.netproxy.ceiling import tenant_ceiling
 from execserver.netproxy.guard import is_daemon_endpoint
 from execserver.netproxy.kept import PROXY, KeptNetwork, SavedListeners
 from execserver.sandbox.proxy_routed import ProxyRoutes
@@ -136,6 +137,9 @@ def new_process_proxy(
     (closed with it)."""
     from execserver.netproxy.proxy import ProcessNetworkProxy
 
+    # A tenant's network_allow: the proxy allows nothing beyond it (netproxy.ceiling).
+    ceiling = tenant_ceiling(session)
+
     async def notify(note: NetworkPolicyDecisionNotification) -> None:
         await session.notify(m.NETWORK_POLICY_DECISION, note)
 
@@ -150,6 +154,7 @@ def new_process_proxy(
         ask=ask,
         resolver=host.resolver(),
         upstream_environ=host.daemon_env,
+        ceiling=None if ceiling is None else ceiling.patterns,
     )
     session_proxies(session).add(proxy)
     return proxy
@@ -236,11 +241,20 @@ async def prepare_network(
 ) -> NetworkSetup:
     """``env``: the child's environment as built from the request (env + envPolicy)."""
     setup = NetworkSetup(session, env)
-    try:
-        if params.network_proxy is not None:
-            proxy = await start_process_proxy(
-                session, params.process_id, params.network_proxy, host
+    proxy_config = params.network_proxy
+    ceiling = tenant_ceiling(session)
+    if ceiling is not None:
+        # A tenant's network_allow, before anything starts (netproxy.ceiling).
+        if proxy_config is not None:
+            proxy_config = ceiling.bound(proxy_config)
+        elif sandboxed and params.enforce_managed_network:
+            raise ceiling.refused(
+                "a managed network without the daemon's proxy (networkProxy) is outside "
+                "the tenant's ceiling (network_allow)"
             )
+    try:
+        if proxy_config is not None:
+            proxy = await start_process_proxy(session, params.process_id, proxy_config, host)
             setup.owned.append(proxy)
             # The proxy's variables win over the request's env (as on the reference).
             final = {**env, **proxy.environment()}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -68,6 +68,32 @@ class DomainPattern:
     def exact(self) -> bool:
         return "*" not in self.text
 
+    def covers(self, other: DomainPattern) -> bool:
+        """Whether every host ``other`` matches is matched by this pattern too (a
+        request's allow entry within a tenant's ceiling)."""
+        pattern = other.text
+        if self.text == "*":
+            return True
+        if pattern == "*":
+            return False
+        if pattern.startswith("**."):
+            apex = pattern[3:]
+            return self.matches(apex) and self._covers_subdomains_of(apex)
+        if pattern.startswith("*."):
+            return self._covers_subdomains_of(pattern[2:])
+        return self.matches(pattern)
+
+    def _covers_subdomains_of(self, apex: str) -> bool:
+        """Whether this pattern matches every strict subdomain of ``apex``."""
+        text = self.text
+        if text.startswith("**."):
+            base = text[3:]
+        elif text.startswith("*."):
+            base = text[2:]
+        else:
+            return False
+        return apex == base or apex.endswith("." + base)
+
 
 def _patterns(domains: Mapping[str, str] | None, verdict: str) -> tuple[DomainPattern, ...]:
     if not domains:
@@ -104,10 +130,20 @@ class NetworkPolicy:
     allow_local_binding: bool = False
     unix_sockets: Mapping[str, str] = field(default_factory=dict)
     allow_all_unix_sockets: bool = False
+    # A tenant's network_allow (netproxy.ceiling): no host outside it is ever
+    # allowed, whatever the request's patterns or its decider say. None: no ceiling.
+    ceiling: tuple[DomainPattern, ...] | None = None
 
     @classmethod
-    def from_config(cls, config: RemoteNetworkProxyConfig) -> NetworkPolicy:
+    def from_config(
+        cls, config: RemoteNetworkProxyConfig, ceiling: Sequence[str] | None = None
+    ) -> NetworkPolicy:
         return cls(
+            ceiling=(
+                None
+                if ceiling is None
+                else tuple(DomainPattern(normalize_host(p)) for p in ceiling)
+            ),
             mode=config.mode,
             allow=_patterns(config.domains, "allow"),
             deny=_patterns(config.domains, "deny"),
@@ -116,6 +152,9 @@ class NetworkPolicy:
             unix_sockets=dict(config.unix_sockets or {}),
             allow_all_unix_sockets=config.dangerously_allow_all_unix_sockets,
         )
+
+    def outside_ceiling(self, host: str) -> bool:
+        return self.ceiling is not None and not any(p.matches(host) for p in self.ceiling)
 
     def denied(self, host: str) -> bool:
         return any(p.matches(host) for p in self.deny)

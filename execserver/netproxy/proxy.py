@@ -57,17 +57,20 @@ class ProcessNetworkProxy:
         ask: Asker | None,
         resolver: Resolver,
         upstream_environ: Mapping[str, str],
+        ceiling: Sequence[str] | None = None,
     ) -> None:
         """``resolver``: how names are resolved (tests inject a static one);
         ``upstream_environ``: the daemon's environment, whose proxy variables
-        name the upstream proxy under ``allowUpstreamProxy``."""
+        name the upstream proxy under ``allowUpstreamProxy``; ``ceiling``: the
+        host patterns of a tenant's ``network_allow``, beyond which nothing is
+        allowed (None: no ceiling)."""
         timeout_ms = config.policy_decision_timeout_ms
         self.config = config
         self.credentials = credential_vault(config.proxy)
         if self.credentials is not None:
             notify = self.credentials.scrubbing(notify)
         self.engine = PolicyEngine(
-            NetworkPolicy.from_config(config.proxy),
+            NetworkPolicy.from_config(config.proxy, ceiling),
             resolver,
             process_id=process_id,
             notify=notify,

@@ -98,7 +98,7 @@ def build_runtime(config: ServerConfig, tenants: TenantDirectory | None = None) 
     runtime = ServerRuntime(
         config=config,
         methods=build_method_table(),
-        sessions=SessionRegistry(config.session_ttl_s),
+        sessions=SessionRegistry(config.session_ttl_s, tenants),
         audit=AuditLog(config.audit_log),
     )
     # Raises ContainmentError when limits are set and cannot be applied; None
@@ -643,7 +643,7 @@ async def readopt_sessions(runtime: ServerRuntime) -> int:
     network_host = NetworkHost.of(config)
     claimed: set[str] = set()
     for saved in host.saved_sessions():
-        session = Session(saved.id, saved.principal)
+        session = Session(saved.id, saved.principal, tenants)
         runtime.sessions.restore(session)
 
         def table(session: Session = session) -> ProcessTable:

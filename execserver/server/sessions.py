@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from execserver.aio.tasks import TaskSet
 from execserver.kernel.scoped import ScopedState
+from execserver.tenancy.directory import TenantDirectory
 from execserver.tenancy.seat import TenantSeat
 from execserver.wire.errors import SESSION_ALREADY_ATTACHED, RpcError
 
@@ -36,14 +37,19 @@ class AttachedConnection(Protocol):
 
 
 class Session:
-    def __init__(self, session_id: str, principal: str | None = None) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        principal: str | None = None,
+        tenants: TenantDirectory | None = None,
+    ) -> None:
         self.id = session_id
         # The tenant that created it (None without --tenants); only it may resume it.
         self.principal = principal
         self.state = ScopedState(f"session {session_id}")
         if principal is not None:
             # Where services find the principal (execserver.tenancy.seat.tenant_of).
-            self.state.get(TenantSeat, lambda: TenantSeat(principal))
+            self.state.get(TenantSeat, lambda: TenantSeat(principal, tenants))
         self.connection: AttachedConnection | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self.closed = False
@@ -87,8 +93,10 @@ class Session:
 
 
 class SessionRegistry:
-    def __init__(self, ttl_s: float) -> None:
+    def __init__(self, ttl_s: float, tenants: TenantDirectory | None = None) -> None:
         self._ttl_s = ttl_s
+        # --tenants: the live table a tenant session's seat reads its profile from.
+        self.tenants = tenants
         self._sessions: dict[str, Session] = {}
         # The closes of expired sessions (started from a timer callback).
         self._closing = TaskSet("session expiry", logger=log)
@@ -103,7 +111,7 @@ class SessionRegistry:
         return list(self._sessions.values())
 
     def create(self, conn: AttachedConnection, principal: str | None = None) -> Session:
-        session = Session(str(uuid.uuid4()), principal)
+        session = Session(str(uuid.uuid4()), principal, self.tenants)
         self._sessions[session.id] = session
         session.connection = conn
         log.info("session %s opened", session.id)

@@ -34,6 +34,10 @@ class TenantProfile:
     # apply); else the only roots it may read, besides its writable roots.
     readable_roots: tuple[str, ...] | None
     network: NetworkCeiling
+    # With network "managed": the hosts its processes' managed-network proxies may
+    # ever allow (the proxy's pattern forms: host, *.domain, **.domain, *); None:
+    # a request's own allow-list, bounded only by ``network``.
+    network_allow: tuple[str, ...] | None
     # False: no http/request; True: any host; a tuple: only these host names.
     http_request: bool | tuple[str, ...]
     max_processes: int | None

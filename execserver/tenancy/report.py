@@ -30,6 +30,12 @@ def load_for_report(path: str) -> TenantTable:
     return load_tenants(path, jwt=jwt)
 
 
+def _network(profile: TenantProfile) -> str:
+    if profile.network_allow is None:
+        return profile.network
+    return f"{profile.network} (only hosts {', '.join(profile.network_allow)})"
+
+
 def _http(profile: TenantProfile) -> str:
     allowed = profile.http_request
     if allowed is True:
@@ -81,7 +87,7 @@ def principal_lines(table: TenantTable, limits: LimitsConfig | None = None) -> l
         lines += [
             f"  {profile.name} ({via}): runs as {account.user} "
             f"(uid {account.uid}, gid {account.gid}, groups {list(account.groups)})",
-            f"    sandbox {profile.sandbox}; network {profile.network}; "
+            f"    sandbox {profile.sandbox}; network {_network(profile)}; "
             f"http/request {_http(profile)}",
             f"    writes: {', '.join(profile.writable_roots) or 'nowhere'}; reads: "
             + ("anything its account can read" if readable is None else ", ".join(readable)),

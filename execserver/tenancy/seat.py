@@ -19,6 +19,16 @@ __all__ = ["TenantSeat", "tenant_of"]
 @dataclass
 class TenantSeat:
     name: str
+    # The live table, for what finds the session but no request context (the
+    # managed-network proxy a process starts with: netproxy.ceiling).
+    directory: TenantDirectory | None = None
+
+    def profile(self) -> TenantProfile:
+        """The principal's current profile; raises TenantGone once a reload removed
+        it, or RpcError when the seat has no table (fail closed)."""
+        if self.directory is None:
+            raise RpcError.internal("this session's principal has no tenants table")
+        return self.directory.profile(self.name)
 
     async def aclose(self) -> None:
         """Nothing to release: the seat only names the principal."""

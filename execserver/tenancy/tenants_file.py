@@ -33,6 +33,7 @@ _KEYS: Final = frozenset(
         "writable_roots",
         "readable_roots",
         "network",
+        "network_allow",
         "http_request",
         "max_processes",
         "max_sessions",
@@ -141,6 +142,9 @@ def _profile(where: str, name: str, entry: dict[str, object], *, jwt: bool) -> T
     if network not in NETWORK_LEVELS:
         raise TenantsFileError(f"{where}: network must be one of none, managed, full")
     network_ceiling: NetworkCeiling = NETWORK_LEVELS[NETWORK_LEVELS.index(network)]
+    network_allow = _network_allow(where, entry.get("network_allow"))
+    if network_allow is not None and network_ceiling != "managed":
+        raise TenantsFileError(f'{where}: network_allow needs network = "managed"')
     return TenantProfile(
         name=name,
         token_sha256=token,
@@ -150,6 +154,7 @@ def _profile(where: str, name: str, entry: dict[str, object], *, jwt: bool) -> T
         writable_roots=writable,
         readable_roots=readable,
         network=network_ceiling,
+        network_allow=network_allow,
         http_request=_http(where, entry.get("http_request", False)),
         max_processes=_count(where, "max_processes", entry.get("max_processes")),
         max_sessions=_count(where, "max_sessions", entry.get("max_sessions")),
@@ -203,6 +208,27 @@ def _roots(where: str, key: str, value: object) -> tuple[str, ...]:
             raise TenantsFileError(f"{where}: {key}: / is no ceiling; name the tenant's own roots")
         roots.append(real)
     return tuple(roots)
+
+
+def _network_allow(where: str, value: object) -> tuple[str, ...] | None:
+    """Host patterns as the managed-network proxy reads them (``example.com``,
+    ``*.example.com``, ``**.example.com``, ``*``), lower-cased, no trailing dot."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TenantsFileError(f"{where}: network_allow must be a list of host patterns")
+    patterns: list[str] = []
+    for item in value:
+        assert isinstance(item, str)
+        pattern = item.strip().lower().rstrip(".")
+        rest = pattern.removeprefix("**.").removeprefix("*.")
+        if pattern != "*" and (not rest or "*" in rest or any(c in rest for c in "/: ")):
+            raise TenantsFileError(
+                f"{where}: network_allow: {item!r} is not a host pattern "
+                "(host, *.domain, **.domain or *)"
+            )
+        patterns.append(pattern)
+    return tuple(patterns)
 
 
 def _http(where: str, value: object) -> bool | tuple[str, ...]:

@@ -110,13 +110,16 @@ class TenantHost:
 
     @contextlib.asynccontextmanager
     async def serve(
-        self, *extra: str, env: dict[str, str] | None = None
+        self, *extra: str, env: dict[str, str] | None = None, serve: list[str] | None = None
     ) -> AsyncIterator[RunningServer]:
+        """``serve``: the argv standing for ``execserver serve`` (start_server's), e.g.
+        tests.support.netproxy.SERVE_WITH_HOSTS for made-up names on 127.0.0.1."""
         async with start_server(
             "execserver",
             ["--tenants", str(self.tenants_file), *extra],
             cwd=self.base,
             env=None if env is None else {**os.environ, **env},
+            serve=serve,
         ) as server:
             yield server
 
