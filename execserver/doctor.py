@@ -298,6 +298,13 @@ def _limits(args: argparse.Namespace) -> LimitsConfig:
     return dataclasses.replace(defaults, **values)
 
 
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
 def add_doctor_parser(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> argparse.ArgumentParser:
@@ -324,7 +331,7 @@ def add_doctor_parser(
     ):
         p.add_argument(
             flag,
-            type=int,
+            type=_non_negative,
             metavar="N",
             help=f"with --tenants: the daemon-wide limit of {what} serve will have, "
             "which each tenant gets a share of (default: serve's default; 0: unlimited)",
