@@ -241,6 +241,17 @@ def cgroup_checks(root: str) -> list[Check]:
     return [Check(name, ok, detail) for name, ok, detail in describe_host(root)]
 
 
+def exec_as_check() -> Check:
+    """Whether limited and tenants' spawns keep the vfork path (exec-as is built)."""
+    from execserver.processes.exec_as import EXEC_AS_PROGRAM
+
+    if EXEC_AS_PROGRAM is not None:
+        detail = f"{EXEC_AS_PROGRAM}: limited and tenants' spawns keep the vfork path"
+    else:
+        detail = "not built (make needs a C compiler): limited and tenants' spawns fork (slower)"
+    return Check("exec-as", EXEC_AS_PROGRAM is not None, detail)
+
+
 CGROUP_SECTION = "per-process limits (--process-memory-max, --process-pids-max, --process-cpu-max)"
 
 
@@ -258,7 +269,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     backend = probe_backend(bwrap=sandbox.bwrap, allow_landlock=sandbox.landlock)
     report = build_report(backend, cgroup_root=root)
     cgroups = cgroup_checks(root)
-    report.extra_sections[CGROUP_SECTION] = cgroup_lines(cgroups)
+    exec_as = exec_as_check()
+    report.extra_sections[CGROUP_SECTION] = cgroup_lines([*cgroups, exec_as])
     if getattr(args, "tenants", None):
         from execserver.tenancy.report import TenantsFileError, load_for_report, principal_lines
 
@@ -277,6 +289,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             "shapes": [asdict(s) for s in report.shapes],
             **({"sections": report.extra_sections} if report.extra_sections else {}),
             "cgroups": [asdict(c) for c in cgroups],
+            "execAs": asdict(exec_as),
             "missingRequirements": missing,
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

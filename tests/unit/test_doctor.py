@@ -13,6 +13,7 @@ import pytest
 
 from execserver import __version__
 from execserver.doctor import CHECK_NAMES, SHAPE_NAMES
+from execserver.processes import exec_as
 from tests.support.sandbox import masked_proc_bwrap, without_user_namespaces
 
 
@@ -249,6 +250,25 @@ def test_cgroup_section_reports_usable_controllers_and_what_is_missing(tmp_path:
     assert "Delegate=yes" in rows["limits"]["detail"]
     done = doctor(env={"EXECSERVER_CGROUP_ROOT": str(tmp_path)})
     assert "per-process limits (--process-memory-max" in done.stdout
+
+
+def test_the_report_says_whether_exec_as_keeps_limited_spawns_on_vfork() -> None:
+    _, doc = report()
+    assert doc["execAs"]["ok"] is (exec_as.EXEC_AS_PROGRAM is not None)
+    assert exec_as.EXEC_AS_PROGRAM is not None, "make builds exec-as: the suite runs with it"
+    assert doc["execAs"]["detail"].startswith(exec_as.EXEC_AS_PROGRAM)
+    assert f"exec-as   ok       {exec_as.EXEC_AS_PROGRAM}" in doctor().stdout
+
+
+def test_an_exec_as_of_another_architecture_is_not_used(tmp_path: Path) -> None:
+    assert exec_as.EXEC_AS_PROGRAM is not None
+    foreign = tmp_path / "exec-as"
+    header = bytearray(Path(exec_as.EXEC_AS_PROGRAM).read_bytes()[:64])
+    header[18:20] = (0x1234).to_bytes(2, "little")  # no such machine
+    foreign.write_bytes(bytes(header))
+    foreign.chmod(0o755)
+    assert not exec_as.runs_here(str(foreign))
+    assert exec_as.runs_here(exec_as.EXEC_AS_PROGRAM)
 
 
 def test_require_cgroup_follows_the_limits_verdict(tmp_path: Any) -> None:
