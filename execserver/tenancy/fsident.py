@@ -15,7 +15,6 @@ it as the daemon.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import platform
 import threading
@@ -31,7 +30,10 @@ T = TypeVar("T")
 # setgroups(2) numbers; a platform missing here cannot run tenants' fs calls.
 _SETGROUPS: Final = {"x86_64": 116, "aarch64": 159}
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+# The process's own symbols, libc's among them (as sandbox/statx.py):
+# ctypes.util.find_library("c") ran `/sbin/ldconfig -p` and imported subprocess,
+# shutil and tempfile at every daemon start, ~12-19 ms, for this module alone.
+_libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.setfsuid.restype = ctypes.c_int
 _libc.setfsgid.restype = ctypes.c_int
