@@ -41,13 +41,10 @@ from tests.support.imports import (
     within,
 )
 
-EDGES = package_edges()
-STRING_EDGES = string_imports()
-
 
 def _unit_graph() -> dict[str, dict[str, list[ImportEdge]]]:
     graph: dict[str, dict[str, list[ImportEdge]]] = {}
-    for edge in EDGES:
+    for edge in package_edges():
         source, target = unit(edge.importer), unit(edge.target)
         graph.setdefault(source, {})
         graph.setdefault(target, {})
@@ -118,9 +115,11 @@ def _strongly_connected(graph: dict[str, dict[str, list[ImportEdge]]]) -> list[l
 def test_the_walk_sees_the_whole_package() -> None:
     # The one self-check of tests/support/imports.py, which every layering test
     # walks with: a broken walk would pass every check of those tests.
-    units = {unit(edge.importer) for edge in EDGES} | {unit(edge.target) for edge in EDGES}
+    units = {unit(edge.importer) for edge in package_edges()} | {
+        unit(edge.target) for edge in package_edges()
+    }
     assert {"execserver.wire", "execserver.client", "execserver.server", "execserver.cli"} <= units
-    taken = {(edge.importer, edge.target) for edge in EDGES}
+    taken = {(edge.importer, edge.target) for edge in package_edges()}
     assert any(unit(i) == "execserver.client" and unit(t) == "execserver.wire" for i, t in taken)
     assert ("execserver.core.orchestrator", "execserver.client.errors") in taken
     assert ("execserver.processes.service", "execserver.kernel.context") in taken
@@ -157,7 +156,7 @@ def test_no_import_cycle_between_packages() -> None:
 
 
 def test_no_import_cycle_between_the_modules_of_a_package() -> None:
-    graph = _module_graph(EDGES)
+    graph = _module_graph(package_edges())
     cycles = _strongly_connected(graph)
     assert not cycles, "import cycles inside a package:\n" + "\n".join(_describe(graph, cycles))
 
@@ -184,7 +183,7 @@ def test_a_cycle_inside_a_package_is_found_even_type_only() -> None:
 
 
 def _hidden_string_imports(strings: list[ImportEdge]) -> list[str]:
-    static = {(edge.importer, edge.target) for edge in EDGES}
+    static = {(edge.importer, edge.target) for edge in package_edges()}
     return [
         f"{edge.where()} names {edge.target}{':' + edge.name if edge.name else ''} in a string"
         for edge in strings
@@ -194,7 +193,7 @@ def _hidden_string_imports(strings: list[ImportEdge]) -> list[str]:
 
 
 def test_no_module_is_imported_by_a_string_the_graph_cannot_see() -> None:
-    hidden = _hidden_string_imports(list(STRING_EDGES))
+    hidden = _hidden_string_imports(list(string_imports()))
     assert not hidden, "string imports:\n" + "\n".join(hidden)
 
 
@@ -224,7 +223,7 @@ def test_string_imports_are_found_in_route_tables_and_argv() -> None:
 def test_no_private_name_imported_across_packages() -> None:
     leaks = [
         f"{edge.where()} imports {edge.target}{'.' + edge.name if edge.name else ''}"
-        for edge in EDGES
+        for edge in package_edges()
         if unit(edge.importer) != unit(edge.target)
         and (
             (edge.name is not None and is_private(edge.name))
@@ -249,7 +248,7 @@ def test_lower_layers_import_only_below_them(layer: str) -> None:
     allowed = ALLOWED[layer] | {layer}
     reaching = [
         f"{edge.where()} imports {edge.target}"
-        for edge in EDGES
+        for edge in package_edges()
         if unit(edge.importer) == layer and unit(edge.target) not in allowed
     ]
     assert not reaching, f"{layer} reaches outside its layer:\n" + "\n".join(reaching)

@@ -13,13 +13,12 @@ from tests.support.imports import package_edges, within
 SERVICES = ("discovery", "fs", "http_request", "netproxy", "processes")
 # The kernel sits on the protocol types and the settings leaf, nothing else of execserver.
 KERNEL_MAY_IMPORT = ("execserver.kernel", "execserver.wire", "execserver.config")
-EDGES = package_edges()
 
 
 def test_the_kernel_imports_only_wire_and_config() -> None:
     offenders = {
         f"{edge.where()}: {edge.target}"
-        for edge in EDGES
+        for edge in package_edges()
         if within(edge.importer, "execserver.kernel")
         and not any(within(edge.target, allowed) for allowed in KERNEL_MAY_IMPORT)
     }
@@ -30,7 +29,7 @@ def test_the_kernel_imports_only_wire_and_config() -> None:
 def test_a_service_never_imports_the_server(service: str) -> None:
     offenders = {
         f"{edge.where()}: {edge.target}"
-        for edge in EDGES
+        for edge in package_edges()
         if within(edge.importer, f"execserver.{service}")
         and within(edge.target, "execserver.server")
     }
@@ -40,7 +39,7 @@ def test_a_service_never_imports_the_server(service: str) -> None:
 def test_only_the_runner_imports_every_service() -> None:
     importers = {
         edge.importer
-        for edge in EDGES
+        for edge in package_edges()
         if within(edge.importer, "execserver.server")
         and any(within(edge.target, f"execserver.{s}") for s in SERVICES)
     }
