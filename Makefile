@@ -104,7 +104,7 @@ lint-deploy: $(LINT_STAMP)
 	$(LINT_BIN)/hadolint Dockerfile
 	$(LINT_BIN)/checkov --quiet --compact --skip-download --framework kubernetes --directory deploy/k8s
 	$(LINT_BIN)/kubernetes-validate --strict --kubernetes-version $(K8S_VERSION) \
-	  $(filter-out deploy/k8s/kustomization.yaml,$(wildcard deploy/k8s/*.yaml))
+	  $(filter-out %/kustomization.yaml,$(wildcard deploy/k8s/*.yaml deploy/k8s/tenants/*.yaml))
 	rm -rf $(AGENT_SANDBOX_PODS)
 	$(LINT_BIN)/python scripts/validate_crs.py --crds $(AGENT_SANDBOX_CRDS) \
 	  --kubernetes-version $(K8S_VERSION) --pods-out $(AGENT_SANDBOX_PODS) $(AGENT_SANDBOX_MANIFESTS)

@@ -451,3 +451,101 @@ def test_deploying_doc_names_every_limit_flag_and_metric() -> None:
     for family in Metrics().registry.collect():
         name = family.name + ("_total" if family.type == "counter" else "")
         assert name in doc, name
+
+
+# ---- Kubernetes: the devbox whose tenants are separated ---------------------------
+
+TENANTS_DIR = K8S / "tenants"
+
+
+def tenants_manifest() -> dict[str, dict[str, Any]]:
+    docs = yaml.safe_load_all((TENANTS_DIR / "devbox-tenants.yaml").read_text())
+    return {doc["kind"]: doc for doc in docs if doc}
+
+
+def tenants_pod() -> dict[str, Any]:
+    pod: dict[str, Any] = tenants_manifest()["StatefulSet"]["spec"]["template"]["spec"]
+    return pod
+
+
+def accounts() -> dict[str, list[str]]:
+    passwd = tenants_manifest()["ConfigMap"]["data"]["passwd"]
+    return {line.split(":")[0]: line.split(":") for line in passwd.splitlines() if line}
+
+
+def example_tenants() -> dict[str, dict[str, Any]]:
+    import tomllib
+
+    table: dict[str, dict[str, Any]] = tomllib.loads(
+        (TENANTS_DIR / "tenants.example.toml").read_text()
+    )["tenants"]
+    return table
+
+
+def test_the_tenants_devbox_serves_the_tenants_file_from_a_root_only_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pod = tenants_pod()
+    container = next(c for c in pod["containers"] if c["name"] == "execserver")
+    config = container_config(container, monkeypatch)
+    assert config.tenants_file is not None
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    mount = mounts[posixpath.dirname(config.tenants_file)]
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    # Root-owned and 0400: the daemon refuses a tenants file anyone else may read.
+    assert volume["secret"]["defaultMode"] == 0o400
+    assert "fsGroup" not in pod["securityContext"]
+    assert mount["readOnly"] is True
+    # /metrics takes only the operator's token with --tenants.
+    assert config.metrics_token_file is not None
+
+
+def test_the_tenants_devbox_is_root_only_inside_its_user_namespace_with_seven_capabilities() -> (
+    None
+):
+    pod = tenants_pod()
+    assert pod["hostUsers"] is False  # uid 0 and its capabilities are the pod's own
+    assert pod["securityContext"]["runAsUser"] == 0
+    assert pod["securityContext"]["seccompProfile"] == {
+        "type": "Localhost",
+        "localhostProfile": "profiles/execserver.json",
+    }
+    assert "hostNetwork" not in pod and "hostPID" not in pod
+    added = {}
+    for container in [*pod["initContainers"], *pod["containers"]]:
+        sc = container["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"]["drop"] == ["ALL"]
+        assert not sc.get("privileged", False)
+        added[container["name"]] = set(sc["capabilities"]["add"])
+    assert added == {
+        "prepare-homes": {"CHOWN", "FOWNER", "DAC_OVERRIDE"},
+        "execserver": {"SETUID", "SETGID", "KILL", "DAC_OVERRIDE", "FOWNER", "CHOWN", "SETFCAP"},
+    }
+    text = (TENANTS_DIR / "devbox-tenants.yaml").read_text()
+    assert 'Pod Security Standards: "privileged" only' in text
+
+
+def test_the_tenants_devbox_accounts_homes_and_tenants_file_agree() -> None:
+    users = accounts()
+    tenants = example_tenants()
+    assert tenants, "the example names tenants"
+    uids = [int(fields[2]) for fields in users.values()]
+    assert len(uids) == len(set(uids))
+    init = next(c for c in tenants_pod()["initContainers"] if c["name"] == "prepare-homes")
+    script = init["args"][0]
+    for name, entry in tenants.items():
+        user = users[entry["user"]]
+        uid, home = int(user[2]), user[5]
+        assert uid >= 1000 and home == f"/home/{entry['user']}", user
+        assert len(entry["token_sha256"]) == 64
+        assert entry["sandbox"] == "required"
+        for root in [*entry["writable_roots"], entry["env"]["TMPDIR"]]:
+            assert root.startswith(home + "/"), (name, root)
+        # The init container makes exactly the directories the profile names.
+        assert f"for who in {' '.join(e['user'] for e in tenants.values())}; do" in script
+    # Both containers see the same accounts (the init container chowns by name).
+    for container in [*tenants_pod()["initContainers"], *tenants_pod()["containers"]]:
+        paths = {m["mountPath"]: m.get("subPath") for m in container["volumeMounts"]}
+        assert paths["/etc/passwd"] == "passwd" and paths["/etc/group"] == "group"
