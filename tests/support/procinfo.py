@@ -52,12 +52,26 @@ def _walk_live_children(root: int, zombies: set[int]) -> set[int]:
                 if child in seen or child in zombies:
                     continue
                 seen.add(child)
-                if is_zombie_or_gone(child):
+                if _exited_child(child) if pid == root else is_zombie_or_gone(child):
                     zombies.add(child)
                 else:
                     live.add(child)
                     todo.append(child)
     return live
+
+
+def _exited_child(pid: int) -> bool:
+    """Whether ``pid``, a child of this process, has exited: asked of the kernel with
+    waitid(WNOWAIT), which leaves a zombie to whoever reaps it (asyncio, Popen).
+    One system call, where reading its stat costs tens of microseconds: the leak
+    check meets every orphan a worker adopted as a subreaper, and they stay its
+    zombies, hundreds by the end of a run (~12 ms a check for 400 before).
+    Not a child of ours after all (reaped and gone meanwhile): its stat says."""
+    try:
+        found = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return is_zombie_or_gone(pid)
+    return found is not None
 
 
 def is_zombie_or_gone(pid: int) -> bool:
