@@ -16,6 +16,7 @@ capabilities a mode-000 mount really is unreadable.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 
 from execserver.sandbox.hidden import private_dir
@@ -29,7 +30,7 @@ from execserver.sandbox.policy import (
 )
 from execserver.wire.errors import RpcError
 
-__all__ = ["BwrapLayout", "build_layout", "release_layout"]
+__all__ = ["Account", "BwrapLayout", "build_layout", "release_layout"]
 
 
 @dataclass
@@ -151,11 +152,46 @@ def _visible(policy: ResolvedPolicy, path: str, extra_read: tuple[str, ...]) -> 
     return any(path == p or path.startswith(p.rstrip("/") + "/") for p in shown)
 
 
+# Who a plan runs as, when not the daemon: uid, gid, supplementary groups.
+Account = tuple[int, int, tuple[int, ...]]
+
+
+def _searchable(path: str, account: Account) -> bool:
+    """Whether ``account`` may search ``path`` by its mode bits (the owner's, the
+    group's or the others' bits, as the kernel picks them)."""
+    uid, gid, groups = account
+    info = os.stat(path)
+    if info.st_uid == uid:
+        return bool(info.st_mode & stat.S_IXUSR)
+    if info.st_gid == gid or info.st_gid in groups:
+        return bool(info.st_mode & stat.S_IXGRP)
+    return bool(info.st_mode & stat.S_IXOTH)
+
+
+def _mask_point(hidden: str, account: Account | None) -> str:
+    """Where the private directory is masked: on itself, or, for a plan that runs as
+    another account (a tenant's), on the shallowest directory above it that the
+    account cannot search. bwrap runs as that account and could not reach the
+    private directory to mount over it (``STATE_DIR/private`` under the 0700
+    ``STATE_DIR``); a mask higher up hides at least as much, and the account could
+    not see below it anyway. (A directory an ACL opens is masked all the same; one
+    whose parent it cannot search after all makes bwrap fail: nothing runs.)"""
+    if account is None or account[0] == 0:
+        return hidden
+    path = "/"
+    for part in hidden.strip("/").split("/")[:-1]:
+        path = os.path.join(path, part)
+        if not _searchable(path, account):
+            return path
+    return hidden
+
+
 def _hide_private(
     policy: ResolvedPolicy,
     extra_read: tuple[str, ...],
     private_binds: tuple[str, ...],
     args: list[str],
+    account: Account | None,
 ) -> list[str]:
     """Mask the daemon's private directory (other sandboxes' proxy sockets) and
     bind back only ``private_binds``; returns the remounts to add at the end."""
@@ -166,11 +202,12 @@ def _hide_private(
     if not _visible(policy, hidden, extra_read):
         args += binds  # bwrap creates the mount points in the empty root
         return []
+    point = _mask_point(hidden, account)
     if not binds:
-        args += ["--perms", "000", "--tmpfs", hidden]
+        args += ["--perms", "000", "--tmpfs", point]
     else:
-        args += ["--perms", "711", "--tmpfs", hidden, *binds]
-    return ["--remount-ro", hidden]
+        args += ["--perms", "711", "--tmpfs", point, *binds]
+    return ["--remount-ro", point]
 
 
 def build_layout(
@@ -181,13 +218,15 @@ def build_layout(
     extra_read: tuple[str, ...] = (),
     private_binds: tuple[str, ...] = (),
     runtime_binds: tuple[tuple[str, str], ...] = (),
+    account: Account | None = None,
 ) -> BwrapLayout:
     """Arguments for bwrap (without the binary, seccomp/status fds and command).
     ``private_binds``: directories inside the daemon's private directory (a
     proxy's socket directory) to show read-only in this one sandbox; the rest of
     that directory stays masked. ``runtime_binds``: (host path, sandbox path)
     read-only binds placed after every policy rule and mask, so none can cover
-    them (the persistent fs helper's runtime, ``fs_helper.runtime``). On error
+    them (the persistent fs helper's runtime, ``fs_helper.runtime``). ``account``:
+    the uid, gid and groups bwrap runs as when not the daemon's (a tenant's). On error
     every acquired synthetic mount point is released again."""
     layout = BwrapLayout()
     try:
@@ -199,6 +238,7 @@ def build_layout(
             extra_read=extra_read,
             private_binds=private_binds,
             runtime_binds=runtime_binds,
+            account=account,
         )
     except BaseException:
         release_layout(layout, mounts)
@@ -224,6 +264,7 @@ def _fill(
     extra_read: tuple[str, ...],
     private_binds: tuple[str, ...],
     runtime_binds: tuple[tuple[str, str], ...] = (),
+    account: Account | None = None,
 ) -> None:
     args = layout.args
     args += ["--new-session", "--die-with-parent"]
@@ -255,7 +296,7 @@ def _fill(
             fd = _empty_fd()
             layout.data_fds.append(fd)
             args += ["--perms", "000", "--ro-bind-data", str(fd), rule.path]
-    remounts += _hide_private(policy, extra_read, private_binds, args)
+    remounts += _hide_private(policy, extra_read, private_binds, args, account)
     args += remounts
     for source, target in runtime_binds:
         args += ["--ro-bind", source, target]

@@ -41,7 +41,7 @@ from typing import Final, TypeVar
 
 from execserver.sandbox import seccomp
 from execserver.sandbox.backend import SandboxBackend
-from execserver.sandbox.bwrap import BwrapLayout, build_layout, release_layout
+from execserver.sandbox.bwrap import Account, BwrapLayout, build_layout, release_layout
 from execserver.sandbox.mounts import SyntheticMounts
 from execserver.sandbox.policy import MINIMAL_READ_PATHS, ResolvedPolicy, unenforceable
 from execserver.sandbox.program import check_program_path, child_search_path, find_program
@@ -428,6 +428,7 @@ def bwrap_plan(
             extra_read=extra_read,
             runtime_binds=runtime_binds,
             private_binds=private_binds,
+            account=_account(request.credentials),
         )
         resources.layout, resources.mounts = layout, backend.mounts
         status_read, status_write = os.pipe()
@@ -457,6 +458,12 @@ def bwrap_plan(
         pass_fds=tuple(resources.child_fds),
         resources=resources,
     )
+
+
+def _account(credentials: Credentials | None) -> Account | None:
+    if credentials is None:
+        return None
+    return credentials.uid, credentials.gid, credentials.groups
 
 
 P = TypeVar("P")

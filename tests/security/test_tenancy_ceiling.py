@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from tests.support.rpc import connect, uri
 from tests.support.sandbox import ROOT_READ, context_json, entry, managed, special
 from tests.support.servers import PROJECT_ROOT, execserver_command
+from tests.support.state_dir import end_keepers
 from tests.support.tenants import TOKEN_A, TenantHost, output_of, start, tenant_host
 
 
@@ -89,13 +90,25 @@ async def test_readable_roots_bound_reads_when_configured(host: TenantHost) -> N
     assert message == "tenant alice: readable root / is outside the tenant's ceiling"
 
 
-async def test_within_the_ceiling_it_runs_sandboxed_as_the_tenant(host: TenantHost) -> None:
+@pytest.mark.parametrize("keepers", [False, True], ids=["daemon", "state-dir"])
+async def test_within_the_ceiling_it_runs_sandboxed_as_the_tenant(
+    host: TenantHost, keepers: bool
+) -> None:
     sandbox = context_json(managed([ROOT_READ, entry(host.a, "write")]), cwd=uri(host.a))
     script = f"id -u; echo x > {host.a}/made; touch {host.shared}/escaped; true"
-    async with host.serve() as server, connect(server.url, token=TOKEN_A) as a:
-        ok, result = await start(a, "p", ["sh", "-c", script], host.a, sandbox=sandbox)
-        assert ok, result
-        text, _ = await output_of(a, "p")
+    # With --state-dir the daemon's private directory is STATE_DIR/private, under a
+    # 0700 STATE_DIR that the account's bwrap cannot search to mask it.
+    state = host.base / "state"
+    extra = ("--state-dir", str(state)) if keepers else ()
+    try:
+        async with host.serve(*extra) as server, connect(server.url, token=TOKEN_A) as a:
+            ok, result = await start(a, "p", ["sh", "-c", script], host.a, sandbox=sandbox)
+            assert ok, result
+            text, code = await output_of(a, "p")
+    finally:
+        if keepers:
+            await end_keepers(state)
+    assert code == 0, text
     assert result["sandboxType"] == "linuxSeccomp"
     assert text.splitlines()[0] == str(host.a_uid)
     assert os.stat(host.a / "made").st_uid == host.a_uid
