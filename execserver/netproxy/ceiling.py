@@ -29,11 +29,12 @@ import msgspec
 from execserver.kernel.limits import PolicyRefusal
 from execserver.kernel.peer import SessionHandle
 from execserver.tenancy.directory import TenantGone
+from execserver.tenancy.profile import TenantProfile
 from execserver.tenancy.seat import TenantSeat
 from execserver.wire.errors import PARSE_OR_INVALID_REQUEST, RpcError
 from execserver.wire.process import RemoteNetworkProxyLaunchConfig
 
-__all__ = ["DomainCeiling", "tenant_ceiling"]
+__all__ = ["DomainCeiling", "socket_owner", "tenant_ceiling"]
 
 
 @dataclass(frozen=True)
@@ -69,15 +70,31 @@ class DomainCeiling:
         return msgspec.structs.replace(config, proxy=proxy)
 
 
-def tenant_ceiling(session: SessionHandle) -> DomainCeiling | None:
-    """The ceiling of the session's tenant (None: no tenant, or no network_allow)."""
+def _tenant_profile(session: SessionHandle) -> TenantProfile | None:
+    """The profile of the session's tenant (None: not a tenant's session)."""
     seat = session.state.peek(TenantSeat)
     if seat is None:
         return None
     try:
-        profile = seat.profile()
+        return seat.profile()
     except TenantGone:
         raise RpcError.invalid_request(f"tenant {seat.name} no longer exists") from None
-    if profile.network_allow is None:
+
+
+def tenant_ceiling(session: SessionHandle) -> DomainCeiling | None:
+    """The ceiling of the session's tenant (None: no tenant, or no network_allow)."""
+    profile = _tenant_profile(session)
+    if profile is None or profile.network_allow is None:
         return None
     return DomainCeiling(profile.name, profile.network_allow)
+
+
+def socket_owner(session: SessionHandle) -> tuple[int, int] | None:
+    """The uid and gid a proxy's (or loopback bridge's) socket directory and sockets
+    are given for a tenant's process: its account's, whose sandboxed bridge must
+    connect to them (the directory stays 0700: no other account reaches it).
+    None: not a tenant's session (the daemon's own, as made)."""
+    profile = _tenant_profile(session)
+    if profile is None:
+        return None
+    return profile.credentials.uid, profile.credentials.gid

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from execserver.aio.tasks import TaskSet
-from execserver.netproxy.ceiling import tenant_ceiling
+from execserver.netproxy.ceiling import socket_owner, tenant_ceiling
 from execserver.netproxy.guard import is_daemon_endpoint
 from execserver.netproxy.kept import PROXY, KeptNetwork, SavedListeners
 from execserver.sandbox.proxy_routed import ProxyRoutes
@@ -155,6 +155,8 @@ def new_process_proxy(
         resolver=host.resolver(),
         upstream_environ=host.daemon_env,
         ceiling=None if ceiling is None else ceiling.patterns,
+        # A tenant's sandboxed bridge connects as its account (netproxy.ceiling).
+        owner=socket_owner(session),
     )
     session_proxies(session).add(proxy)
     return proxy
@@ -291,7 +293,7 @@ async def _loopback_routes(setup: NetworkSetup, params: ExecParams) -> ProxyRout
     extra = managed.loopback_ports or [] if managed is not None else []
     if any(is_daemon_endpoint("127.0.0.1", port) for port in [*ports, *extra]):
         return None  # never bridge a sandbox to the daemon's own listener
-    bridge = LoopbackBridge([*ports, *extra])
+    bridge = LoopbackBridge([*ports, *extra], owner=socket_owner(setup.session))
     session_proxies(setup.session).add(bridge)
     setup.owned.append(bridge)
     allow_local = bool(managed is not None and managed.allow_local_binding)

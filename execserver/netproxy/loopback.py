@@ -25,7 +25,7 @@ from execserver.netproxy.guard import (
     accept_connection,
     is_daemon_endpoint,
 )
-from execserver.netproxy.proxy import KEEP_PATH
+from execserver.netproxy.proxy import KEEP_PATH, give_socket_dir
 from execserver.netproxy.relay import close, relay
 from execserver.sandbox.hidden import private_dir
 from execserver.sandbox.proxy_routed import ProxyRoutes
@@ -61,8 +61,11 @@ def loopback_proxy_ports(env: Mapping[str, str]) -> tuple[list[int], bool]:
 
 
 class LoopbackBridge:
-    def __init__(self, ports: Iterable[int]) -> None:
+    def __init__(self, ports: Iterable[int], *, owner: tuple[int, int] | None = None) -> None:
+        """``owner``: the uid and gid of the tenant account whose sandboxed bridge
+        connects to the sockets (None: the daemon's own)."""
         self.ports = sorted(set(ports))
+        self.owner = owner
         self.socket_dir: str | None = None
         self._servers: list[asyncio.Server] = []
         # False once a keeper holds the listeners (ProcessNetworkProxy.kept).
@@ -84,6 +87,7 @@ class LoopbackBridge:
                     await asyncio.start_unix_server(self._forwarder(port), path, **KEEP_PATH)
                 )
                 routes.append((port, path))
+            give_socket_dir(self.socket_dir, self.owner)
         except BaseException:
             await self.aclose()
             raise

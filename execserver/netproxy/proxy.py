@@ -33,7 +33,7 @@ from execserver.sandbox.hidden import private_dir
 from execserver.sandbox.proxy_routed import ProxyRoutes
 from execserver.wire.process import RemoteNetworkProxyLaunchConfig
 
-__all__ = ["ProcessNetworkProxy"]
+__all__ = ["ProcessNetworkProxy", "give_socket_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +58,15 @@ class ProcessNetworkProxy:
         resolver: Resolver,
         upstream_environ: Mapping[str, str],
         ceiling: Sequence[str] | None = None,
+        owner: tuple[int, int] | None = None,
     ) -> None:
         """``resolver``: how names are resolved (tests inject a static one);
         ``upstream_environ``: the daemon's environment, whose proxy variables
         name the upstream proxy under ``allowUpstreamProxy``; ``ceiling``: the
         host patterns of a tenant's ``network_allow``, beyond which nothing is
-        allowed (None: no ceiling)."""
+        allowed (None: no ceiling); ``owner``: the uid and gid of the tenant
+        account whose process connects to the unix sockets (None: the daemon's
+        own)."""
         timeout_ms = config.policy_decision_timeout_ms
         self.config = config
         self.credentials = credential_vault(config.proxy)
@@ -84,6 +87,7 @@ class ProcessNetworkProxy:
         self.http_port = 0
         self.socks_port: int | None = None
         self.socket_dir: str | None = None
+        self.owner = owner
         self._servers: list[asyncio.Server] = []
         self._roles: list[str] = []  # each server's role (HTTP, SOCKS, ...)
         # False once a keeper holds the listeners: the socket directory is then
@@ -128,6 +132,7 @@ class ProcessNetworkProxy:
                     SOCKS_UNIX,
                     await asyncio.start_unix_server(self._serving(socks.handle), path, **KEEP_PATH),
                 )
+            give_socket_dir(self.socket_dir, self.owner)
         return self.socket_dir
 
     def _add(self, role: str, server: asyncio.Server) -> None:
@@ -226,6 +231,20 @@ class ProcessNetworkProxy:
                 await server.wait_closed()
         if self.socket_dir is not None and self._owns_socket_dir:
             shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+def give_socket_dir(directory: str, owner: tuple[int, int] | None) -> None:
+    """A socket directory (0700) and the sockets in it made ``owner``'s: a tenant's
+    sandboxed bridge, running as its account, connects to them. Made while the
+    directory was the daemon's, inside its 0700 private directory, so no other
+    account saw it in between; it stays 0700, so none reaches it after."""
+    if owner is None:
+        return
+    uid, gid = owner
+    for name in os.listdir(directory):
+        os.chown(os.path.join(directory, name), uid, gid, follow_symlinks=False)
+    os.chown(directory, uid, gid, follow_symlinks=False)
+    os.chmod(directory, 0o700)
 
 
 def _port_of(server: asyncio.Server) -> int:

@@ -1,14 +1,18 @@
 """In-sandbox bridge: loopback TCP ports -> the process's proxy on unix sockets.
 
 Run inside bwrap (own network namespace, only ``lo``) as
-``python -I -S bridge.py --route PORT=SOCKET [--route ...] -- COMMAND...``.
+``python -I -S bridge.py [--hold-fd N ...] --route PORT=SOCKET [--route ...] --
+COMMAND...``.
 Stdlib only, no execserver import (same reasons as sandbox/launcher.py).
 
 It listens on 127.0.0.1:PORT *inside* the namespace (the same port the proxy
 variables name, so the child's environment needs no rewriting), forks a
-forwarder that relays each connection to SOCKET (the proxy, bound into the
-sandbox), and execs COMMAND, which is sandbox/launcher.py applying the
-proxy-routed seccomp filter. The forwarder itself is not filtered (it must
+forwarder that relays each connection to SOCKET (the proxy's unix socket, as
+``/proc/self/fd/N/NAME`` through the socket directory's descriptor ``N`` that
+the daemon passed: see proxy_routed.py), and execs COMMAND, which is
+sandbox/launcher.py applying the proxy-routed seccomp filter. Every
+``--hold-fd`` descriptor is the forwarder's alone: made close-on-exec before
+the exec, so the command never inherits it. The forwarder itself is not filtered (it must
 accept), but everything it can reach is the namespace's loopback and SOCKET.
 It dies with the command (PR_SET_PDEATHSIG, and bwrap's pid namespace).
 """
@@ -29,19 +33,23 @@ _PR_SET_DUMPABLE = 4
 EXIT_SETUP_FAILED = 125
 
 
-def _parse(argv: list[str]) -> tuple[list[tuple[int, str]], list[str]]:
+def _parse(argv: list[str]) -> tuple[list[tuple[int, str]], list[int], list[str]]:
     routes: list[tuple[int, str]] = []
+    held: list[int] = []
     i = 0
     while i < len(argv) and argv[i] != "--":
-        if argv[i] != "--route" or i + 1 >= len(argv):
+        if argv[i] not in ("--route", "--hold-fd") or i + 1 >= len(argv):
             raise ValueError(f"unexpected argument {argv[i]!r}")
-        port, _, path = argv[i + 1].partition("=")
-        routes.append((int(port), path))
+        if argv[i] == "--hold-fd":
+            held.append(int(argv[i + 1]))
+        else:
+            port, _, path = argv[i + 1].partition("=")
+            routes.append((int(port), path))
         i += 2
     command = argv[i + 1 :]
     if not command:
         raise ValueError("missing command")
-    return routes, command
+    return routes, held, command
 
 
 def _copy(src: socket.socket, dst: socket.socket) -> None:
@@ -92,7 +100,10 @@ def _forwarder(listeners: list[tuple[socket.socket, str]]) -> None:
 
 def main(argv: list[str]) -> int:
     try:
-        routes, command = _parse(argv)
+        routes, held, command = _parse(argv)
+        for fd in held:
+            # The forwarder (forked below) keeps it; the command's exec drops it.
+            os.set_inheritable(fd, False)
         listeners = []
         for port, path in routes:
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

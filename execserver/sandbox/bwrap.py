@@ -189,24 +189,18 @@ def _mask_point(hidden: str, account: Account | None) -> str:
 def _hide_private(
     policy: ResolvedPolicy,
     extra_read: tuple[str, ...],
-    private_binds: tuple[str, ...],
     args: list[str],
     account: Account | None,
 ) -> list[str]:
-    """Mask the daemon's private directory (other sandboxes' proxy sockets) and
-    bind back only ``private_binds``; returns the remounts to add at the end."""
+    """Mask the daemon's private directory (every proxy's socket directory); returns
+    the remounts to add at the end. A proxy-routed sandbox reaches its own socket
+    directory through a descriptor its bridge holds, never by path
+    (``proxy_routed``)."""
     hidden = private_dir()
-    binds: list[str] = []
-    for directory in private_binds:
-        binds += ["--ro-bind", directory, directory]
     if not _visible(policy, hidden, extra_read):
-        args += binds  # bwrap creates the mount points in the empty root
         return []
     point = _mask_point(hidden, account)
-    if not binds:
-        args += ["--perms", "000", "--tmpfs", point]
-    else:
-        args += ["--perms", "711", "--tmpfs", point, *binds]
+    args += ["--perms", "000", "--tmpfs", point]
     return ["--remount-ro", point]
 
 
@@ -216,14 +210,11 @@ def build_layout(
     cwd: str,
     mounts: SyntheticMounts,
     extra_read: tuple[str, ...] = (),
-    private_binds: tuple[str, ...] = (),
     runtime_binds: tuple[tuple[str, str], ...] = (),
     account: Account | None = None,
 ) -> BwrapLayout:
     """Arguments for bwrap (without the binary, seccomp/status fds and command).
-    ``private_binds``: directories inside the daemon's private directory (a
-    proxy's socket directory) to show read-only in this one sandbox; the rest of
-    that directory stays masked. ``runtime_binds``: (host path, sandbox path)
+    ``runtime_binds``: (host path, sandbox path)
     read-only binds placed after every policy rule and mask, so none can cover
     them (the persistent fs helper's runtime, ``fs_helper.runtime``). ``account``:
     the uid, gid and groups bwrap runs as when not the daemon's (a tenant's). On error
@@ -236,7 +227,6 @@ def build_layout(
             cwd=cwd,
             mounts=mounts,
             extra_read=extra_read,
-            private_binds=private_binds,
             runtime_binds=runtime_binds,
             account=account,
         )
@@ -262,7 +252,6 @@ def _fill(
     cwd: str,
     mounts: SyntheticMounts,
     extra_read: tuple[str, ...],
-    private_binds: tuple[str, ...],
     runtime_binds: tuple[tuple[str, str], ...] = (),
     account: Account | None = None,
 ) -> None:
@@ -296,7 +285,7 @@ def _fill(
             fd = _empty_fd()
             layout.data_fds.append(fd)
             args += ["--perms", "000", "--ro-bind-data", str(fd), rule.path]
-    remounts += _hide_private(policy, extra_read, private_binds, args, account)
+    remounts += _hide_private(policy, extra_read, args, account)
     args += remounts
     for source, target in runtime_binds:
         args += ["--ro-bind", source, target]

@@ -5,8 +5,10 @@ live here. A sandboxed child that could connect to *another* child's proxy
 socket would get that proxy's domain policy instead of its own (and, before
 the daemon's own listener was refused by every proxy, a way to its
 websocket). So every bwrap view masks this directory with an empty mode-000
-tmpfs, and a proxy-routed sandbox gets exactly its own socket directory bound
-back in (see ``bwrap.build_layout``'s ``private_binds``).
+tmpfs, and a proxy-routed sandbox's bridge reaches exactly its own socket
+directory, through a descriptor the daemon opened (``proxy_routed``). A
+tenant's socket directory and sockets are its account's (0700): its bwrap and
+bridge run as that account (netproxy ``give_socket_dir``).
 
 The directory is created once per daemon (0700, random name) on first use and
 removed at exit. With ``--state-dir`` it is ``STATE_DIR/private`` instead

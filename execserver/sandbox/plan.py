@@ -408,16 +408,22 @@ def bwrap_plan(
     seccomp_by_bwrap: bool = True,
     extra_read: tuple[str, ...] = (),
     runtime_binds: tuple[tuple[str, str], ...] = (),
-    private_binds: tuple[str, ...] = (),
+    held_fds: tuple[int, ...] = (),
 ) -> LaunchPlan:
     """The one bwrap plan builder: ``bwrap <layout of policy> [--seccomp FD]
     --json-status-fd FD -- command(FD of the seccomp program)``.
 
     ``seccomp_by_bwrap``: bwrap installs the filter itself; when False the
-    command (the proxy-routed launcher) installs it from the fd, later."""
+    command (the proxy-routed launcher) installs it from the fd, later.
+    ``held_fds``: descriptors the command inherits (the proxy-routed bridge's
+    socket directories), the plan's from the call on: passed to the child and
+    closed after the spawn like its other fds, or at once on failure."""
     if backend.bwrap is None:
+        for fd in held_fds:
+            os.close(fd)
         raise unenforceable(backend.unavailable_reason())
     resources = PlanResources()
+    resources.child_fds.extend(held_fds)
     try:
         seccomp_fd = seccomp.program_fd(seccomp_program)
         resources.child_fds.append(seccomp_fd)
@@ -427,7 +433,6 @@ def bwrap_plan(
             mounts=backend.mounts,
             extra_read=extra_read,
             runtime_binds=runtime_binds,
-            private_binds=private_binds,
             account=_account(request.credentials),
         )
         resources.layout, resources.mounts = layout, backend.mounts

@@ -5,8 +5,8 @@ through the port in HTTP_PROXY, a direct connect to any host port is refused).
 
 Shape::
 
-    bwrap <layout of the policy> --unshare-net [private dir masked, SOCKDIR bound]
-          -- python bridge.py --route PORT=SOCKDIR/http.sock ...
+    bwrap <layout of the policy> --unshare-net [private dir masked]
+          -- python bridge.py --hold-fd N --route PORT=/proc/self/fd/N/http.sock ...
              -- python launcher.py --seccomp-fd N -- COMMAND
 
 * ``--unshare-net``: the child's loopback is its own; host ports (the real
@@ -19,8 +19,17 @@ Shape::
   ``dangerouslyAllowAllUnixSockets``) right before exec'ing the command, after
   the bridge is listening;
 * the proxy's socket directory lives in the daemon's private directory, which
-  every sandbox view masks; only this sandbox gets its own directory bound
-  back in, so no sandbox reaches another one's proxy.
+  every sandbox view masks (no sandbox reaches another one's proxy by path).
+  The bridge reaches its own directory through a descriptor: the daemon opens
+  it (``O_PATH``), bwrap passes it through, and the bridge connects to
+  ``/proc/self/fd/N/http.sock``, which the kernel follows without walking the
+  directories above it. A tenant's bwrap runs as its account, which cannot
+  search the daemon's 0700 private directory (nor ``STATE_DIR``): a bind of
+  the directory by path fails there, and so does bwrap 0.8's ``--ro-bind-fd``,
+  which ``realpath()``s the descriptor's path component by component. The
+  bridge marks the descriptor close-on-exec, so the command never inherits it,
+  and its forwarder is not dumpable, so the command cannot use it through
+  ``/proc`` either.
 
 Without bubblewrap (no network namespace) this cannot be enforced: refused.
 Built by ``plan.bwrap_plan``, the builder of every bwrap plan (one layout, one
@@ -48,8 +57,6 @@ from execserver.sandbox.policy import ResolvedPolicy, unenforceable
 from execserver.sandbox.program import child_search_path
 
 __all__ = ["BRIDGE", "ProxyRoutes", "plan_proxy_routed"]
-
-__all__ = ["ProxyRoutes", "plan_proxy_routed"]
 
 _UNIX_ALLOW_LIST_REFUSAL = (
     "execserver-sandbox: managed network with allowUnixSockets cannot be enforced by this "
@@ -96,9 +103,20 @@ def plan_proxy_routed(
         # host socket: a per-path allow-list is not enforceable, so nothing runs.
         return refused_plan(request, _UNIX_ALLOW_LIST_REFUSAL)
     arg0 = None if request.arg0 == argv[0] else request.arg0
+    filter_program = seccomp.build_program(
+        network_restricted=True,
+        proxy_routed=True,
+        allow_local_binding=routes.allow_local_binding,
+        allow_unix_sockets=routes.all_unix_sockets,
+    )
+    # The plan's from here on (bwrap_plan closes them after the spawn, or on failure).
+    held = _open_socket_dirs(routes)
     bridge = [sys.executable, "-I", "-S", BRIDGE]
+    for fd in held.values():
+        bridge += ["--hold-fd", str(fd)]
     for port, path in routes.routes:
-        bridge += ["--route", f"{port}={path}"]
+        fd = held[os.path.dirname(path)]
+        bridge += ["--route", f"{port}=/proc/self/fd/{fd}/{os.path.basename(path)}"]
 
     def command(seccomp_fd: int) -> list[str]:
         # The launcher installs the filter once the bridge is listening.
@@ -113,13 +131,26 @@ def plan_proxy_routed(
         backend,
         request,
         command,
-        seccomp_program=seccomp.build_program(
-            network_restricted=True,
-            proxy_routed=True,
-            allow_local_binding=routes.allow_local_binding,
-            allow_unix_sockets=routes.all_unix_sockets,
-        ),
+        seccomp_program=filter_program,
         seccomp_by_bwrap=False,
         extra_read=interpreter_paths(),
-        private_binds=routes.socket_dirs,
+        held_fds=tuple(held.values()),
     )
+
+
+def _open_socket_dirs(routes: ProxyRoutes) -> dict[str, int]:
+    """Each socket directory of ``routes``, opened ``O_PATH`` (the caller owns the
+    descriptors); RpcError when one cannot be opened (nothing runs)."""
+    held: dict[str, int] = {}
+    try:
+        for directory in routes.socket_dirs:
+            held[directory] = os.open(
+                directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            )
+    except OSError as exc:
+        for fd in held.values():
+            os.close(fd)
+        raise unenforceable(
+            f"managed network: cannot open the proxy's socket directory: {exc.strerror}"
+        ) from None
+    return held

@@ -2,15 +2,24 @@
 daemon (root) and its real proxy: B's request cannot allow a host beyond the
 ceiling, a request without an allow-list gets the ceiling's, and the proxy denies
 every host outside it even when B's own client answers ``allow`` to the policy
-request. Everything stays on 127.0.0.1: ``upstream.test`` and ``other.test`` are
-made-up names the daemon's resolver maps there (tests/support/netproxy_serve.py)."""
+request, from a sandboxed process (as the codex CLI runs its commands: a
+workspace-write sandbox, restricted network, the daemon's managed network) as
+from an unsandboxed one of an ``optional`` tenant. A tenant's sandboxed bridge
+reaches its proxy's socket directory, which is its account's and no one else's:
+B, sandboxed or not, can neither list it nor connect to A's proxy, and the
+command never holds the descriptor its bridge reaches it by. Everything stays on
+127.0.0.1: ``upstream.test`` and ``other.test`` are made-up names the daemon's
+resolver maps there (tests/support/netproxy_serve.py)."""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,11 +29,14 @@ from tests.support.netproxy import (
     SANDBOX_READ_ONLY,
     SERVE_WITH_HOSTS,
     proxy_params,
+    proxy_sockets,
     run_on,
     upstream_server,
 )
-from tests.support.rpc import connect
-from tests.support.tenants import TOKEN_B, TenantHost, tenant_host
+from tests.support.rpc import connect, poll_until, uri
+from tests.support.sandbox import ROOT_READ, context_json, entry, managed
+from tests.support.state_dir import end_keepers
+from tests.support.tenants import TOKEN_A, TOKEN_B, TenantHost, output_of, start, tenant_host
 
 INVALID_REQUEST = -32600
 CEILING = ["upstream.test"]
@@ -37,11 +49,65 @@ def host() -> Iterator[TenantHost]:
         yield made
 
 
+@pytest.fixture
+def managed_host() -> Iterator[TenantHost]:
+    """A (``sandbox = "required"``) and B (``optional``), both with a managed
+    network bounded by the ceiling."""
+    with tenant_host() as made:
+        made.write_tenants(
+            alice={"network": "managed", "network_allow": CEILING},
+            bob={"network": "managed", "network_allow": CEILING},
+        )
+        yield made
+
+
+# The CHILD, plus an operation that lists the command's own descriptors and one that
+# waits until stdin is closed.
+CHILD_FDS = (
+    r"""
+def fds():
+    import os
+    seen = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            seen[name] = os.readlink("/proc/self/fd/" + name)
+        except OSError as exc:
+            seen[name] = repr(exc)
+    return {"fds": seen}
+
+def hold():
+    import sys
+    sys.stdin.read()
+    return {"held": "until stdin closed"}
+"""
+    + CHILD
+)
+
+
 def _child(ops: list[list[Any]]) -> dict[str, Any]:
     """A start of the CHILD with ``ops`` (the system's python: the tenant's account
-    runs it). Unsandboxed (B's sandbox is optional): it reaches its proxy on
+    runs it), unsandboxed (B's sandbox is optional): it reaches its proxy on
     127.0.0.1, whose decisions are what is tested here."""
-    return {"argv": ["/usr/bin/python3", "-c", CHILD, json.dumps(ops)]}
+    return {"argv": ["/usr/bin/python3", "-c", CHILD_FDS, json.dumps(ops)]}
+
+
+def _workspace_sandbox(workspace: Path) -> dict[str, Any]:
+    """What the codex CLI asks for a command: workspace-write (the root readable, the
+    workspace writable), restricted network, run in the workspace."""
+    return context_json(
+        managed([ROOT_READ, entry(workspace, "write")], network="restricted"), cwd=uri(workspace)
+    )
+
+
+def _sandboxed_child(ops: list[list[Any]], workspace: Path) -> dict[str, Any]:
+    """The CHILD in a workspace-write sandbox whose only way out is the daemon's
+    managed network (``enforceManagedNetwork`` with the request's ``networkProxy``)."""
+    return {
+        **_child(ops),
+        "cwd": uri(workspace),
+        "sandbox": _workspace_sandbox(workspace),
+        "enforceManagedNetwork": True,
+    }
 
 
 async def test_a_request_allowing_a_host_beyond_the_ceiling_is_refused(host: TenantHost) -> None:
@@ -62,8 +128,9 @@ async def test_a_request_allowing_a_host_beyond_the_ceiling_is_refused(host: Ten
         assert upstream.seen == []
 
 
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed"])
 async def test_the_proxy_denies_a_host_outside_the_ceiling_even_when_bs_client_allows_it(
-    host: TenantHost,
+    host: TenantHost, sandboxed: bool
 ) -> None:
     async with upstream_server() as upstream, host.serve(serve=SERVE_WITH_HOSTS) as server:
         inside = f"http://upstream.test:{upstream.port}/inside"
@@ -76,7 +143,7 @@ async def test_the_proxy_denies_a_host_outside_the_ceiling_even_when_bs_client_a
                 ops,
                 network_proxy=proxy_params(domains=None, reviewDomains=["other.test"]),
                 answer=lambda request: {"type": "allow"},
-                extra=_child(ops),
+                extra=_sandboxed_child(ops, host.b) if sandboxed else _child(ops),
             )
         assert "error" not in run.start, run.start
         got_inside, got_outside = run.results
@@ -89,6 +156,173 @@ async def test_the_proxy_denies_a_host_outside_the_ceiling_even_when_bs_client_a
         assert upstream.seen == [f"GET /inside host=upstream.test:{upstream.port}"]
         denied = [d for d in run.decisions if d["host"] == "other.test"]
         assert [(d["decision"], d["source"]) for d in denied] == [("deny", "baseline_policy")]
+
+
+@pytest.mark.parametrize("keepers", [False, True], ids=["daemon", "state-dir"])
+async def test_a_sandboxed_tenant_fetches_through_its_proxy_within_the_ceiling(
+    managed_host: TenantHost, keepers: bool
+) -> None:
+    host = managed_host
+    # With --state-dir the private directory is STATE_DIR/private, under the 0700
+    # STATE_DIR that A's account cannot search (and its process runs in a keeper).
+    state = host.base / "state"
+    extra = ("--state-dir", str(state)) if keepers else ()
+    try:
+        async with (
+            upstream_server() as upstream,
+            host.serve(*extra, serve=SERVE_WITH_HOSTS) as server,
+        ):
+            inside = f"http://upstream.test:{upstream.port}/inside"
+            outside = f"http://other.test:{upstream.port}/outside"
+            ops: list[list[Any]] = [
+                ["fetch", "GET", inside],
+                ["fetch", "GET", outside],
+                ["direct", "127.0.0.1", upstream.port],
+                ["fds"],
+            ]
+            async with connect(server.url, token=TOKEN_A) as a:
+                run = await run_on(
+                    a,
+                    ops,
+                    network_proxy=proxy_params(domains=None),
+                    extra=_sandboxed_child(ops, host.a),
+                )
+    finally:
+        if keepers:
+            await end_keepers(state)
+    assert run.start.get("result", {}).get("sandboxType") == "linuxSeccomp", run.start
+    assert len(run.results) == 4, run.raw_output
+    got_inside, got_outside, direct, fds = run.results
+    assert got_inside["status"] == 200, run.raw_output
+    assert got_inside["body"] == f"upstream saw GET /inside host=upstream.test:{upstream.port}"
+    assert got_outside["status"] == 403, run.raw_output
+    assert got_outside["headers"]["x-proxy-error"] == "blocked-by-allowlist"
+    # The sandbox has no way around its proxy.
+    assert direct["direct"] == "failed"
+    assert upstream.seen == [f"GET /inside host=upstream.test:{upstream.port}"]
+    assert run.exit_code == 0, run.raw_output
+    # The bridge reaches the socket directory by a descriptor the command never holds:
+    # stdin, stdout, stderr and the listing's own descriptor, nothing else.
+    held = fds["fds"]
+    assert set(held) - {"0", "1", "2"} == {max(held, key=int)}, held
+    assert not any("execserver" in target for target in held.values()), held
+
+
+async def test_a_sandboxed_tenant_is_bridged_to_a_loopback_proxy_it_names(
+    managed_host: TenantHost,
+) -> None:
+    # Without network_allow a managed network may also be a proxy on the executor's
+    # loopback that the request names (no networkProxy): the daemon's loopback
+    # bridge, whose per-port sockets are the account's as well.
+    host = managed_host
+    host.write_tenants(alice={"network": "managed", "network_allow": None})
+    async with upstream_server() as proxy, host.serve() as server:
+        ops: list[list[Any]] = [["fetch", "GET", "http://example.invalid/p"], ["fds"]]
+        extra = {
+            **_sandboxed_child(ops, host.a),
+            "env": {"PATH": "/usr/bin:/bin", "HTTP_PROXY": f"http://127.0.0.1:{proxy.port}"},
+        }
+        async with connect(server.url, token=TOKEN_A) as a:
+            run = await run_on(a, ops, network_proxy=None, extra=extra)
+    assert run.start.get("result", {}).get("sandboxType") == "linuxSeccomp", run.start
+    assert len(run.results) == 2, run.raw_output
+    fetched, fds = run.results
+    assert fetched["status"] == 200, run.raw_output
+    assert proxy.seen == ["GET /p host=example.invalid"]
+    held = fds["fds"]
+    assert set(held) - {"0", "1", "2"} == {max(held, key=int)}, held
+
+
+# B's probe of A's proxy: list each socket directory and connect to its HTTP socket,
+# then connect through every descriptor it can see in /proc (A's bridge holds one).
+PROBE = r"""
+import json, os, socket, sys
+out = {}
+for d in json.loads(sys.argv[1]):
+    try:
+        out[d + " list"] = os.listdir(d)
+    except OSError as exc:
+        out[d + " list"] = exc.errno
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(5)
+        s.connect(os.path.join(d, "http.sock"))
+        out[d + " connect"] = "connected"
+    except OSError as exc:
+        out[d + " connect"] = exc.errno
+reached = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        continue
+    for fd in fds:
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(5)
+            s.connect(f"/proc/{pid}/fd/{fd}/http.sock")
+            reached.append(f"{pid}/{fd}")
+        except OSError:
+            pass
+out["reached"] = reached
+print(json.dumps(out))
+"""
+
+
+async def test_b_cannot_list_or_connect_to_as_proxy_sandboxed_or_not(
+    managed_host: TenantHost,
+) -> None:
+    host = managed_host
+    async with upstream_server() as upstream, host.serve(serve=SERVE_WITH_HOSTS) as server:
+        inside = f"http://upstream.test:{upstream.port}/inside"
+        async with connect(server.url, token=TOKEN_A) as a, connect(server.url, token=TOKEN_B) as b:
+            # A's sandboxed command fetches once, then waits on stdin: its proxy lives on.
+            ops = json.dumps([["fetch", "GET", inside], ["hold"]])
+            argv = ["/usr/bin/python3", "-c", CHILD_FDS, ops]
+            ok, result = await start(
+                a,
+                "a-held",
+                argv,
+                host.a,
+                sandbox=_workspace_sandbox(host.a),
+                enforceManagedNetwork=True,
+                networkProxy=proxy_params(domains=None),
+                pipeStdin=True,
+            )
+            assert ok, result
+            assert await poll_until(lambda: upstream.seen != [], 30), "A's fetch never arrived"
+            sockets = proxy_sockets(server)
+            assert len(sockets) == 1, sockets
+            directory = os.path.dirname(next(iter(sockets)))
+            # The socket directory and its sockets are A's account's, and only its.
+            info = os.lstat(directory)
+            assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (host.a_uid, 0o700)
+            for name in os.listdir(directory):
+                assert os.lstat(os.path.join(directory, name)).st_uid == host.a_uid
+            probe = ["/usr/bin/python3", "-c", PROBE, json.dumps([directory])]
+            found: dict[str, dict[str, Any]] = {}
+            # B unsandboxed and sandboxed; and A's own other sandbox, which has a
+            # policy of its own and must not use this process's proxy either.
+            for label, peer, workspace, sandbox in (
+                ("unsandboxed", b, host.b, None),
+                ("sandboxed", b, host.b, _workspace_sandbox(host.b)),
+                ("a-sibling", a, host.a, _workspace_sandbox(host.a)),
+            ):
+                ok, result = await start(peer, label, probe, workspace, sandbox=sandbox)
+                assert ok, result
+                text, code = await output_of(peer, label)
+                assert code == 0, text
+                found[label] = json.loads(text.splitlines()[-1])
+            await a.call("process/terminate", {"processId": "a-held"})
+    for label, got in found.items():
+        assert got[directory + " list"] in (13, 2), (label, got)  # EACCES / ENOENT
+        assert got[directory + " connect"] != "connected", (label, got)
+        assert got["reached"] == [], (label, got)
+    # Unsandboxed, only the kernel's check on A's 0700 directory stops B.
+    assert found["unsandboxed"][directory + " list"] == 13
+    assert found["unsandboxed"][directory + " connect"] == 13
+    # Nothing but A's own fetch went through A's proxy.
+    assert upstream.seen == [f"GET /inside host=upstream.test:{upstream.port}"]
 
 
 async def test_a_managed_network_without_the_daemons_proxy_is_refused(host: TenantHost) -> None:

@@ -235,8 +235,11 @@ async def test_loopback_bridge_forwards_a_unix_socket_to_the_port(upstream: int)
 def test_bridge_arguments() -> None:
     assert bridge._parse(["--route", "80=/a.sock", "--route", "81=/b.sock", "--", "cmd", "x"]) == (
         [(80, "/a.sock"), (81, "/b.sock")],
+        [],
         ["cmd", "x"],
     )
+    parsed = bridge._parse(["--hold-fd", "7", "--route", "80=/proc/self/fd/7/a.sock", "--", "c"])
+    assert parsed == ([(80, "/proc/self/fd/7/a.sock")], [7], ["c"])
     with pytest.raises(ValueError):
         bridge._parse(["--route", "80=/a.sock", "--"])
     with pytest.raises(ValueError):
