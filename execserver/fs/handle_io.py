@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any
 
 from execserver.fs.errors import not_a_file
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "MAX_BLOCK",

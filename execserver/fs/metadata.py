@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any
 
 from execserver.sandbox.statx import statx
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["birth_time_ms", "metadata_dict"]
 

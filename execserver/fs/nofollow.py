@@ -8,9 +8,11 @@ last component is then handled by each operation (ELOOP on open, or a
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import TracebackType
 
 __all__ = ["components", "open_dir_nofollow", "parent_fd"]
 
@@ -25,16 +27,39 @@ def open_dir_nofollow(name: str, dir_fd: int) -> int:
     return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
 
 
-@contextlib.contextmanager
-def parent_fd(path: str) -> Iterator[tuple[int, str]]:
-    """``(fd of the parent directory, last component)``; no symlink is followed."""
-    parts = components(path)
-    fd = os.open("/", _DIR_FLAGS)
-    try:
-        for part in parts[:-1]:
-            next_fd = open_dir_nofollow(part, fd)
+class _ParentFd:
+    # A class, not contextlib.contextmanager: the sandboxed fs helper imports
+    # this module and contextlib with it would be ~0.5 MB of every helper.
+    __slots__ = ("_fd", "_path")
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._fd = -1
+
+    def __enter__(self) -> tuple[int, str]:
+        parts = components(self._path)
+        fd = os.open("/", _DIR_FLAGS)
+        try:
+            for part in parts[:-1]:
+                next_fd = open_dir_nofollow(part, fd)
+                os.close(fd)
+                fd = next_fd
+        except BaseException:
             os.close(fd)
-            fd = next_fd
-        yield fd, parts[-1] if parts else "."
-    finally:
-        os.close(fd)
+            raise
+        self._fd = fd
+        return fd, parts[-1] if parts else "."
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        os.close(self._fd)
+
+
+def parent_fd(path: str) -> _ParentFd:
+    """``with parent_fd(path) as (dir_fd, name)``: the fd of the parent directory
+    (closed when the block ends) and the last component; no symlink is followed."""
+    return _ParentFd(path)

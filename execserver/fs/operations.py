@@ -9,12 +9,15 @@ are imported, never named by string, so the import graph sees every edge.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final
-
 from execserver.fs import handle_io, ops_read, ops_write, walk
 from execserver.wire.base64_text import base64_text
+
+# The sandboxed fs helper imports this module: no typing or dataclasses at run
+# time (execserver/fs/sandboxed/program.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, Final
 
 __all__ = [
     "CANONICALIZE",
@@ -36,7 +39,6 @@ def _same(result: Any) -> Any:
     return result
 
 
-@dataclass(frozen=True)
 class FsOperation:
     """``name``: the helper operation; ``local``: the blocking function run
     in-process; ``in_helper`` (default ``local``): what the helper runs;
@@ -48,11 +50,30 @@ class FsOperation:
     ``execserver/fs/sandboxed/program.py`` with its own operations table. Such a
     call runs in a confined helper of its own; None is the fs program."""
 
+    __slots__ = ("finish", "in_helper", "local", "name", "program")
+    # A plain class, not a dataclass: the sandboxed fs helper imports this module.
     name: str
     local: Callable[..., Any]
-    in_helper: Callable[..., Any] | None = None
-    finish: Callable[[Any], Any] = _same
-    program: str | None = None
+    in_helper: Callable[..., Any] | None
+    finish: Callable[[Any], Any]
+    program: str | None
+
+    def __init__(
+        self,
+        name: str,
+        local: Callable[..., Any],
+        in_helper: Callable[..., Any] | None = None,
+        finish: Callable[[Any], Any] = _same,
+        program: str | None = None,
+    ) -> None:
+        self.name = name
+        self.local = local
+        self.in_helper = in_helper
+        self.finish = finish
+        self.program = program
+
+    def __repr__(self) -> str:
+        return f"FsOperation({self.name!r})"
 
     @property
     def helper_function(self) -> Callable[..., Any]:

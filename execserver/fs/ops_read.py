@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any
 
 from execserver.fs.errors import contains_symlink, not_a_file, not_a_regular_file
 from execserver.fs.metadata import birth_time_ms, metadata_dict
 from execserver.fs.nofollow import parent_fd
 from execserver.wire.base64_text import base64_text
-from execserver.wire.uri import path_to_uri
+from execserver.wire.file_uri import path_to_uri
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "canonicalize",

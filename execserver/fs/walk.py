@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import os
 import stat
-from collections import deque
-from typing import Any
 
 from execserver.fs.ops_read import lossy_name
+from execserver.wire.file_uri import path_to_uri
 from execserver.wire.rust.io_error import os_error_text
-from execserver.wire.uri import path_to_uri
+
+# The sandboxed fs helper imports this module: no typing (nor collections, for
+# a deque: a list and an index do) at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["walk"]
 
@@ -65,11 +69,13 @@ def walk(
     if not stat.S_ISDIR(os.lstat(path).st_mode):
         return result  # a file, special file or symlink root lists nothing
     visited = {(root_stat.st_dev, root_stat.st_ino)}
-    queue: deque[tuple[str, int]] = deque([(path, 0)])
+    queue: list[tuple[str, int]] = [(path, 0)]
+    head = 0  # breadth-first: the next directory to read
     directories_read = 0
     examined = 0
-    while queue:
-        directory, depth = queue.popleft()
+    while head < len(queue):
+        directory, depth = queue[head]
+        head += 1
         if directories_read >= max_directories:
             result["truncated"] = True
             break

@@ -10,10 +10,10 @@ and must not pay for asyncio/msgspec/policy imports it never uses (that was
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from execserver.sandbox.backend import SandboxBackend, probe_backend
     from execserver.sandbox.denial import is_sandbox_denied
     from execserver.sandbox.fs import needs_sandboxed_fs
@@ -62,6 +62,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

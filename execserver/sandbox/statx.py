@@ -10,8 +10,12 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
-from dataclasses import dataclass
-from typing import Any, Final
+
+# The sandboxed fs helper imports this module: no typing or dataclasses at run
+# time (execserver/fs/sandboxed/program.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 __all__ = ["Statx", "statx"]
 
@@ -37,12 +41,33 @@ if _statx is not None:
     _statx.restype = ctypes.c_int
 
 
-@dataclass(frozen=True, slots=True)
 class Statx:
+    """``dev`` (major, minor), ``ino``, ``btime`` (seconds, nanoseconds), None
+    where the file system keeps no birth time. Compared and hashed by value."""
+
+    __slots__ = ("btime", "dev", "ino")
     dev: tuple[int, int]
     ino: int
-    # (seconds, nanoseconds), None where the file system keeps no birth time.
     btime: tuple[int, int] | None
+
+    def __init__(self, dev: tuple[int, int], ino: int, btime: tuple[int, int] | None) -> None:
+        self.dev = dev
+        self.ino = ino
+        self.btime = btime
+
+    def _key(self) -> tuple[tuple[int, int], int, tuple[int, int] | None]:
+        return (self.dev, self.ino, self.btime)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Statx):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Statx(dev={self.dev!r}, ino={self.ino!r}, btime={self.btime!r})"
 
 
 def statx(path: str, *, dir_fd: int | None = None, follow_symlinks: bool = True) -> Statx | None:

@@ -8,10 +8,13 @@ error object, so the code/message pair is spelled in exactly one place.
 from __future__ import annotations
 
 import errno
-from typing import Final
 
 # Re-exported: the fs, process and sandbox code pairs it with rpc_error_from_os_error.
 from execserver.wire.rust.io_error import os_error_text
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
 
 __all__ = [
     "DRAINING_MESSAGE",

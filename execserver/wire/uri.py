@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import functools
 import posixpath
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 from execserver.wire.errors import RpcError
+from execserver.wire.file_uri import path_to_uri
 from execserver.wire.rust import url
 
 __all__ = ["path_to_uri", "uri_to_path"]
-
-_SAFE = "/-._~!$&'()*+,;=:@"
 
 
 def _scheme_of(uri: str) -> str | None:
@@ -66,10 +65,3 @@ def uri_to_path(uri: str) -> str:
     if normalised.startswith("//"):
         normalised = "/" + normalised.lstrip("/")
     return normalised
-
-
-def path_to_uri(path: str) -> str:
-    """``file:///...`` for an absolute native path, percent-encoding where needed."""
-    if not path.startswith("/"):
-        raise ValueError(f"not an absolute path: {path!r}")
-    return "file://" + quote(path, safe=_SAFE, errors="surrogateescape")

@@ -7,33 +7,28 @@ import os
 import sys
 from pathlib import Path
 
-from execserver.fs.sandboxed import program
+from execserver.fs.sandboxed import frames, program
 from execserver.fs.sandboxed.helper import exit_status_text
-from execserver.fs.sandboxed.program import OPERATIONS, run
-from execserver.fs.sandboxed.protocol import (
-    HEADER,
-    OK,
-    OS_ERROR,
-    RPC_ERROR,
-    Request,
-    Response,
-    frame,
-    request_decoder,
-    response_decoder,
-)
+from execserver.fs.sandboxed.program import OPERATIONS, Request, decode_request, run
+from execserver.fs.sandboxed.protocol import HEADER, OK, OS_ERROR, RPC_ERROR
 from execserver.sandbox.fs_helper.runtime import PRIVATE_DIR, elf_interpreter, helper_runtime
 
 
 def test_frame_carries_bytes_raw_with_a_length_prefix() -> None:
     data = bytes(range(256))
-    encoded = frame(Request(7, "write_file", {"path": "/x", "data": data}))
+    # The daemon's request (msgspec), read by the helper (pure Python)...
+    encoded = frames.frame(frames.Request(7, "write_file", {"path": "/x", "data": data}))
     (size,) = HEADER.unpack(encoded[: HEADER.size])
     assert size == len(encoded) - HEADER.size
     assert data in encoded  # not base64
-    decoded = request_decoder.decode(encoded[HEADER.size :])
+    decoded = decode_request(encoded[HEADER.size :])
     assert (decoded.id, decoded.op, decoded.args["data"]) == (7, "write_file", data)
-    reply = response_decoder.decode(frame(Response(7, OK, b"abc"))[HEADER.size :])
-    assert (reply.id, reply.kind, reply.value) == (7, OK, b"abc")
+    # ...and the helper's answer, read by the daemon.
+    answer = program.frame(program.Response(7, OK, data))
+    (size,) = HEADER.unpack(answer[: HEADER.size])
+    assert size == len(answer) - HEADER.size
+    reply = frames.response_decoder.decode(answer[HEADER.size :])
+    assert (reply.id, reply.kind, reply.value) == (7, OK, data)
 
 
 def test_elf_interpreter_of_this_python_and_of_a_non_elf(tmp_path: Path) -> None:

@@ -7,9 +7,10 @@ execserver/aio/ (where ``TaskSet`` and the eager trampoline live) no module call
 through a ``TaskSet`` (``spawn``, or ``adopt`` for a task asyncio started).
 
 A thread is owned when something joins it or it is one per process for the
-process's lifetime: each ``threading.Thread(...)`` outside execserver/aio/ must be
-in ``OWNED_THREADS``, keyed by module and the thread's ``name=`` (or its
-``target=``), with the reason it is owned.
+process's lifetime: each ``threading.Thread(...)`` (and ``_thread.start_new_thread``)
+outside execserver/aio/ must be in ``OWNED_THREADS``, keyed by module and the
+thread's ``name=`` (or its ``target=``, or start_new_thread's function), with the
+reason it is owned.
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ OWNED_THREADS = {
     ("execserver.sandbox.bridge", "_accept_loop"): (
         "runs inside the sandbox, in the bridge program (its own short-lived process)"
     ),
-    ("execserver.fs.sandboxed.program", "_follow"): (
-        "the fs helper program's request threads (in the helper's own process);"
-        " serve() joins each before it returns"
+    ("execserver.fs.sandboxed.program", "_follow_until_done"): (
+        "the fs helper program's request threads (in the helper's own process,"
+        " started with _thread: it imports no threading); serve() takes each"
+        " thread's done lock before it returns"
     ),
     ("execserver.fs.worker_pool", "_work"): (
         "a WorkerPool's workers (at most max_workers); WorkerPool.close stops and joins"
@@ -71,8 +73,19 @@ def _callee(call: ast.Call) -> str | None:
     return None
 
 
+THREAD_CALLS = {"Thread", "start_new_thread"}
+
+
 def _thread_key(call: ast.Call) -> str:
-    """The thread's ``name=`` when it is a literal, else its ``target=`` function."""
+    """The thread's ``name=`` when it is a literal, else its ``target=`` function
+    (start_new_thread's first argument)."""
+    if _callee(call) == "start_new_thread":
+        function = call.args[0] if call.args else None
+        if isinstance(function, ast.Attribute):
+            return function.attr
+        if isinstance(function, ast.Name):
+            return function.id
+        return "?"
     keywords = {keyword.arg: keyword.value for keyword in call.keywords}
     name = keywords.get("name")
     if isinstance(name, ast.Constant) and isinstance(name.value, str):
@@ -103,7 +116,7 @@ def unowned_spawns(tree: ast.Module, module: str) -> Iterator[str]:
         callee = _callee(node)
         if callee in TASK_CALLS or _is_asyncio_task(node):
             yield f"{module}:{node.lineno} {callee}(...) outside a TaskSet"
-        elif callee == "Thread":
+        elif callee in THREAD_CALLS:
             key = _thread_key(node)
             if (module, key) not in OWNED_THREADS:
                 yield f"{module}:{node.lineno} Thread({key}) with no owner in OWNED_THREADS"
@@ -126,7 +139,7 @@ def test_every_listed_thread_is_still_started() -> None:
         (name, _thread_key(node))
         for name, path in _walked().items()
         for node in ast.walk(syntax_tree(path))
-        if isinstance(node, ast.Call) and _callee(node) == "Thread"
+        if isinstance(node, ast.Call) and _callee(node) in THREAD_CALLS
     }
     assert set(OWNED_THREADS) <= started, sorted(set(OWNED_THREADS) - started)
 
@@ -141,6 +154,7 @@ def test_the_walk_finds_each_kind_of_spawn() -> None:
         "    owned.spawn(coro, name='fine')\n"
         "    threading.Thread(target=f, name='stray').start()\n"
         "    threading.Thread(target=f, name='audit-log').start()\n"
+        "    _thread.start_new_thread(f, ())\n"
     )
     found = sorted(unowned_spawns(ast.parse(source), "execserver.server.audit"))
     assert found == [
@@ -148,4 +162,5 @@ def test_the_walk_finds_each_kind_of_spawn() -> None:
         "execserver.server.audit:4 ensure_future(...) outside a TaskSet",
         "execserver.server.audit:5 Task(...) outside a TaskSet",
         "execserver.server.audit:7 Thread(stray) with no owner in OWNED_THREADS",
+        "execserver.server.audit:9 Thread(f) with no owner in OWNED_THREADS",
     ]

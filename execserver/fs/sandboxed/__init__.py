@@ -6,7 +6,9 @@ program (fs depends on sandbox for the generic parts, never the reverse).
   restart after a crash, retirement when the host changes the files a mount
   sits on.
 * ``helper``: one helper process seen from the daemon (both kinds start here).
-* ``protocol``: the frames, shared by both ends (framed msgpack).
+* ``protocol``: the frames (framed msgpack), the constants both ends share;
+  ``frames``: the daemon's codec (msgspec), ``msgpack_lite``: the helper's
+  (pure Python: the helper imports no msgspec).
 * ``program``: the helper program that runs inside the sandbox.
 
 Nothing is imported here: the helper program imports this package first and

@@ -26,17 +26,8 @@ import msgspec
 
 from execserver.aio.tasks import TaskSet
 from execserver.containment import ProcessCgroups
-from execserver.fs.sandboxed.protocol import (
-    HEADER,
-    OK,
-    OS_ERROR,
-    RPC_ERROR,
-    STALE,
-    Request,
-    Response,
-    frame,
-    response_decoder,
-)
+from execserver.fs.sandboxed.frames import Request, Response, frame, response_decoder
+from execserver.fs.sandboxed.protocol import HEADER, OK, OS_ERROR, RPC_ERROR, STALE
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.launch import (
     SpawnedHelper,

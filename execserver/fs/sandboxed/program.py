@@ -2,12 +2,19 @@
 inside a sandbox, started and spoken to by ``execserver.fs.sandboxed.helper``.
 
 ``python -m execserver.fs.sandboxed.program serve <private dir>`` is a helper
-on the private runtime (``execserver/sandbox/fs_helper/runtime.py``): it sees
-exactly its policy's mount view. Start-up order is the security argument:
+on the private runtime (``execserver/sandbox/fs_helper/runtime.py``, which
+runs the module as ``-m`` does without importing runpy:
+``execserver/sandbox/fs_helper/as_main.py``): it sees exactly its policy's
+mount view. Start-up order is the security argument:
 
 1. import everything it will ever run (the interpreter and this package are
    reachable only under ``<private dir>``, read-only binds that are not part
-   of the policy's view);
+   of the policy's view). That is little on purpose, one interpreter per
+   policy: the standard library's ``os``, ``struct``, ``select``, ``errno``,
+   ``stat``, ``_thread`` and ``ctypes``, pybase64, and the fs modules, none of
+   them importing typing, dataclasses, re, threading or msgspec at run time
+   (the protocol's msgpack is ``msgpack_lite``, in pure Python;
+   tests/unit/test_fs_helper_imports.py keeps the list short);
 2. ``chmod 000 <private dir>``: the helper owns that directory, and with every
    capability dropped (``--cap-drop ALL``) not even uid 0 may traverse a mode
    000 directory — from now on no path a request names, symlinks included,
@@ -36,35 +43,56 @@ to import.
 
 from __future__ import annotations
 
-import functools
+import _thread
 import os
 import sys
-import threading
-from collections.abc import Callable, Mapping
-from typing import Any, BinaryIO, Final, Protocol
-
-import msgspec
 
 from execserver.fs.operations import FS_OPERATIONS
+from execserver.fs.sandboxed.msgpack_lite import DecodeError, decode, encode_parts
 from execserver.fs.sandboxed.protocol import (
     FAILED,
     HEADER,
+    MAX_FRAME,
     OK,
     OS_ERROR,
     RPC_ERROR,
     STALE,
-    Request,
-    Response,
-    frame,
-    request_decoder,
 )
 from execserver.sandbox.fs_helper.confine import confine
 from execserver.sandbox.fs_helper.mount_watch import MountWatch
 from execserver.wire.errors import RpcError
 
-__all__ = ["OPERATIONS", "Operations", "ViewWatch", "lock_runtime", "main", "run", "serve"]
+# What the helper imports is what it costs, once per sandbox policy: no typing,
+# threading, msgspec or re at run time (tests/unit/test_fs_helper_imports.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any, BinaryIO, Final, Protocol
 
-Operations = Mapping[str, Callable[..., Any]]
+    Operations = Mapping[str, Callable[..., Any]]
+
+    class ViewWatch(Protocol):
+        """Whether the helper's view is still the one it started with (``MountWatch``)."""
+
+        broken: str | None
+
+        def intact(self) -> bool: ...
+
+    # Run before each operation; raises what the operation would (OSError, RpcError).
+    Check = Callable[["Request"], None]
+
+
+__all__ = [
+    "OPERATIONS",
+    "Request",
+    "Response",
+    "decode_request",
+    "frame",
+    "lock_runtime",
+    "main",
+    "run",
+    "serve",
+]
 
 # What the fs service runs in the helper, by the name its requests give.
 OPERATIONS: Final[Operations] = {op.name: op.helper_function for op in FS_OPERATIONS}
@@ -73,8 +101,72 @@ OPERATIONS: Final[Operations] = {op.name: op.helper_function for op in FS_OPERAT
 _WORKERS: Final = 4
 
 
-# Run before each operation; raises what the operation would (OSError, RpcError).
-Check = Callable[[Request], None]
+class Request:
+    """``[id, op, args]`` (``protocol.py``), as the helper reads it."""
+
+    __slots__ = ("args", "id", "op")
+    id: int
+    op: str
+    args: dict[str, Any]
+
+    def __init__(self, id: int, op: str, args: dict[str, Any]) -> None:
+        self.id = id
+        self.op = op
+        self.args = args
+
+    def __repr__(self) -> str:
+        return f"Request({self.id!r}, {self.op!r}, {self.args!r})"
+
+
+class Response:
+    """``[id, kind, value, code, message]`` (``protocol.py``), as the helper writes it."""
+
+    __slots__ = ("code", "id", "kind", "message", "value")
+    id: int
+    kind: int
+    value: Any
+    code: int
+    message: str
+
+    def __init__(
+        self, id: int, kind: int, value: Any = None, code: int = 0, message: str = ""
+    ) -> None:
+        self.id = id
+        self.kind = kind
+        self.value = value
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return (
+            f"Response({self.id!r}, {self.kind!r}, {self.value!r}, "
+            f"code={self.code!r}, message={self.message!r})"
+        )
+
+
+def decode_request(body: bytes) -> Request:
+    """A request's body; DecodeError for anything but ``[int, str, {str: ...}]``."""
+    value = decode(body)
+    if type(value) is not list or len(value) != 3:
+        raise DecodeError("an fs helper request is the array [id, op, args]")
+    request_id, op, args = value
+    if type(request_id) is not int or type(op) is not str or type(args) is not dict:
+        raise DecodeError("an fs helper request is [int, str, map]")
+    if any(type(name) is not str for name in args):
+        raise DecodeError("an fs helper request's arguments are named by strings")
+    return Request(request_id, op, args)
+
+
+def frame(response: Response) -> bytes:
+    """``response`` framed (``protocol.HEADER`` and its msgpack body)."""
+    parts = encode_parts(
+        [response.id, response.kind, response.value, response.code, response.message]
+    )
+    size = sum(map(len, parts))
+    if size > MAX_FRAME:
+        raise ValueError(f"fs helper frame too large ({size} bytes)")
+    parts.insert(0, HEADER.pack(size))
+    return b"".join(parts)
 
 
 def _no_check(request: Request) -> None:
@@ -106,7 +198,7 @@ class _Output:
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
 
     def send(self, response: Response) -> None:
         data = memoryview(frame(response))
@@ -135,28 +227,30 @@ def serve(
 
     Each thread reads one request itself and runs it (leader/followers): no
     thread pool, so the helper does not import ``concurrent.futures`` (and
-    ``logging`` with it), ~10 ms of every helper's start. While one thread
+    ``logging`` with it), ~10 ms of every helper's start, nor ``threading``
+    (``_thread``'s threads and locks are all it needs). While one thread
     reads, the others run their operations or wait their turn to read; a stuck
     operation holds only its own thread. A frame that cannot be read or decoded
     ends the helper once the running operations have answered (the daemon fails
     the calls still in flight and starts a new helper for the next one)."""
     reader = _Reader(os.fdopen(in_fd, "rb", closefd=False))
     output = _Output(out_fd)
-    watch = watch or MountWatch()
-    answer = functools.partial(run, operations=operations, check=check)
-    threads = [
-        threading.Thread(
-            target=_follow, args=(reader, output, watch, answer), name=f"fs-helper_{n}"
-        )
-        for n in range(_WORKERS - 1)
-    ]
-    for thread in threads:
-        thread.start()
+    seen = watch or MountWatch()
+
+    def answer(request: Request) -> Response:
+        return run(request, operations, check)
+
+    # One lock per thread, held until its loop ends: serve() returns once it
+    # has taken them all (the threads' join).
+    finished = [_thread.allocate_lock() for _ in range(_WORKERS - 1)]
+    for done in finished:
+        done.acquire()
+        _thread.start_new_thread(_follow_until_done, (reader, output, seen, answer, done))
     try:
-        _follow(reader, output, watch, answer)
+        _follow(reader, output, seen, answer)
     finally:
-        for thread in threads:
-            thread.join()
+        for done in finished:
+            done.acquire()
     if reader.error is not None:
         raise reader.error
 
@@ -167,7 +261,7 @@ class _Reader:
 
     def __init__(self, source: BinaryIO) -> None:
         self._source = source
-        self._turn = threading.Lock()
+        self._turn = _thread.allocate_lock()
         self._ended = False
         self.error: BaseException | None = None
 
@@ -192,7 +286,7 @@ class _Reader:
         body = self._source.read(size)
         if len(body) < size:
             return None
-        return request_decoder.decode(body)
+        return decode_request(body)
 
 
 def _follow(
@@ -207,12 +301,17 @@ def _follow(
         output.send(response)
 
 
-class ViewWatch(Protocol):
-    """Whether the helper's view is still the one it started with (``MountWatch``)."""
-
-    broken: str | None
-
-    def intact(self) -> bool: ...
+def _follow_until_done(
+    reader: _Reader,
+    output: _Output,
+    watch: ViewWatch,
+    answer: Callable[[Request], Response],
+    done: _thread.LockType,
+) -> None:
+    try:
+        _follow(reader, output, watch, answer)
+    finally:
+        done.release()
 
 
 class _Unwatched:
@@ -222,7 +321,19 @@ class _Unwatched:
         return True
 
 
-_VIEW = msgspec.json.Decoder(dict[str, list[str]])
+def _view(text: str) -> dict[str, list[str]]:
+    """The confined helper's view (``launch.policy_view``, as JSON)."""
+    # Here only: the confined helper is not locked out of its interpreter, and
+    # the persistent one never needs json (which imports re).
+    import json
+
+    view = json.loads(text)
+    if not isinstance(view, dict) or not all(
+        isinstance(paths, list) and all(isinstance(path, str) for path in paths)
+        for paths in view.values()
+    ):
+        raise ValueError(f"fs helper: not a view: {text!r}")
+    return view
 
 
 def main(operations: Operations = OPERATIONS, argv: list[str] | None = None) -> int:
@@ -238,7 +349,7 @@ def main(operations: Operations = OPERATIONS, argv: list[str] | None = None) -> 
         lock_runtime(args[1])
         serve(watch=watch, operations=operations)
         return 0
-    view = _VIEW.decode(args[1])
+    view = _view(args[1])
     # Used for one call: no long-lived namespace whose masks the host could
     # detach in between, so no mount watch (and no need for /proc).
     serve(

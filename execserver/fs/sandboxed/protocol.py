@@ -1,35 +1,37 @@
-"""Frames between the daemon and the persistent fs helper.
+"""Frames between the daemon and the persistent fs helper: the one protocol.
 
 A frame is a 4-byte big-endian length and a msgpack body. msgpack carries
 bytes as bytes, so file contents cross the pipe raw: the daemon base64-encodes
 a read once, for the JSON-RPC response, and decodes a write once, from the
 request — never a second time for the helper.
 
+- a request (daemon to helper) is the array ``[id, op, args]``: an int, the
+  operation's name (``execserver/fs/operations.py``), and a map of its
+  keyword arguments by name;
+- a response (helper to daemon) is the array ``[id, kind, value, code,
+  message]``: the request's id, one of the kinds below, the operation's result
+  (``OK``), the error's code (errno for ``OS_ERROR``) and its text.
+
 Requests may be pipelined; responses carry the request id and can come back
 in any order (the helper runs requests on a few threads, so one slow or stuck
 operation does not hold up the others).
+
+Each end has its own codec for the same bytes: the daemon msgspec's
+(``frames.py``: its decoder is strict about what a helper, which runs
+whatever a sandboxed request made of it, sends back), the helper a small one
+in pure Python (``msgpack_lite.py``: msgspec and its imports were half of a
+helper's memory). This module is what both import: the constants alone.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any, Final
 
-import msgspec
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
 
-__all__ = [
-    "FAILED",
-    "HEADER",
-    "OK",
-    "OS_ERROR",
-    "RPC_ERROR",
-    "STALE",
-    "Request",
-    "Response",
-    "frame",
-    "request_decoder",
-    "response_decoder",
-]
+__all__ = ["FAILED", "HEADER", "MAX_FRAME", "OK", "OS_ERROR", "RPC_ERROR", "STALE"]
 
 HEADER: Final = struct.Struct(">I")
 MAX_FRAME: Final = (1 << 32) - 1
@@ -44,29 +46,3 @@ FAILED: Final = 3  # anything else; message says what
 # request gets this answer too. The daemon retires the helper and runs the call
 # in a fresh one.
 STALE: Final = 4
-
-
-class Request(msgspec.Struct, array_like=True):
-    id: int
-    op: str
-    args: dict[str, Any]
-
-
-class Response(msgspec.Struct, array_like=True):
-    id: int
-    kind: int
-    value: Any = None
-    code: int = 0
-    message: str = ""
-
-
-_encoder = msgspec.msgpack.Encoder()
-request_decoder: Final = msgspec.msgpack.Decoder(Request)
-response_decoder: Final = msgspec.msgpack.Decoder(Response)
-
-
-def frame(message: Request | Response) -> bytes:
-    body = _encoder.encode(message)
-    if len(body) > MAX_FRAME:
-        raise ValueError(f"fs helper frame too large ({len(body)} bytes)")
-    return HEADER.pack(len(body)) + body

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Mapping
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 __all__ = ["confine"]
 

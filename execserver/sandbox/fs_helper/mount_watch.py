@@ -18,10 +18,14 @@ host's mounts propagate into the sandbox's slave mounts) takes nothing away.
 
 from __future__ import annotations
 
+import _thread
 import os
 import select
-import threading
-from typing import Final
+
+# Runs in the sandboxed fs helper: no typing or threading at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
 
 __all__ = ["MountWatch"]
 
@@ -35,7 +39,7 @@ class MountWatch:
         self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         self._poll = select.poll()
         self._poll.register(self._fd, select.POLLPRI)
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._baseline = self._mounts()
         self.broken: str | None = None
 

@@ -10,9 +10,10 @@ so nothing is created on the host), and the dynamic loader is run explicitly
 from there:
 
     <private>/ld/ld-linux-x86-64.so.2 --library-path <private>/ld:<private>/home/lib
-        <private>/home/bin/python3.11 -S -s -B -m <module> serve <private>
+        <private>/home/bin/python3.11 -S -s -B -P -c <as_main.BOOTSTRAP> <module> serve <private>
 
-with ``PYTHONHOME`` and ``PYTHONPATH`` pointing under it. The helper program
+with ``PYTHONHOME`` and ``PYTHONPATH`` pointing under it (``as_main``: the
+module run as ``-m`` would, without importing runpy). The helper program
 (the fs service's, ``execserver/fs/sandboxed/program.py``) locks the directory
 (mode 000) before it serves anything.
 
@@ -31,10 +32,11 @@ import sysconfig
 from dataclasses import dataclass
 from typing import Final
 
-import msgspec
+import pybase64
 
 import execserver
 from execserver.sandbox.backend import SandboxBackend
+from execserver.sandbox.fs_helper.as_main import BOOTSTRAP
 from execserver.sandbox.policy import ResolvedPolicy
 
 __all__ = ["PRIVATE_DIR", "HelperRuntime", "elf_interpreter", "helper_runtime", "serves_policy"]
@@ -128,10 +130,11 @@ def helper_runtime(module: str) -> HelperRuntime | None:
     libdir = sysconfig.get_config_var("LIBDIR")
     if isinstance(libdir, str) and os.path.isdir(libdir):
         library_path.append(binds.place(os.path.realpath(libdir), "libpython"))
-    # Only what the helper imports: this package and msgspec (not the whole venv).
+    # Only what the helper imports: this package and pybase64 (not the whole venv;
+    # no msgspec: the helper speaks msgpack in pure Python).
     package_root = os.path.dirname(os.path.dirname(os.path.realpath(execserver.__file__)))
-    msgspec_root = os.path.dirname(os.path.dirname(os.path.realpath(msgspec.__file__)))
-    import_path = [binds.place(package_root, "pkg"), binds.place(msgspec_root, "deps")]
+    deps_root = os.path.dirname(os.path.dirname(os.path.realpath(pybase64.__file__)))
+    import_path = [binds.place(package_root, "pkg"), binds.place(deps_root, "deps")]
     python = binds.place(os.path.dirname(executable), "bin") + "/" + os.path.basename(executable)
     argv = (
         f"{loader_dir}/{os.path.basename(loader)}",
@@ -141,7 +144,9 @@ def helper_runtime(module: str) -> HelperRuntime | None:
         "-S",
         "-s",
         "-B",
-        "-m",
+        "-P",  # no current directory (the policy's view) on sys.path
+        "-c",
+        BOOTSTRAP,
         module,
         "serve",
         PRIVATE_DIR,

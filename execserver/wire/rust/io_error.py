@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Final
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
 
 __all__ = ["os_error_text"]
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Final
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
+
 
 __all__ = ["EMPTY_HOST", "RELATIVE_URL_WITHOUT_BASE"]
 

@@ -1,0 +1,116 @@
+"""What the sandboxed fs helper runs in place of a heavy standard-library module
+does what that module did: ``file_uri.quote_path`` as ``urllib.parse.quote``,
+``ops_write.rmtree`` as ``shutil.rmtree``, the helper's plain classes as the
+dataclasses they replaced."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from execserver.fs import ops_write
+from execserver.fs.nofollow import parent_fd
+from execserver.sandbox.statx import Statx, statx
+from execserver.wire.file_uri import SAFE, path_to_uri, quote_path
+from execserver.wire.uri import uri_to_path
+
+# Paths as a host has them: any text, undecodable bytes as surrogate escapes.
+paths = st.text() | st.binary().map(lambda raw: os.fsdecode(raw.replace(b"\0", b"")))
+
+
+@settings(max_examples=500, deadline=None)
+@given(paths)
+def test_quote_path_is_urllib_quote(path: str) -> None:
+    assert quote_path(path) == quote(path, safe=SAFE, errors="surrogateescape")
+
+
+@settings(max_examples=300, deadline=None)
+@given(paths)
+def test_path_to_uri_and_back(path: str) -> None:
+    absolute = os.path.normpath("/" + path.replace("\0", "")).replace("//", "/")
+    if "\0" in absolute or absolute.startswith("//"):
+        return
+    assert uri_to_path(path_to_uri(absolute)) == absolute
+
+
+def test_path_to_uri_refuses_a_relative_path() -> None:
+    with pytest.raises(ValueError, match="not an absolute path"):
+        path_to_uri("relative")
+    assert path_to_uri("/a b/%/é") == "file:///a%20b/%25/%C3%A9"
+
+
+def _tree(root: Path) -> None:
+    (root / "a" / "b" / "c").mkdir(parents=True)
+    (root / "a" / "f").write_text("x")
+    (root / "a" / "b" / "c" / "g").write_text("y")
+    (root / "a" / ".hidden").mkdir()
+    os.mkfifo(root / "a" / "fifo")
+
+
+def test_rmtree_removes_what_shutil_removes_and_never_follows_a_link(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("keep")
+    for name, remove in (("ours", ops_write.rmtree), ("shutil", shutil.rmtree)):
+        root = tmp_path / name
+        _tree(root)
+        os.symlink(outside, root / "a" / "link_dir")
+        os.symlink(outside / "keep", root / "a" / "b" / "link_file")
+        remove(str(root))
+        assert not root.exists()
+    assert (outside / "keep").read_text() == "keep"
+
+
+def test_rmtree_fails_as_shutil_does(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root ignores the directory's mode")
+    outcomes = []
+    for name, remove in (("ours", ops_write.rmtree), ("shutil", shutil.rmtree)):
+        root = tmp_path / name
+        _tree(root)
+        locked = root / "a" / "b"
+        locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        try:
+            with pytest.raises(OSError) as raised:
+                remove(str(root))
+            outcomes.append((raised.type, raised.value.errno, sorted(os.listdir(locked))))
+        finally:
+            locked.chmod(0o755)
+    assert outcomes[0] == outcomes[1]
+
+
+def test_rmtree_refuses_a_symlink_as_shutil_does(tmp_path: Path) -> None:
+    _tree(tmp_path / "ours")
+    os.symlink(tmp_path / "ours", tmp_path / "link")
+    for remove in (ops_write.rmtree, shutil.rmtree):
+        with pytest.raises(OSError, match="symbolic link"):
+            remove(str(tmp_path / "link"))
+    assert (tmp_path / "ours").is_dir()
+
+
+def test_parent_fd_closes_its_descriptor(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    before = len(os.listdir("/proc/self/fd"))
+    with parent_fd(str(tmp_path / "d" / "f")) as (dir_fd, name):
+        assert name == "f"
+        assert os.path.samestat(os.fstat(dir_fd), os.stat(tmp_path / "d"))
+    with pytest.raises(NotADirectoryError):
+        (tmp_path / "file").write_text("")
+        with parent_fd(str(tmp_path / "file" / "f")):
+            pass
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_statx_compares_and_hashes_by_value(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    first, second = statx(str(tmp_path / "f")), statx(str(tmp_path / "f"))
+    assert first is not None and first == second and hash(first) == hash(second)
+    assert first != Statx(first.dev, first.ino + 1, first.btime)
+    assert {first: 1}[Statx(first.dev, first.ino, first.btime)] == 1
