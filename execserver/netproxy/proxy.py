@@ -26,6 +26,7 @@ from execserver.netproxy.credentials import credential_vault
 from execserver.netproxy.engine import Asker, Notifier, PolicyEngine
 from execserver.netproxy.env import proxy_environment
 from execserver.netproxy.guard import accept_connection
+from execserver.netproxy.peers import tcp_peer_uid
 from execserver.netproxy.policy import NetworkPolicy
 from execserver.netproxy.resolver import Resolver
 from execserver.netproxy.upstream import UpstreamProxies
@@ -207,6 +208,9 @@ class ProcessNetworkProxy:
             # asyncio's stream server reports its failures already.
             self._tasks.adopt(task, log_failures=False)
             try:
+                if not await self._from_owner(writer):
+                    writer.close()
+                    return
                 await handler(self.engine, reader, writer)
             except asyncio.CancelledError:
                 # Only aclose() cancels these; asyncio's stream callback would log a
@@ -216,6 +220,24 @@ class ProcessNetworkProxy:
                 self._writers.discard(writer)
 
         return serve
+
+    async def _from_owner(self, writer: asyncio.StreamWriter) -> bool:
+        """Whether a connection may use this proxy: always for the daemon's own;
+        for a tenant's, a unix socket (its account's 0700 directory guards it) or a
+        loopback TCP connection from a socket of its account (netproxy.peers)."""
+        if self.owner is None:
+            return True
+        sock = writer.get_extra_info("socket")
+        if sock is None or sock.family == socket.AF_UNIX:
+            return sock is not None
+        local, peer = writer.get_extra_info("sockname"), writer.get_extra_info("peername")
+        uid = await asyncio.to_thread(tcp_peer_uid, local, peer)
+        if uid != self.owner[0]:
+            log.warning(
+                "network proxy: refused a loopback connection from uid %s (not the tenant's)", uid
+            )
+            return False
+        return True
 
     async def aclose(self) -> None:
         if self._closed:

@@ -35,6 +35,7 @@ from tests.support.netproxy import (
 )
 from tests.support.rpc import connect, poll_until, uri
 from tests.support.sandbox import ROOT_READ, context_json, entry, managed
+from tests.support.servers import RunningServer
 from tests.support.state_dir import end_keepers
 from tests.support.tenants import TOKEN_A, TOKEN_B, TenantHost, output_of, start, tenant_host
 
@@ -233,8 +234,22 @@ async def test_a_sandboxed_tenant_is_bridged_to_a_loopback_proxy_it_names(
     assert set(held) - {"0", "1", "2"} == {max(held, key=int)}, held
 
 
+def _loopback_listeners(server: RunningServer) -> list[int]:
+    """The daemon's TCP listeners on 127.0.0.1 other than its own websocket: its
+    proxies' front ends."""
+    import psutil
+
+    own = int(server.url.rsplit(":", 1)[1])
+    return sorted(
+        c.laddr.port
+        for c in psutil.Process(server.process.pid).net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.ip == "127.0.0.1" and c.laddr.port != own
+    )
+
+
 # B's probe of A's proxy: list each socket directory and connect to its HTTP socket,
-# then connect through every descriptor it can see in /proc (A's bridge holds one).
+# connect through every descriptor it can see in /proc (A's bridge holds one), and
+# ask A's proxy on its loopback TCP ports for a URL.
 PROBE = r"""
 import json, os, socket, sys
 out = {}
@@ -265,6 +280,14 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         except OSError:
             pass
 out["reached"] = reached
+# A's proxy also listens on the host's loopback (for an unsandboxed process).
+for port in json.loads(sys.argv[2]):
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(f"GET {sys.argv[3]} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        out[f"tcp {port}"] = s.recv(100).decode(errors="replace").split("\r\n")[0] or "closed"
+    except OSError as exc:
+        out[f"tcp {port}"] = exc.errno
 print(json.dumps(out))
 """
 
@@ -299,7 +322,11 @@ async def test_b_cannot_list_or_connect_to_as_proxy_sandboxed_or_not(
             assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (host.a_uid, 0o700)
             for name in os.listdir(directory):
                 assert os.lstat(os.path.join(directory, name)).st_uid == host.a_uid
-            probe = ["/usr/bin/python3", "-c", PROBE, json.dumps([directory])]
+            ports = _loopback_listeners(server)
+            assert ports, "A's proxy should listen on the host's loopback too"
+            stolen = f"http://upstream.test:{upstream.port}/stolen"
+            probe = ["/usr/bin/python3", "-c", PROBE, json.dumps([directory]), json.dumps(ports)]
+            probe.append(stolen)
             found: dict[str, dict[str, Any]] = {}
             # B unsandboxed and sandboxed; and A's own other sandbox, which has a
             # policy of its own and must not use this process's proxy either.
@@ -318,6 +345,12 @@ async def test_b_cannot_list_or_connect_to_as_proxy_sandboxed_or_not(
         assert got[directory + " list"] in (13, 2), (label, got)  # EACCES / ENOENT
         assert got[directory + " connect"] != "connected", (label, got)
         assert got["reached"] == [], (label, got)
+    # On the host's loopback A's proxy takes no connection of another account: it
+    # closes B's at once (a restricted sandbox has no inet socket, and a loopback of
+    # its own).
+    for port in ports:
+        assert found["unsandboxed"][f"tcp {port}"] == "closed", found
+        assert found["sandboxed"][f"tcp {port}"] in (1, 111), found  # EPERM, ECONNREFUSED
     # Unsandboxed, only the kernel's check on A's 0700 directory stops B.
     assert found["unsandboxed"][directory + " list"] == 13
     assert found["unsandboxed"][directory + " connect"] == 13
