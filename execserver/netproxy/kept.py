@@ -7,8 +7,8 @@ bridge's listening sockets, and removes their socket directory when the
 process ends. ``network.json`` in the process directory says what they were
 (the proxy's launch config, its ports, which socket is which). A restarted
 daemon gets the sockets back from the keeper and serves them again
-(``launch.restore_network``): the child's proxy variables and its sandbox's
-bind of the socket directory stay right, and a connection the child opened
+(``launch.restore_network``): the child's proxy variables and its bridge's
+descriptor of the socket directory stay right, and a connection the child opened
 while no daemon ran waits in the backlog. Connections open at the crash are
 cut (the relays were the daemon's).
 
