@@ -2,12 +2,14 @@
 
 A helper serves one resolved policy, and agents each have a workspace of their
 own, so a shared daemon needs about one helper per agent: with fewer, every
-call of a policy whose helper was retired starts one (~85 ms of CPU), and past
-the cap the daemon spends its CPUs starting helpers (docs/scale.md). What bounds
-them is memory: a helper (bwrap and its interpreter) costs about 9.4 MB PSS
-(measured, 20 helpers of a daemon). So the default is what a quarter of the
-memory this daemon may use holds, the smaller of the machine's and its
-cgroup's limit (a container's), between 8 and 1,024.
+call of a policy whose helper was retired starts one (~30 ms), and past the
+cap the daemon spends its CPUs starting helpers (docs/scale.md). What bounds
+them is memory: a helper (bwrap and its interpreter) costs about 3.8 MB PSS
+(measured: 20 helpers of a daemon, and one after 4,000 calls; 9.0 MB before
+the helper stopped importing msgspec, typing and the rest, 2026-12-06;
+benchmarks/fs_helper_cost.py). So the default is what a quarter of the memory
+this daemon may use holds at 4 MiB a helper, the smaller of the machine's and
+its cgroup's limit (a container's), between 8 and 1,024.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Final
 
 __all__ = ["HELPER_BYTES", "default_max_helpers", "helpers_for_memory"]
 
-HELPER_BYTES: Final = 10 * 1024 * 1024
+HELPER_BYTES: Final = 4 * 1024 * 1024
 MEMORY_SHARE: Final = 4  # a quarter
 FLOOR: Final = 8
 CEILING: Final = 1024
