@@ -63,6 +63,9 @@ class PolicyEngine:
         self.upstream: UpstreamProxies | None = None
         # enableSocks5Udp: SOCKS UDP ASSOCIATE is served (netproxy.socks_udp).
         self.udp_associate = False
+        # A tenant's proxy: the uid whose sockets alone may use its SOCKS5 UDP relay
+        # (netproxy.peers; None: the daemon's own proxy, any local sender).
+        self.udp_owner: int | None = None
         # credentialMasking: the secrets swapped into allowed requests.
         self.credentials: CredentialVault | None = None
 

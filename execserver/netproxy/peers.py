@@ -9,7 +9,9 @@ belongs to the tenant's account: the kernel lists each TCP socket of this
 network namespace with its owner's uid in ``/proc/net/tcp`` (``tcp6`` for an
 IPv6 socket connected to an IPv4 address), and the client's entry is the one
 whose local address is the connection's peer and whose remote address is the
-proxy's. (A sandboxed process has a network namespace, and a loopback, of its
+proxy's. A SOCKS5 UDP relay asks the same of a datagram's sender
+(``/proc/net/udp``): the socket bound to its port, on its address or on the
+wildcard one. (A sandboxed process has a network namespace, and a loopback, of its
 own: it reaches its proxy through its bridge's unix sockets, which its
 account's 0700 directory guards.)
 """
@@ -19,9 +21,10 @@ from __future__ import annotations
 import socket
 from collections.abc import Sequence
 
-__all__ = ["tcp_peer_uid"]
+__all__ = ["tcp_peer_uid", "udp_sender_uid"]
 
 _TABLES = (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6))
+_UDP_TABLES = (("/proc/net/udp", socket.AF_INET), ("/proc/net/udp6", socket.AF_INET6))
 
 
 def _hex(family: int, host: str, port: int) -> str:
@@ -55,3 +58,25 @@ def tcp_peer_uid(local: Sequence[object], peer: Sequence[object]) -> int | None:
         except OSError:
             continue
     return None
+
+
+def udp_sender_uid(sender: Sequence[object]) -> int | None:
+    """The uid owning the UDP socket a datagram came from (``sender``: its source
+    address and port, IPv4): the socket bound to that port on that address or on
+    the wildcard address. None when none is listed, or when sockets of different
+    owners share the port (SO_REUSEPORT): treat as a stranger."""
+    host, port = str(sender[0]), int(str(sender[1]))
+    owners: set[int] = set()
+    for table, family in _UDP_TABLES:
+        wildcard = "0.0.0.0" if family == socket.AF_INET else "::"
+        accepted = {_hex(family, host, port), _hex(family, wildcard, port)}
+        try:
+            with open(table, encoding="ascii") as rows:
+                next(rows, None)  # the header
+                for row in rows:
+                    fields = row.split()
+                    if len(fields) > 7 and fields[1] in accepted:
+                        owners.add(int(fields[7]))
+        except OSError:
+            continue
+    return owners.pop() if len(owners) == 1 else None

@@ -84,6 +84,7 @@ class ProcessNetworkProxy:
         if config.proxy.allow_upstream_proxy:
             self.engine.upstream = UpstreamProxies.from_environment(upstream_environ)
         self.engine.udp_associate = config.proxy.enable_socks5_udp
+        self.engine.udp_owner = owner[0] if owner is not None else None
         self.engine.credentials = self.credentials
         self.http_port = 0
         self.socks_port: int | None = None

@@ -8,7 +8,10 @@ reply can never be mistaken for a datagram of the child, even when both sit on
 
 * Only datagrams from the control connection's peer address are relayed; the
   first one fixes the child's port (or the port named in the request, when it
-  named one). Fragments (FRAG != 0) are dropped, as most servers do.
+  named one). Fragments (FRAG != 0) are dropped, as most servers do. For a
+  tenant's proxy the sending socket must also be its account's (the kernel's
+  ``/proc/net/udp``, netproxy.peers; checked once for the child's port): on the
+  host's loopback every account sends from 127.0.0.1.
 * Each destination (host, port) is decided once per association, exactly as a
   SOCKS TCP connect would be (deny list, local-address block, allow list,
   decider, limited mode), reported as ``socks5_udp``; a denied destination's
@@ -36,6 +39,7 @@ from typing import cast
 from execserver.aio.tasks import TaskSet
 from execserver.netproxy import decision as d
 from execserver.netproxy.engine import PolicyEngine
+from execserver.netproxy.peers import udp_sender_uid
 from execserver.netproxy.relay import peer_text
 from execserver.netproxy.socks_wire import (
     ATYP_DOMAIN,
@@ -116,6 +120,8 @@ class _Association:
     verdicts: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
     # (address, port) of allowed destinations -> the client may hear from them.
     allowed_peers: set[tuple[str, int]] = field(default_factory=set)
+    # The child's port once its socket was found to be the tenant's (udp_owner).
+    trusted_port: int | None = None
 
     async def verdict(self, host: str, port: int) -> tuple[str, ...]:
         key = (host.lower(), port)
@@ -137,10 +143,12 @@ class _Association:
             data, (ip, port) = await inbound.queue.get()
             if _plain(ip) != self.client_ip:
                 continue
+            if self.client_port is not None and port != self.client_port:
+                continue
+            if not await self._from_owner(ip, port):
+                continue
             if self.client_port is None:
                 self.client_port = port
-            elif port != self.client_port:
-                continue
             try:
                 host, dest_port, payload = parse_datagram(data)
             except (BadDatagram, ValueError):
@@ -148,6 +156,18 @@ class _Association:
             addresses = await self.verdict(host, dest_port)
             if addresses:
                 self.outside.sendto(payload, (addresses[0], dest_port))
+
+    async def _from_owner(self, ip: str, port: int) -> bool:
+        """Whether a datagram from (ip, port) may be relayed: any for the daemon's
+        own proxy; for a tenant's, only from a socket of its account."""
+        owner = self.engine.udp_owner
+        if owner is None or port == self.trusted_port:
+            return True
+        if await asyncio.to_thread(udp_sender_uid, (_plain(ip), port)) != owner:
+            log.warning("socks udp: dropped a datagram from a socket not the tenant's")
+            return False
+        self.trusted_port = port
+        return True
 
     async def to_child(self, outbound: _Endpoint) -> None:
         while True:

@@ -13,6 +13,8 @@ resolver maps there (tests/support/netproxy_serve.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import os
 import stat
@@ -20,7 +22,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -33,7 +35,7 @@ from tests.support.netproxy import (
     run_on,
     upstream_server,
 )
-from tests.support.rpc import connect, poll_until, uri
+from tests.support.rpc import RpcClient, connect, poll_until, uri
 from tests.support.sandbox import ROOT_READ, context_json, entry, managed
 from tests.support.servers import RunningServer
 from tests.support.state_dir import end_keepers
@@ -356,6 +358,113 @@ async def test_b_cannot_list_or_connect_to_as_proxy_sandboxed_or_not(
     assert found["unsandboxed"][directory + " connect"] == 13
     # Nothing but A's own fetch went through A's proxy.
     assert upstream.seen == [f"GET /inside host=upstream.test:{upstream.port}"]
+
+
+# B's UDP association: ASSOCIATE through its proxy (no client address named), print
+# the relay's port, wait for the gate file, then send its own datagram through the
+# relay to upstream.test and print what comes back.
+B_UDP = r"""
+import json, os, socket, struct, sys, time
+host, port = os.environ["ALL_PROXY"].split("://", 1)[1].rsplit(":", 1)
+s = socket.create_connection((host, int(port)), timeout=20)
+s.sendall(b"\x05\x01\x00")
+assert s.recv(2) == b"\x05\x00"
+s.sendall(b"\x05\x03\x00\x01" + bytes(6))
+r = s.recv(10)
+relay = struct.unpack("!H", r[8:10])[0]
+print(json.dumps({"reply": r[1], "relay": relay}), flush=True)
+for _ in range(300):
+    if os.path.exists(sys.argv[1]):
+        break
+    time.sleep(0.1)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("127.0.0.1", 0))
+u.settimeout(10)
+head = b"\0\0\0\x03" + bytes([13]) + b"upstream.test" + struct.pack("!H", int(sys.argv[2]))
+u.sendto(head + b"from-b", ("127.0.0.1", relay))
+try:
+    data, _ = u.recvfrom(65536)
+    print(json.dumps({"echo": data[-6:].decode()}), flush=True)
+except OSError as exc:
+    print(json.dumps({"echo": repr(exc)}), flush=True)
+"""
+
+# A's datagram to B's relay, from a socket of A's account (autobound on sending),
+# then the gate file that lets B go on.
+A_UDP = r"""
+import pathlib, socket, struct, sys
+head = b"\0\0\0\x03" + bytes([13]) + b"upstream.test" + struct.pack("!H", int(sys.argv[2]))
+relay = ("127.0.0.1", int(sys.argv[1]))
+socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(head + b"from-a", relay)
+pathlib.Path(sys.argv[3]).touch()
+"""
+
+
+class _Echo(asyncio.DatagramProtocol):
+    """The UDP destination: records every payload and sends it back."""
+
+    def __init__(self) -> None:
+        self.seen: list[bytes] = []
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        self.seen.append(data)
+        assert self.transport is not None
+        self.transport.sendto(data, addr)
+
+
+async def _first_line(client: RpcClient, process_id: str) -> dict[str, Any]:
+    """The first JSON line a running process printed (read as it comes)."""
+    text, after = "", 0
+    async with asyncio.timeout(30):
+        while "\n" not in text:
+            result = await client.read(process_id, waitMs=5000, afterSeq=after)
+            for chunk in result["chunks"]:
+                text += base64.b64decode(chunk["chunk"]).decode()
+            after = result["nextSeq"] - 1
+    return cast(dict[str, Any], json.loads(text.splitlines()[0]))
+
+
+async def test_as_socks_udp_relay_takes_no_datagram_from_bs_socket(
+    managed_host: TenantHost,
+) -> None:
+    # Unsandboxed processes (a sandbox's ASSOCIATE is refused): every account sends
+    # from 127.0.0.1 on the host's loopback, so the relay checks the socket's owner.
+    host = managed_host
+    managed = {"network": "managed", "network_allow": CEILING}
+    host.write_tenants(alice={**managed, "sandbox": "optional"}, bob=managed)
+    loop = asyncio.get_running_loop()
+    transport, echo = await loop.create_datagram_endpoint(_Echo, local_addr=("127.0.0.1", 0))
+    destination = int(transport.get_extra_info("sockname")[1])
+    gate = host.shared / "gate"
+    try:
+        async with (
+            host.serve(serve=SERVE_WITH_HOSTS) as server,
+            connect(server.url, token=TOKEN_A) as a,
+            connect(server.url, token=TOKEN_B) as b,
+        ):
+            udp = proxy_params(domains=None, enableSocks5=True, enableSocks5Udp=True)
+            argv = ["/usr/bin/python3", "-c", B_UDP, str(gate), str(destination)]
+            ok, result = await start(b, "b-udp", argv, host.b, networkProxy=udp)
+            assert ok, result
+            first = await _first_line(b, "b-udp")
+            assert first["reply"] == 0, first
+            attack = ["/usr/bin/python3", "-c", A_UDP, str(first["relay"]), str(destination)]
+            ok, result = await start(a, "a-udp", [*attack, str(gate)], host.a)
+            assert ok, result
+            text, code = await output_of(a, "a-udp")
+            assert code == 0, text
+            text, code = await output_of(b, "b-udp")
+            assert code == 0, text
+    finally:
+        transport.close()
+    # A's datagram never left the relay, and it did not take B's place: B's own
+    # went through and its answer came back.
+    assert json.loads(text.splitlines()[-1]) == {"echo": "from-b"}, text
+    assert echo.seen == [b"from-b"]
 
 
 async def test_a_managed_network_without_the_daemons_proxy_is_refused(host: TenantHost) -> None:
