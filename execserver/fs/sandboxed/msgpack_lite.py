@@ -24,7 +24,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["MAX_DEPTH", "DecodeError", "decode", "encode", "encode_parts"]
+__all__ = [
+    "MAX_DEPTH",
+    "DecodeError",
+    "decode",
+    "encode",
+    "encode_int",
+    "encode_into",
+    "encode_parts",
+]
 
 # Deeper than any message of the protocol; a hostile nesting fails cleanly
 # instead of exhausting the stack.
@@ -76,6 +84,11 @@ def _int(value: int) -> bytes:
     raise OverflowError("can't serialize ints < -2**63")
 
 
+def encode_int(value: int) -> bytes:
+    """An int's encoding (its shortest form)."""
+    return _FIXINT[value] if 0 <= value < 128 else _int(value)
+
+
 def _sized(size: int, fix: int, fix_limit: int, codes: bytes) -> bytes:
     """The header of a str/bin/array/map of ``size``: fix form (``fix`` | size,
     below ``fix_limit``; 0: none), else the 8- (bin, str only), 16- or 32-bit one."""
@@ -90,6 +103,13 @@ def _sized(size: int, fix: int, fix_limit: int, codes: bytes) -> bytes:
     raise ValueError(f"msgpack cannot hold a length of {size}")
 
 
+# The one-byte headers of short values, and str8/bin8's two bytes, made once:
+# the helper answers every call through here.
+_FIXSTR = tuple(bytes((0xA0 | n,)) for n in range(32))
+_FIXARRAY = tuple(bytes((0x90 | n,)) for n in range(16))
+_FIXMAP = tuple(bytes((0x80 | n,)) for n in range(16))
+_STR8 = tuple(bytes((0xD9, n)) for n in range(256))
+_BIN8 = tuple(bytes((0xC4, n)) for n in range(256))
 _STR = b"\xd9\xda\xdb"
 _BIN = b"\xc4\xc5\xc6"
 _ARRAY = b"\x00\xdc\xdd"
@@ -100,25 +120,34 @@ def _encode(value: Any, out: list[bytes]) -> None:
     kind = type(value)
     if kind is str:
         data = value.encode()
-        out.append(_sized(len(data), 0xA0, 32, _STR))
+        size = len(data)
+        if size < 32:
+            out.append(_FIXSTR[size])
+        elif size < 0x100:
+            out.append(_STR8[size])
+        else:
+            out.append(_sized(size, 0xA0, 32, _STR))
         out.append(data)
     elif kind is int:
-        out.append(_int(value))
+        out.append(_FIXINT[value] if 0 <= value < 128 else _int(value))
     elif value is None:
         out.append(b"\xc0")
     elif kind is bool:
         out.append(b"\xc3" if value else b"\xc2")
     elif kind is bytes or kind is bytearray or kind is memoryview:
         data = value.tobytes() if kind is memoryview else value
-        out.append(_sized(len(data), 0, 0, _BIN))
+        size = len(data)
+        out.append(_BIN8[size] if size < 0x100 else _sized(size, 0, 0, _BIN))
         out.append(data)
     elif kind is dict:
-        out.append(_sized(len(value), 0x80, 16, _MAP))
+        size = len(value)
+        out.append(_FIXMAP[size] if size < 16 else _sized(size, 0x80, 16, _MAP))
         for key, item in value.items():
             _encode(key, out)
             _encode(item, out)
     elif kind is list or kind is tuple:
-        out.append(_sized(len(value), 0x90, 16, _ARRAY))
+        size = len(value)
+        out.append(_FIXARRAY[size] if size < 16 else _sized(size, 0x90, 16, _ARRAY))
         for item in value:
             _encode(item, out)
     elif kind is float:
@@ -140,8 +169,14 @@ def _encode(value: Any, out: list[bytes]) -> None:
         raise TypeError(f"Encoding objects of type {kind.__name__} is unsupported")
 
 
+def encode_into(value: object, out: list[bytes]) -> None:
+    """Append ``value``'s encoding to ``out``, as pieces to join (a large bytes
+    value is not copied)."""
+    _encode(value, out)
+
+
 def encode_parts(value: object) -> list[bytes]:
-    """``value``'s encoding as pieces to join (a large bytes value is not copied)."""
+    """``value``'s encoding as pieces to join."""
     out: list[bytes] = []
     _encode(value, out)
     return out
@@ -191,13 +226,22 @@ _KEY_TYPES = (str, int, bytes, bool, float, type(None))
 def _decode(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
     code = data[pos]
     pos += 1
+    if 0xA0 <= code < 0xC0:  # fixstr: names, most paths
+        end = pos + (code & 0x1F)
+        if end > len(data):
+            raise DecodeError("malformed msgpack: truncated")
+        return data[pos:end].decode(), end
+    if code == 0xD9:  # str8: the other paths
+        if pos >= len(data):
+            raise DecodeError("malformed msgpack: truncated")
+        end = pos + 1 + data[pos]
+        if end > len(data):
+            raise DecodeError("malformed msgpack: truncated")
+        return data[pos + 1 : end].decode(), end
     if code < 0x80:
         return code, pos
     if code >= 0xE0:
         return code - 0x100, pos
-    if 0xA0 <= code < 0xC0:
-        end = _take(data, pos, code & 0x1F)
-        return data[pos:end].decode(), end
     if code == 0xC0:
         return None, pos
     if code == 0xC2:
@@ -206,7 +250,9 @@ def _decode(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
         return True, pos
     number = _NUMBER.get(code)
     if number is not None:
-        end = _take(data, pos, number.size)
+        end = pos + number.size
+        if end > len(data):
+            raise DecodeError("malformed msgpack: truncated")
         return number.unpack_from(data, pos)[0], end
     if code < 0x90:
         size = code & 0x0F
@@ -241,8 +287,16 @@ def _decode(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
         return items, pos
     mapping: dict[Any, Any] = {}
     for _ in range(size):
-        key, pos = _decode(data, pos, depth + 1)
-        if type(key) not in _KEY_TYPES:
-            raise DecodeError("malformed msgpack: a map key that is not a scalar")
+        code = data[pos]
+        if 0xA0 <= code < 0xC0:  # a fixstr key: an argument's name, a result's field
+            end = pos + 1 + (code & 0x1F)
+            if end > len(data):
+                raise DecodeError("malformed msgpack: truncated")
+            key: Any = data[pos + 1 : end].decode()
+            pos = end
+        else:
+            key, pos = _decode(data, pos, depth + 1)
+            if type(key) not in _KEY_TYPES:
+                raise DecodeError("malformed msgpack: a map key that is not a scalar")
         mapping[key], pos = _decode(data, pos, depth + 1)
     return mapping, pos

@@ -48,7 +48,7 @@ import os
 import sys
 
 from execserver.fs.operations import FS_OPERATIONS
-from execserver.fs.sandboxed.msgpack_lite import DecodeError, decode, encode_parts
+from execserver.fs.sandboxed.msgpack_lite import DecodeError, decode, encode_int, encode_into
 from execserver.fs.sandboxed.protocol import (
     FAILED,
     HEADER,
@@ -152,20 +152,23 @@ def decode_request(body: bytes) -> Request:
     request_id, op, args = value
     if type(request_id) is not int or type(op) is not str or type(args) is not dict:
         raise DecodeError("an fs helper request is [int, str, map]")
-    if any(type(name) is not str for name in args):
-        raise DecodeError("an fs helper request's arguments are named by strings")
+    for name in args:
+        if type(name) is not str:
+            raise DecodeError("an fs helper request's arguments are named by strings")
     return Request(request_id, op, args)
 
 
 def frame(response: Response) -> bytes:
     """``response`` framed (``protocol.HEADER`` and its msgpack body)."""
-    parts = encode_parts(
-        [response.id, response.kind, response.value, response.code, response.message]
-    )
+    # The frame's header (below), then a fixarray of 5.
+    parts = [b"", b"\x95", encode_int(response.id), encode_int(response.kind)]
+    encode_into(response.value, parts)
+    parts.append(encode_int(response.code))
+    encode_into(response.message, parts)
     size = sum(map(len, parts))
     if size > MAX_FRAME:
         raise ValueError(f"fs helper frame too large ({size} bytes)")
-    parts.insert(0, HEADER.pack(size))
+    parts[0] = HEADER.pack(size)
     return b"".join(parts)
 
 
