@@ -4,7 +4,7 @@ A helper serves one resolved policy, and agents each have a workspace of their
 own, so a shared daemon needs about one helper per agent: with fewer, every
 call of a policy whose helper was retired starts one (~30 ms), and past the
 cap the daemon spends its CPUs starting helpers (docs/scale.md). What bounds
-them is memory: a helper (bwrap and its interpreter) costs about 3.8 MB PSS
+them is memory: a helper (bwrap and its interpreter) costs 3.8-4.0 MB PSS
 (measured: 20 helpers of a daemon, and one after 4,000 calls; 9.0 MB before
 the helper stopped importing msgspec, typing and the rest, 2026-12-06;
 benchmarks/fs_helper_cost.py). So the default is what a quarter of the memory
