@@ -40,12 +40,19 @@ ARG PIP_CERT
 ARG PIP_INDEX_URL
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY execserver ./execserver
 # A virtualenv under /opt: works where the system pip is blocked (PEP 668) and is
-# copied whole into the runtime stage (same base, same interpreter path).
+# copied whole into the runtime stage (same base, same interpreter path). The
+# dependencies (and the build backend) go in first, named by pyproject.toml alone,
+# in a layer of their own: a change to the code then rebuilds only the layer below,
+# the package itself (seconds), not every dependency downloaded and built again.
 RUN python3 -m venv /opt/execserver \
-    && /opt/execserver/bin/pip install --no-cache-dir . \
-    && /opt/execserver/bin/pip uninstall -y pip setuptools \
+    && python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb")); print("\n".join(p["project"]["dependencies"] + p["build-system"]["requires"]))' \
+       > /tmp/requirements.txt \
+    && /opt/execserver/bin/pip install --no-cache-dir -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+COPY execserver ./execserver
+RUN /opt/execserver/bin/pip install --no-cache-dir --no-deps --no-build-isolation . \
+    && /opt/execserver/bin/pip uninstall -y pip setuptools wheel \
     && /opt/execserver/bin/execserver --version
 
 FROM ${BASE_IMAGE}
