@@ -24,28 +24,30 @@ import pytest
 __all__ = ["LONGEST_FIRST", "longest_first"]
 
 LONGEST_FIRST: tuple[str, ...] = (
-    "tests/reliability/test_crash_storm.py",  # ~45-75 s
-    "tests/integration/test_bench_scale.py",  # ~45-55 s
+    "tests/reliability/test_crash_storm.py",  # ~55-75 s
+    "tests/integration/test_bench_scale.py",  # ~50 s
     "tests/interop/test_codex_cli",  # ~50 s in all, one worker's (xdist_group)
-    "tests/survival/test_survive_fifty.py",  # ~25 s
+    "tests/reliability/test_atheris_decoder.py",  # ~35 s
+    # ~25 s in all, one worker's (xdist_group): the image is built once.
+    "tests/container/test_image.py",
+    "tests/survival/test_survive_fifty.py",  # ~22 s
+    "tests/security/test_tenancy_cgroups.py::test_b_pids_quota_holds",  # ~16 s
+    "tests/unit/test_msgpack_lite.py::test_the_daemons_requests_are_what_the_helper_reads",
+    "tests/survival/test_survive_streaming.py",
+    "tests/integration/test_process_output.py::test_a_client_that_stops_reading_loses_nothing",
+    "tests/integration/test_session_processes.py::test_escapee_outlives_its_retained_process",
+    "tests/security/test_proxy_hardening.py::test_a_child_cannot_exhaust",
+    "tests/security/test_tenancy_cgroups.py",
+    "tests/unit/test_agent_sandbox_manifests.py::test_the_embedded_pod_is_checked",
     "tests/survival/test_survive_daemon.py::test_big_output_to_a_client_that_does_not_read",
     "tests/survival/test_survive_network.py::test_a_fetch_made_while_no_daemon_runs",
-    "tests/survival/test_survive_streaming.py",
-    "tests/container/test_image.py",  # one worker's (xdist_group): the image is built once
-    "tests/unit/test_agent_sandbox_manifests.py::test_the_shipped_manifests_are_valid",
-    "tests/security/test_tenancy_cgroups.py::test_b_pids_quota_holds",
+    "tests/security/test_unrestricted_containment.py::test_terminate_signals_exit_codes",
+    "tests/security/test_fs_helper_reuse.py",
+    "tests/integration/test_process_terminate_tree.py",
     "tests/security/test_launch_planning.py::test_deny_glob_expansion",
     "tests/survival/test_upgrade.py",
     "tests/security/test_tenancy_ceiling.py::test_no_accepted_request_exceeds_the_ceiling",
-    "tests/reliability/test_atheris_decoder.py",
     "tests/integration/test_transport.py::test_oversized_message_is_closed_with_1009",
-    "tests/integration/test_session_processes.py::test_escapee_outlives_its_retained_process",
-    "tests/integration/test_process_output.py::test_a_client_that_stops_reading_loses_nothing",
-    "tests/security/test_fs_helper_reuse.py",
-    "tests/security/test_proxy_hardening.py::test_a_child_cannot_exhaust",
-    "tests/security/test_tenancy_cgroups.py",
-    "tests/security/test_unrestricted_containment.py::test_terminate_signals_exit_codes",
-    "tests/integration/test_process_terminate_tree.py",
     "tests/reliability/test_resume_chaos.py",
 )
 
