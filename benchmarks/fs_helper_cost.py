@@ -31,33 +31,15 @@ from typing import Any
 
 import psutil
 
+from benchmarks.sandboxed_fs import deny_read_context
 from execserver.fs.sandboxed.client import SandboxedFs
 from execserver.sandbox.backend import probe_backend
 from execserver.wire.sandbox import FileSystemSandboxContext, decode_sandbox_context
 
 
-def _uri(path: Path) -> str:
-    return "file://" + str(path)
-
-
 def _context(ws: Path, secret: Path) -> FileSystemSandboxContext:
-    return decode_sandbox_context(
-        {
-            "permissions": {
-                "type": "managed",
-                "file_system": {
-                    "type": "restricted",
-                    "entries": [
-                        {"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"},
-                        {"path": {"type": "path", "path": _uri(ws)}, "access": "write"},
-                        {"path": {"type": "path", "path": _uri(secret)}, "access": "deny"},
-                    ],
-                },
-                "network": "restricted",
-            },
-            "windowsSandboxLevel": "disabled",
-        }
-    )
+    # The scale agents' context: workspace-write plus one deny-read entry.
+    return decode_sandbox_context(deny_read_context(ws, secret))
 
 
 def _pss_kb(pid: int) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ import yaml  # type: ignore[import-untyped]
 
 from execserver.client import ExecServerClient, Output
 from execserver.wire.sandbox import FileSystemSandboxContext
+from tests.container import test_image
 from tests.container.test_image import (
     PROFILE,
     UNMASK_PROC,
@@ -41,12 +41,8 @@ from tests.container.test_image import (
     workspace_write,
 )
 
-pytestmark = [
-    pytest.mark.container,
-    pytest.mark.xdist_group("container-image"),
-    pytest.mark.skipif(shutil.which("podman") is None, reason="podman is not installed"),
-    pytest.mark.timeout(900),
-]
+# The image's own marks: its xdist group (one build per run), podman, the timeout.
+pytestmark = test_image.pytestmark
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "deploy" / "k8s" / "tenants" / "devbox-tenants.yaml"
