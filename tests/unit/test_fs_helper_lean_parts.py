@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 from pathlib import Path
 from urllib.parse import quote
 
@@ -68,22 +67,62 @@ def test_rmtree_removes_what_shutil_removes_and_never_follows_a_link(tmp_path: P
     assert (outside / "keep").read_text() == "keep"
 
 
+# Run as an account the directory's mode binds (root ignores it): the same
+# comparison, in a child process as nobody when the suite runs as root.
+_FAILS_AS_SHUTIL_DOES = """
+import os, shutil, stat, sys
+from pathlib import Path
+from execserver.fs import ops_write
+
+base = Path(sys.argv[1])
+outcomes = []
+for name, remove in (("ours", ops_write.rmtree), ("shutil", shutil.rmtree)):
+    root = base / name
+    (root / "a" / "b" / "c").mkdir(parents=True)
+    (root / "a" / "b" / "c" / "g").write_text("y")
+    (root / "a" / "f").write_text("x")
+    locked = root / "a" / "b"
+    locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        remove(str(root))
+        outcomes.append("removed")
+    except OSError as exc:
+        outcomes.append(f"{type(exc).__name__} {exc.errno} {sorted(os.listdir(locked))}")
+    finally:
+        locked.chmod(0o755)
+print(outcomes[0])
+print(outcomes[1])
+"""
+
+
 def test_rmtree_fails_as_shutil_does(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root ignores the directory's mode")
-    outcomes = []
-    for name, remove in (("ours", ops_write.rmtree), ("shutil", shutil.rmtree)):
-        root = tmp_path / name
-        _tree(root)
-        locked = root / "a" / "b"
-        locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
-        try:
-            with pytest.raises(OSError) as raised:
-                remove(str(root))
-            outcomes.append((raised.type, raised.value.errno, sorted(os.listdir(locked))))
-        finally:
-            locked.chmod(0o755)
-    assert outcomes[0] == outcomes[1]
+    import pwd
+    import subprocess
+    import sys
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="es-rmtree-", dir="/tmp"))
+    try:
+        user = None
+        if os.geteuid() == 0:
+            nobody = pwd.getpwnam("nobody")
+            os.chown(base, nobody.pw_uid, nobody.pw_gid)
+            user = nobody.pw_uid
+        done = subprocess.run(
+            [sys.executable, "-c", _FAILS_AS_SHUTIL_DOES, str(base)],
+            capture_output=True,
+            text=True,
+            check=False,
+            user=user,
+            cwd="/",
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        ours, theirs = done.stdout.splitlines()
+        assert ours.startswith("PermissionError "), ours  # it failed, as shutil does
+        assert ours == theirs
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
 def test_rmtree_refuses_a_symlink_as_shutil_does(tmp_path: Path) -> None:
