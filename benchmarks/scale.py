@@ -9,9 +9,11 @@ of each operation, throughput, server CPU per 1,000 operations, server RSS and
 RSS per session, fds, and the event-loop lag seen from outside (an
 ``initialize`` round trip every 100 ms on a connection of its own: both
 servers answer it at once with the same error, so it measures how long a new
-request waits for the server's loop). Then, in the same run: 32 concurrent
-clients' spawns and idle RSS (benchmarks/figures.py), and a profile of
-execserver at the knee (benchmarks/scale_profile.py).
+request waits for the server's loop; the probe is a process of its own,
+benchmarks/scale_probe.py, so that the agents' event loop does not delay it).
+Then, in the same run: 32 concurrent clients' spawns and idle RSS
+(benchmarks/figures.py), and a profile of execserver at the knee
+(benchmarks/scale_profile.py).
 
     python -m benchmarks.scale [--smoke] [--agents 1 10 100 1000] [--duration S]
 
@@ -40,7 +42,6 @@ from typing import Any
 import psutil
 
 from benchmarks import figures, scale_plot, scale_profile
-from benchmarks.client import BenchClient
 from benchmarks.figures import WORK, pct
 from benchmarks.scale_agent import OPERATIONS, Agent, prepare_workspace
 from benchmarks.server_cpu import tree_cpu_split
@@ -144,19 +145,27 @@ def sample_server(pid: int) -> dict[str, float]:
 
 
 async def probe_loop(url: str, lags: list[float], stop: asyncio.Event) -> None:
-    """An ``initialize`` on an initialized connection every 100 ms: both servers
-    answer it with an error without doing anything else."""
-    client = await BenchClient.connect(url)
+    """The loop-lag probe (benchmarks/scale_probe.py) in a process of its own, for
+    as long as ``stop`` is unset; its round trips go into ``lags``."""
+    probe = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "benchmarks.scale_probe",
+        url,
+        str(PROBE_INTERVAL_S),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=PROJECT_ROOT,
+    )
+    assert probe.stdin is not None
     try:
-        while not stop.is_set():
-            start = time.perf_counter()
-            with contextlib.suppress(Exception):
-                await client.call("initialize", {"clientName": "probe"})
-            lags.append(time.perf_counter() - start)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), PROBE_INTERVAL_S)
+        await stop.wait()
     finally:
-        await client.close()
+        probe.stdin.close()
+        out, _ = await probe.communicate()
+    if probe.returncode != 0:
+        raise RuntimeError(f"the loop-lag probe failed (status {probe.returncode})")
+    lags.extend(json.loads(out))
 
 
 async def sample_loop(pid: int, samples: list[dict[str, float]], stop: asyncio.Event) -> None:
