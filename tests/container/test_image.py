@@ -157,12 +157,14 @@ def workspace_write(root: str) -> FileSystemSandboxContext:
     )
 
 
-async def run(client: ExecServerClient, script: str, **kwargs: Any) -> tuple[int, str]:
+async def run(
+    client: ExecServerClient, script: str, *, cwd: str = "/workspace", **kwargs: Any
+) -> tuple[int, str]:
     # Exactly this environment (start_process inherits the executor's by default):
     # the /proc check below looks for the daemon's variables.
     proc = await client.start_process(
         ["sh", "-c", script],
-        cwd="/workspace",
+        cwd=cwd,
         env={"PATH": "/usr/bin:/bin"},
         inherit_env=False,
         **kwargs,

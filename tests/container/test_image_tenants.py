@@ -28,8 +28,7 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from execserver.client import ExecServerClient, Output
-from execserver.wire.sandbox import FileSystemSandboxContext
+from execserver.client import ExecServerClient
 from tests.container import test_image
 from tests.container.test_image import (
     PROFILE,
@@ -37,6 +36,7 @@ from tests.container.test_image import (
     free_port,
     image,  # noqa: F401 - the module-scoped fixture (a cached rebuild here)
     podman,
+    run,
     wait_ready,
     workspace_write,
 )
@@ -72,23 +72,6 @@ class Tenants:
     alice: str  # tokens
     bob: str
     homes: Path
-
-
-async def run(
-    client: ExecServerClient, script: str, *, cwd: str, sandbox: FileSystemSandboxContext
-) -> tuple[int, str]:
-    proc = await client.start_process(
-        ["sh", "-c", script],
-        cwd=cwd,
-        env={"PATH": "/usr/bin:/bin"},
-        inherit_env=False,
-        sandbox=sandbox,
-    )
-    output = b""
-    async for event in proc:
-        if isinstance(event, Output):
-            output += event.data
-    return (await proc.wait()).exit_code, output.decode(errors="replace")
 
 
 def _tenants_file(alice: str, bob: str) -> str:
