@@ -74,6 +74,12 @@ import os, shutil, stat, sys
 from pathlib import Path
 from execserver.fs import ops_write
 
+# Imported first, then the switch: the checkout may lie where that account cannot
+# read (a fresh clone in a 0700 temporary directory).
+if len(sys.argv) > 2:
+    os.setgroups([])
+    os.setgid(int(sys.argv[3]))
+    os.setuid(int(sys.argv[2]))
 base = Path(sys.argv[1])
 outcomes = []
 for name, remove in (("ours", ops_write.rmtree), ("shutil", shutil.rmtree)):
@@ -103,17 +109,16 @@ def test_rmtree_fails_as_shutil_does(tmp_path: Path) -> None:
 
     base = Path(tempfile.mkdtemp(prefix="es-rmtree-", dir="/tmp"))
     try:
-        user = None
+        account: list[str] = []
         if os.geteuid() == 0:
             nobody = pwd.getpwnam("nobody")
             os.chown(base, nobody.pw_uid, nobody.pw_gid)
-            user = nobody.pw_uid
+            account = [str(nobody.pw_uid), str(nobody.pw_gid)]
         done = subprocess.run(
-            [sys.executable, "-c", _FAILS_AS_SHUTIL_DOES, str(base)],
+            [sys.executable, "-c", _FAILS_AS_SHUTIL_DOES, str(base), *account],
             capture_output=True,
             text=True,
             check=False,
-            user=user,
             cwd="/",
             timeout=60,
         )
