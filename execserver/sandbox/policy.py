@@ -321,13 +321,7 @@ def crossed_writable_symlink(target: str, writable_roots: list[str]) -> str | No
     naming ``ws/cache`` would then be bound at ``outside``, widening the grant to
     a place no policy named. Symlinks outside every writable root (``/var/run``,
     a workspace given through a link) are the host's and are followed.
-
-    The common case first: an absolute ``target`` without ``..`` that the kernel
-    resolves to itself crossed no symlink at all (a resolved path has none among
-    its components, and with no ``..`` any symlink on the way would show in the
-    result), so there is nothing to walk."""
-    if ".." not in target.split("/") and _kernel_resolved(target) == os.path.normpath(target):
-        return None
+    (``resolve_policy`` asks only for a path that did not resolve to itself.)"""
     _, link = _walk(target, writable_roots)
     return link
 
@@ -415,18 +409,31 @@ def resolve_policy(
                 continue  # forward compatibility: ignored, as the reference does
         named += [(target, access) for target in targets]
 
+    # Each named path resolved once per resolution (a write root is named again below).
+    resolved: dict[str, str | None] = {}
+
+    def canonical_of(target: str) -> str | None:
+        if target not in resolved:
+            resolved[target] = canonical_path(target)
+        return resolved[target]
+
     writable_roots = [
-        root for t, a in named if a == "write" and (root := canonical_path(t)) is not None
+        root for t, a in named if a == "write" and (root := canonical_of(t)) is not None
     ]
     for target, access in named:
         if not os.path.lexists(target):
             continue  # grants nothing; `missing_path_behavior: skip` is the same here
-        link = crossed_writable_symlink(target, writable_roots)
-        if link is not None:
-            raise RpcError.internal(
-                f"cannot enforce sandbox path {target} because it crosses writable symlink {link}"
-            )
-        canonical = canonical_path(target)
+        canonical = canonical_of(target)
+        # A path that resolves to itself, without `..`, crossed no symlink at all (a
+        # resolved path has none among its components, and without `..` any symlink
+        # on the way would show in the result): only the others are walked.
+        if ".." in target.split("/") or canonical != os.path.normpath(target):
+            link = crossed_writable_symlink(target, writable_roots)
+            if link is not None:
+                raise RpcError.internal(
+                    f"cannot enforce sandbox path {target} because it crosses writable "
+                    f"symlink {link}"
+                )
         if canonical is None:
             continue
         previous = wanted.get(canonical)
