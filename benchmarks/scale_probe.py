@@ -45,6 +45,8 @@ async def probe(url: str, interval_s: float) -> list[float]:
                 await asyncio.wait_for(asyncio.shield(stop), interval_s)
     finally:
         stop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stop
         await client.close()
     return lags
 
