@@ -9,13 +9,13 @@ shutdown) kills every process tree of the session.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable
+from typing import TypeVar
 
 from execserver.config import LimitsConfig
-from execserver.containment import Placement, ProcessCgroup, ProcessCgroups
+from execserver.containment import ProcessCgroup, ProcessCgroups
 from execserver.keeper.client import KeeperGone
 from execserver.kernel.limits import check_below
 from execserver.kernel.peer import SessionHandle
@@ -129,8 +129,13 @@ class ProcessTable:
             spawned = spawn(plan)
             tree = self._supervisor.track(spawned.pid, plan.env)
         elif (group := self._shared_group()) is not None:
-            with self._group_placement(plan, group) as place:
+            containment = self._containment
+            assert containment is not None
+            place = _fail_closed(plan, lambda: containment.group_placement(group))
+            try:
                 spawned = spawn(plan, place)
+            finally:
+                place.close()
             tree = self._supervisor.track(spawned.pid, plan.env)
         else:
             cgroup = self._new_cgroup(plan)
@@ -178,7 +183,9 @@ class ProcessTable:
         enter: list[str] = []
         if self._containment is not None:
             if (group := self._shared_group()) is not None:
-                enter = self._group_members(plan, group)
+                containment = self._containment
+                assert containment is not None
+                enter = _fail_closed(plan, lambda: containment.group_members(group))
             else:
                 cgroup = self._new_cgroup(plan)
         try:
@@ -219,29 +226,6 @@ class ProcessTable:
         if containment is None or containment.per_process:
             return None
         return self._principal
-
-    def _group_members(self, plan: LaunchPlan, group: str) -> list[str]:
-        """``ProcessCgroups.group_members``, failing closed as ``_new_cgroup`` does."""
-        assert self._containment is not None
-        try:
-            return self._containment.group_members(group)
-        except OSError as exc:
-            plan.close()
-            raise _no_cgroup(exc) from None
-
-    @contextlib.contextmanager
-    def _group_placement(self, plan: LaunchPlan, group: str) -> Iterator[Placement]:
-        """``ProcessCgroups.group_placement``, failing closed as ``_new_cgroup`` does."""
-        assert self._containment is not None
-        try:
-            place = self._containment.group_placement(group)
-        except OSError as exc:
-            plan.close()
-            raise _no_cgroup(exc) from None
-        try:
-            yield place
-        finally:
-            place.close()
 
     def _new_cgroup(self, plan: LaunchPlan) -> ProcessCgroup:
         """The process's resource-limit cgroup (in its principal's group). Fails
@@ -378,3 +362,16 @@ def _no_cgroup(exc: OSError) -> RpcError:
     """The refusal of a start whose cgroup could not be made or entered (fail closed:
     with limits or quotas configured nothing runs outside them)."""
     return RpcError.internal(f"cannot create the process's resource-limit cgroup: {exc.strerror}")
+
+
+T = TypeVar("T")
+
+
+def _fail_closed(plan: LaunchPlan, make: Callable[[], T]) -> T:
+    """``make()``, or, when the cgroup it needs cannot be had, ``plan`` closed and the
+    start refused (``_no_cgroup``)."""
+    try:
+        return make()
+    except OSError as exc:
+        plan.close()
+        raise _no_cgroup(exc) from None
