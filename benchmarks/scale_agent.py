@@ -40,7 +40,7 @@ from typing import Any
 from benchmarks.client import BenchClient
 from benchmarks.sandboxed_fs import deny_read_context
 
-__all__ = ["OPERATIONS", "Agent", "AgentStats", "prepare_workspace"]
+__all__ = ["OPERATIONS", "Agent", "AgentStats", "Window", "prepare_workspace"]
 
 OPERATIONS = ("spawn", "poll", "readFile", "writeFile", "patch10", "tty")
 FILE_SIZE = 4096
@@ -73,6 +73,8 @@ class AgentStats:
 
     latencies: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in OPERATIONS})
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OPERATIONS, 0))
+    # Operations cut off when the level's time ran out (seconds so far).
+    unfinished: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in OPERATIONS})
     first_errors: list[str] = field(default_factory=list)
 
 
@@ -96,6 +98,8 @@ class Agent:
         self._ids = itertools.count()
         self._cursor = 0
         self.stats = AgentStats()
+        # (operation, its start, recorded?) while one is under way.
+        self.in_flight: tuple[str, float, bool] | None = None
 
     # -- set-up -------------------------------------------------------------
 
@@ -225,9 +229,14 @@ class Agent:
 
     # -- the loop -------------------------------------------------------------
 
-    async def iteration(self, record: bool) -> None:
+    async def _one_pass(self, window: Window) -> None:
+        """One pass over the mix. A pass under way when the window closes
+        finishes and counts (within the level's grace), so that every operation
+        of the mix is measured even when one pass outlasts the window."""
         for name, operation in self.operations():
             start = time.perf_counter()
+            record = window.records(start)
+            self.in_flight = (name, start, record)
             try:
                 await asyncio.wait_for(operation(), OP_TIMEOUT_S)
             except Exception as exc:  # counted, and the agent goes on
@@ -236,14 +245,54 @@ class Agent:
                     if len(self.stats.first_errors) < 3:
                         self.stats.first_errors.append(f"{name}: {type(exc).__name__}: {exc}")
                 continue
+            finally:
+                self.in_flight = None
             if record:
                 self.stats.latencies[name].append(time.perf_counter() - start)
 
-    async def run_until(self, deadline: float, think_s: float) -> None:
-        """Iterations until ``deadline`` (time.monotonic), with a random pause of
-        mean ``think_s`` between them (the model thinking); the iteration that
-        is under way at the deadline finishes and counts."""
-        while time.monotonic() < deadline:
-            await self.iteration(record=True)
-            if think_s:
+    async def run(
+        self, window: Window, think_s: float, warmed: asyncio.Event | None = None
+    ) -> None:
+        """Passes over the mix, with a random pause of mean ``think_s`` between
+        them (the model thinking). Operations that start before the window opens
+        are the warm-up and are not recorded; ``warmed`` is set after the first
+        whole pass. The agent stops once the window has closed and it has made
+        one whole pass inside it: every operation of every agent is measured at
+        least once (or, cut off by the level's grace, counted unfinished)."""
+        passes_inside = 0
+        while not (window.closed() and passes_inside):
+            inside = window.records(time.perf_counter())
+            await self._one_pass(window)
+            passes_inside += inside
+            if warmed is not None:
+                warmed.set()
+            if think_s and not window.closed():
                 await asyncio.sleep(random.uniform(0, 2 * think_s))
+
+    def censor(self, now: float) -> None:
+        """The operation still under way when the level's time ran out: recorded as
+        unfinished, its time so far a lower bound of its latency."""
+        if self.in_flight is None:
+            return
+        name, start, record = self.in_flight
+        if record:
+            self.stats.unfinished[name].append(now - start)
+
+
+class Window:
+    """The measured window of a level (time.perf_counter), shared by its agents:
+    an operation is recorded when it starts inside it."""
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self.end: float | None = None
+
+    def open(self, duration: float) -> None:
+        self.start = time.perf_counter()
+        self.end = self.start + duration if duration else None
+
+    def records(self, at: float) -> bool:
+        return self.start is not None and at >= self.start
+
+    def closed(self) -> bool:
+        return self.end is not None and time.perf_counter() >= self.end

@@ -1,0 +1,110 @@
+"""A shard of benchmarks/scale.py's simulated agents, in a process of its own.
+
+``python -m benchmarks.scale_crowd`` reads one JSON line on stdin (the server's
+URL, the agents' workspaces and the level's timing), then talks with the
+harness in lines:
+
+* it connects its agents and starts them; they warm up (their operations are
+  not recorded) until each has made one whole pass or ``warmup`` seconds have
+  passed; then it prints ``warm N`` (N agents made their pass);
+* on ``go`` from the harness it opens the measured window for ``duration``
+  seconds, gives the operations under way at its end ``grace`` seconds, counts
+  the rest as unfinished, and prints one JSON line: every agent's statistics.
+
+Why the agents are not in the harness's process: agents do not live on the
+machine that runs the server (that is what the server is for), but here they
+share its two CPUs. At N = 1,000 one process of agents is a whole CPU by
+itself, and its event loop, not the server, set the latencies it measured.
+So the agents run in ``shards`` processes, at a lower CPU priority (``nice``)
+than the servers, the same for both servers: the server is measured, not the
+load generator. The harness's own process (which starts the servers, samples
+them and runs the loop-lag probe) keeps its priority.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from benchmarks.scale_agent import Agent, Window
+
+__all__ = ["main"]
+
+CONNECT_CONCURRENCY = 50
+
+
+async def _bounded(limit: asyncio.Semaphore, coro: Any) -> Any:
+    async with limit:
+        return await coro
+
+
+async def _line(reader: asyncio.StreamReader) -> str:
+    return (await reader.readline()).decode().strip()
+
+
+async def crowd(spec: dict[str, Any], commands: asyncio.StreamReader) -> dict[str, Any]:
+    secret = Path(spec["secret"])
+    agents = [
+        Agent(spec["url"], index, Path(w), secret)
+        for index, w in zip(spec["indices"], spec["workspaces"], strict=True)
+    ]
+    window = Window()
+    warmed = [asyncio.Event() for _ in agents]
+    runs: list[asyncio.Task[None]] = []
+    limit = asyncio.Semaphore(CONNECT_CONCURRENCY)
+    try:
+        await asyncio.gather(*(_bounded(limit, a.connect()) for a in agents))
+        runs = [
+            asyncio.ensure_future(agent.run(window, spec["think"], done))
+            for agent, done in zip(agents, warmed, strict=True)
+        ]
+        # The warm-up: one unrecorded pass each (helpers started, buffers
+        # grown), bounded: a server that cannot give every agent one pass in
+        # `warmup` seconds is measured as it then is, its backlog included.
+        waiting = [asyncio.ensure_future(done.wait()) for done in warmed]
+        _, late = await asyncio.wait(waiting, timeout=spec["warmup"])
+        for waiter in late:
+            waiter.cancel()
+        print(f"warm {sum(done.is_set() for done in warmed)}", flush=True)
+        if await _line(commands) != "go":
+            raise RuntimeError("the harness did not say go")
+        window.open(spec["duration"])
+        # No pass starts after the window; those under way get `grace` seconds.
+        _, cut = await asyncio.wait(runs, timeout=spec["duration"] + spec["grace"])
+        now = time.perf_counter()
+        for agent in agents:
+            agent.censor(now)
+        for task in cut:
+            task.cancel()
+        await asyncio.gather(*cut, return_exceptions=True)
+    finally:
+        for task in runs:
+            task.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
+        await asyncio.gather(*(a.close() for a in agents), return_exceptions=True)
+    return {"agents": [asdict(agent.stats) for agent in agents]}
+
+
+async def _main() -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    commands = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), sys.stdin)
+    spec = json.loads(await _line(commands))
+    if spec.get("nice"):
+        os.nice(spec["nice"])
+    return await crowd(spec, commands)
+
+
+def main() -> None:
+    result = asyncio.run(_main())
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
