@@ -307,6 +307,36 @@ async def test_lru_cap_and_idle_timeout_end_helpers(tmp_path: Path) -> None:
         await pool.aclose()
 
 
+async def test_a_helper_called_at_a_steady_rhythm_outlives_the_idle_timeout(
+    tmp_path: Path,
+) -> None:
+    """An agent whose turns come every 0.8 s, with a pool that retires helpers
+    idle for 0.5 s: its first helper goes idle between two turns, but the next
+    one is kept for twice the interval the agent took, and serves every later
+    turn. Once the calls stop, it goes all the same."""
+    backend = host_backend()
+    pool = HelperPool(idle_seconds=0.5)
+    try:
+        (tmp_path / "f").write_text("x")
+        policy = resolve_policy(context(managed([entry(tmp_path, "read")])), fallback_cwd=None)
+        args = {"path": str(tmp_path / "f")}
+        await pool.call(policy, backend, "read_file", args)
+        (first,) = pool.live()
+        await asyncio.wait_for(first.process.wait(), 30)  # idle for 0.5 s: retired
+        await asyncio.sleep(0.3)  # the agent's turn took longer
+        await pool.call(policy, backend, "read_file", args)
+        (helper,) = pool.live()
+        assert helper is not first and pool.keeps(helper) >= 1.6
+        for _ in range(4):  # intervals past idle_seconds, within the rhythm's allowance
+            await asyncio.sleep(0.8)
+            await pool.call(policy, backend, "read_file", args)
+            assert pool.live() == [helper] and helper.process.returncode is None
+        await asyncio.wait_for(helper.process.wait(), 30)  # no more calls: it goes
+        assert pool.live() == []
+    finally:
+        await pool.aclose()
+
+
 async def _sessions_expired(url: str) -> float:
     status, text = await http_get(url, "/metrics")
     assert status == 200

@@ -86,6 +86,10 @@ class FsHelper:
         self._stderr = bytearray()
         self._failure: RpcError | None = None
         self.last_used = time.monotonic()
+        # The longest time it went without a call in flight, between two calls:
+        # how long its user's turns take (the pool keeps it that long, see
+        # HelperPool.keeps).
+        self.longest_gap = 0.0
         # Identity of the files the policy's rules name, taken before the sandbox
         # mounted them, and of the protected names' mount points once it was up
         # (both set by the pool): if the host replaces one, this helper is retired.
@@ -123,8 +127,11 @@ class FsHelper:
             raise HelperDied
         request_id = next(self._ids)
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        now = time.monotonic()
+        if not self._pending:
+            self.longest_gap = max(self.longest_gap, now - self.last_used)
         self._pending[request_id] = future
-        self.last_used = time.monotonic()
+        self.last_used = now
         try:
             self._requests.write(frame(Request(request_id, op, args)))
             await self._requests.drain()
