@@ -12,14 +12,15 @@ from __future__ import annotations
 import io
 import os
 import tarfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-import execserver
 from execserver.client import ExecServerClient
 from execserver.client.transfer import TransferError
+from tests.support.servers import RunningServer
+from tests.support.shared_daemon import SharedDaemon
 
 FAKE_TAR = """#!/bin/sh
 case "$1" in
@@ -29,14 +30,33 @@ esac
 """
 
 
-@pytest.fixture
-async def hostile(tmp_path: Path) -> AsyncIterator[ExecServerClient]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+@pytest.fixture(scope="module")
+def hostile_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDaemon]:
+    """One daemon with the lying tar for the module's tests: each test's session is
+    its own (tests/support/shared_daemon.py), and the fake tar sends the archive
+    next to whatever directory the test downloads. A daemon per test cost ~0.5 s
+    of CPU each."""
+    bin_dir = tmp_path_factory.mktemp("hostile-bin")
     (bin_dir / "tar").write_text(FAKE_TAR)
     (bin_dir / "tar").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    async with execserver.serve_local(env=env) as client:
+    daemon = SharedDaemon(env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    try:
+        daemon.get()  # now, before the first test's leak check looks
+        yield daemon
+    finally:
+        daemon.close()
+
+
+@pytest.fixture
+def hostile_server(hostile_daemon: SharedDaemon) -> Iterator[RunningServer]:
+    """Synchronous: the daemon's loop runs outside the test's."""
+    yield hostile_daemon.get()
+    hostile_daemon.check_alive()
+
+
+@pytest.fixture
+async def hostile(hostile_server: RunningServer) -> AsyncIterator[ExecServerClient]:
+    async with await ExecServerClient.connect(hostile_server.url, token=None) as client:
         yield client
 
 
@@ -137,7 +157,7 @@ async def test_a_member_leaving_the_destination_is_refused(
     assert listing(outside) == {"victim": b"victim"}
     assert (outside / "victim").stat().st_nlink == 1
     assert os.readlink(dest / "pre") == str(outside)
-    assert sorted(os.listdir(tmp_path)) == ["bin", "dest", "outside", "remote", "remote.tar"]
+    assert sorted(os.listdir(tmp_path)) == ["dest", "outside", "remote", "remote.tar"]
 
 
 async def test_links_at_the_destination_are_replaced_not_written_through(

@@ -21,6 +21,7 @@ go with each test (pytest-asyncio's function scope).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 
 import psutil
@@ -49,9 +50,17 @@ class SharedDaemonStopped(AssertionError):
 
 class SharedDaemon:
     """The per-process daemon: started on first use, started again if a test took
-    it down (after failing that test), stopped at the end of the session."""
+    it down (after failing that test), stopped at the end of the session.
 
-    def __init__(self) -> None:
+    A module whose tests all need the same daemon setting (``extra`` flags, its
+    ``env``) can share one such daemon of its own the same way: made by a
+    module-scoped fixture, which pytest sets up before any test's leak check looks
+    (so it is never a test's leftover: the fixture must start it, with ``get``),
+    and closed by it."""
+
+    def __init__(self, extra: Sequence[str] = (), env: Mapping[str, str] | None = None) -> None:
+        self._extra = tuple(extra)
+        self._env = None if env is None else dict(env)
         self._runner: asyncio.Runner | None = None
         self._context: AbstractAsyncContextManager[RunningServer] | None = None
         self._server: RunningServer | None = None
@@ -67,7 +76,9 @@ class SharedDaemon:
         if self._server is None or not self.alive():
             self.close()
             self._runner = asyncio.Runner()
-            context = start_server("execserver", extra=SHARED_DAEMON_FLAGS)
+            context = start_server(
+                "execserver", extra=(*SHARED_DAEMON_FLAGS, *self._extra), env=self._env
+            )
             self._server = self._runner.run(context.__aenter__())
             self._context = context
         return self._server
