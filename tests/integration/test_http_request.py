@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ from aiohttp import web
 
 from tests.support.rpc import RpcClient, b64, connect, unb64
 from tests.support.servers import RunningServer, start_server
+from tests.support.shared_daemon import SharedDaemon
 
 BODY_DELTA = "http/request/bodyDelta"
 SECRET = "s3cr3t-value"
@@ -129,14 +130,49 @@ async def upstream() -> AsyncIterator[Upstream]:
     await runner.cleanup()
 
 
-@pytest.fixture(params=["execserver", "reference"])
-async def server(request: pytest.FixtureRequest) -> AsyncIterator[RunningServer]:
-    """Either server, with a secret and a deny-listed credential in its environment."""
+def server_environment() -> dict[str, str]:
+    """A secret and a deny-listed credential in the server's environment."""
     # Both servers honour *_PROXY variables; the upstream is reached directly.
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     env.update(SPEC_SECRET=SECRET, AWS_SECRET_ACCESS_KEY="do-not-send")
     env.pop("NOT_SET_ANYWHERE", None)
-    async with start_server(request.param, env=env) as running:
+    return env
+
+
+@pytest.fixture(scope="module")
+def http_daemon() -> Iterator[SharedDaemon]:
+    """One execserver with that environment for the module's tests: each test's
+    session is its own (tests/support/shared_daemon.py), and http/request keeps no
+    state past it. A daemon per test was ~20 starts, ~0.3 s of CPU each."""
+    daemon = SharedDaemon(env=server_environment())
+    try:
+        daemon.get()  # now, before the first test's leak check looks
+        yield daemon
+    finally:
+        daemon.close()
+
+
+@pytest.fixture(params=["execserver", "reference"])
+def shared_execserver(
+    request: pytest.FixtureRequest, http_daemon: SharedDaemon
+) -> Iterator[RunningServer | None]:
+    """The module's execserver for the execserver half, None for the reference's.
+    Synchronous: the daemon's loop runs outside the test's."""
+    if request.param != "execserver":
+        yield None
+        return
+    yield http_daemon.get()
+    http_daemon.check_alive()
+
+
+@pytest.fixture
+async def server(shared_execserver: RunningServer | None) -> AsyncIterator[RunningServer]:
+    """Either server, with a secret and a deny-listed credential in its environment
+    (a fresh reference for each test)."""
+    if shared_execserver is not None:
+        yield shared_execserver
+        return
+    async with start_server("reference", env=server_environment()) as running:
         yield running
 
 
