@@ -31,7 +31,7 @@ from execserver.containment.host import cgroup_dir_of, probe_host
 from tests.support.attacks import ROOT_READ, attack, bash, python, sandbox, unrestricted
 from tests.support.rpc import RpcFailure, connect
 from tests.support.sandbox import context_json, without_user_namespaces
-from tests.support.servers import start_server
+from tests.support.servers import RunningServer, start_server
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -224,12 +224,12 @@ unshare -Ur /bin/true; echo unshare=$?
 @needs_root
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 async def test_nested_mounts_work_and_stay_in_the_commands_namespace(
-    tmp_path: Path, policy: str
+    execserver: RunningServer, tmp_path: Path, policy: str
 ) -> None:
     """The reference's behaviour for these policies (nested mount and user
     namespaces work), without the reference's side effect on the host: the
     tmpfs is the command's own."""
-    async with start_server("execserver") as server, connect(server.url) as client:
+    async with connect(execserver.url) as client:
         result = await attack(
             client, bash(MOUNT_AND_UNSHARE), cwd=tmp_path, context=POLICIES[policy]()
         )
@@ -315,11 +315,11 @@ async def _gone(mark: str, timeout: float = 10) -> bool:
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 async def test_terminate_signals_exit_codes_and_tty_through_the_namespaces(
-    tmp_path: Path, policy: str
+    execserver: RunningServer, tmp_path: Path, policy: str
 ) -> None:
     context = POLICIES[policy]()
     mark = f"term-{policy}-{tmp_path.name}"
-    async with start_server("execserver") as server, connect(server.url) as client:
+    async with connect(execserver.url) as client:
         # terminate: 137 at once, the whole tree (a setsid escapee included) gone.
         await client.start(
             "t",
@@ -475,11 +475,13 @@ echo done=yes
 
 @needs_root
 @pytest.mark.parametrize("policy", sorted(POLICIES))
-async def test_the_covers_cannot_be_removed(tmp_path: Path, policy: str) -> None:
+async def test_the_covers_cannot_be_removed(
+    execserver: RunningServer, tmp_path: Path, policy: str
+) -> None:
     """What hides the host's cgroups and processes was mounted by a more
     privileged namespace: the command (root in its own) can neither unmount nor
     remount it read-write."""
-    async with start_server("execserver") as server, connect(server.url) as client:
+    async with connect(execserver.url) as client:
         result = await attack(client, bash(UNCOVER), cwd=tmp_path, context=POLICIES[policy]())
     assert result.marker("done") == "yes", result.output
     assert "uncovered=" not in result.output and "writable=" not in result.output, result.output
