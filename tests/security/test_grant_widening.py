@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.attacks import ROOT_READ, attack, bash, entry, sandbox, special, uri
 from tests.support.rpc import RpcFailure, connect
-from tests.support.servers import start_server
+from tests.support.servers import RunningServer, start_server
 
 
 def _tree(tmp_path: Path) -> tuple[Path, Path]:
@@ -53,46 +53,51 @@ async def _plant_then_write(url: str, ws: Path, outside: Path, second: dict[str,
         return result.output
 
 
-async def test_planted_symlink_does_not_widen_a_later_write_grant(tmp_path: Path) -> None:
+async def test_planted_symlink_does_not_widen_a_later_write_grant(
+    execserver: RunningServer, tmp_path: Path
+) -> None:
     ws, outside = _tree(tmp_path)
     second = sandbox([ROOT_READ, entry(ws, "write"), entry(ws / "cache", "write")], cwd=ws)
-    async with start_server("execserver") as server:
-        outcome = await _plant_then_write(server.url, ws, outside, second)
+    outcome = await _plant_then_write(execserver.url, ws, outside, second)
     assert outcome.startswith("refused: -32603 cannot enforce sandbox path"), outcome
     assert "crosses writable symlink" in outcome
     assert not (outside / ".ssh").exists()
 
 
-async def test_planted_symlink_does_not_widen_project_root_subpaths(tmp_path: Path) -> None:
+async def test_planted_symlink_does_not_widen_project_root_subpaths(
+    execserver: RunningServer, tmp_path: Path
+) -> None:
     ws, outside = _tree(tmp_path)
     second = sandbox(
         [ROOT_READ, entry(ws, "write"), entry(special("project_roots", subpath="cache"), "write")],
         cwd=ws,
     )
     second["workspaceRoots"] = [uri(ws)]
-    async with start_server("execserver") as server:
-        outcome = await _plant_then_write(server.url, ws, outside, second)
+    outcome = await _plant_then_write(execserver.url, ws, outside, second)
     assert outcome.startswith("refused: -32603"), outcome
     assert not (outside / ".ssh").exists()
 
 
-async def test_planted_symlink_does_not_widen_the_temporary_directory(tmp_path: Path) -> None:
+async def test_planted_symlink_does_not_widen_the_temporary_directory(
+    execserver: RunningServer, tmp_path: Path
+) -> None:
     ws, outside = _tree(tmp_path)
     second = sandbox([ROOT_READ, entry(ws, "write"), entry(special("tmpdir"), "write")], cwd=ws)
     second["temporaryDirectories"] = [uri(ws / "cache")]
-    async with start_server("execserver") as server:
-        outcome = await _plant_then_write(server.url, ws, outside, second)
+    outcome = await _plant_then_write(execserver.url, ws, outside, second)
     assert outcome.startswith("refused: -32603"), outcome
     assert not (outside / ".ssh").exists()
 
 
-async def test_symlinks_outside_writable_roots_still_resolve(tmp_path: Path) -> None:
+async def test_symlinks_outside_writable_roots_still_resolve(
+    execserver: RunningServer, tmp_path: Path
+) -> None:
     """The host's own links (a workspace named through a symlink) keep working."""
     ws, _ = _tree(tmp_path)
     link = tmp_path / "ws_link"
     link.symlink_to(ws)
     context = sandbox([ROOT_READ, entry(link, "write")], cwd=ws)
-    async with start_server("execserver") as server, connect(server.url) as client:
+    async with connect(execserver.url) as client:
         result = await attack(client, bash(f"echo ok > {link}/f && cat f"), cwd=ws, context=context)
     assert result.output.strip() == "ok" and result.exit_code == 0
 
@@ -115,11 +120,11 @@ def _secret_tree(tmp_path: Path) -> Path:
 
 
 async def test_renaming_the_parent_of_a_denied_file_fails_and_it_stays_unreadable(
-    tmp_path: Path,
+    execserver: RunningServer, tmp_path: Path
 ) -> None:
     ws = _secret_tree(tmp_path)
     policy = _deny_policy(ws)
-    async with start_server("execserver") as server, connect(server.url) as client:
+    async with connect(execserver.url) as client:
         first = await attack(
             client,
             bash(DENY_SECRET + "echo more >> config/other.txt && echo WROTE"),
@@ -147,12 +152,14 @@ async def test_renaming_the_parent_of_a_denied_file_fails_and_it_stays_unreadabl
     assert "hunter2" not in base64.b64decode(getattr(via_fs, "data", "") or b"").decode()
 
 
-async def test_renaming_the_parent_of_a_read_only_carve_out_fails(tmp_path: Path) -> None:
+async def test_renaming_the_parent_of_a_read_only_carve_out_fails(
+    execserver: RunningServer, tmp_path: Path
+) -> None:
     ws = tmp_path / "ws"
     (ws / "docs" / "policy").mkdir(parents=True)
     (ws / "docs" / "policy" / "rules.md").write_text("original\n")
     policy = sandbox([ROOT_READ, entry(ws, "write"), entry(ws / "docs" / "policy", "read")], cwd=ws)
-    async with start_server("execserver") as server, connect(server.url) as client:
+    async with connect(execserver.url) as client:
         result = await attack(
             client,
             bash(
