@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -134,7 +135,12 @@ async def test_fork_loop_is_contained_while_the_daemon_stays_responsive(tmp_path
                 await asyncio.sleep(0.02)
             assert peak <= 64
             assert peak >= 32  # the loop really ran into the limit
-            assert max(latencies) < 0.1, f"environment/status took {max(latencies):.3f} s"
+            # Responsive: every answer within a second, most at once. (A bound of
+            # 0.1 s on the slowest failed once on a machine loaded by other work,
+            # 0.146 s; an uncontained fork loop stalls the answers for seconds.)
+            assert max(latencies) < 1.0, f"environment/status took {max(latencies):.3f} s"
+            assert statistics.median(latencies) < 0.1, latencies
+            assert len(latencies) >= 30, f"{len(latencies)} answers in 3 s"
             members = [p for p in psutil.Process(root).children(recursive=True)]
             assert await c.ok("process/terminate", {"processId": "bomb"}) == {"running": True}
             await c.wait_closed("bomb")
