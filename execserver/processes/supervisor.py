@@ -8,7 +8,9 @@ of a session that was mid-close, or an orphan — is killed here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -50,6 +52,10 @@ FINISH_KILL_DELAY_S = 0.02
 # a second is really empty (``env -i``), which the reading could never attribute.
 UNREAD_RETRY_S = 0.01
 UNREAD_TRIES = 50
+# A sandbox's pid 1 still exiting when its bwrap has gone: looked at again this
+# often, this many times (then the stray-zombie sweep reaps it).
+SANDBOX_CHILD_RETRY_S = 0.02
+SANDBOX_CHILD_TRIES = 50
 # With no tree left, how often children nobody owns are looked at (while there are
 # any), so that one which exits is reaped, not left a zombie until the daemon ends.
 STRAY_SWEEP_S = 2.0
@@ -89,22 +95,60 @@ class Supervisor:
         self._finished: list[ProcessCgroup] = []
 
     def track(
-        self, pid: int, env: dict[str, str], cgroup: ProcessCgroup | None = None
+        self,
+        pid: int,
+        env: dict[str, str],
+        cgroup: ProcessCgroup | None = None,
+        sandbox_child: Callable[[], int | None] | None = None,
     ) -> ProcessTree:
+        """``sandbox_child``: for a sandboxed root, what names the sandbox's own
+        child once bwrap has said it (``PlanResources.child_pid``)."""
         info = read_stat(pid)
         entries = frozenset(f"{k}={v}".encode(errors="surrogateescape") for k, v in env.items())
-        tree = ProcessTree(pid, info.start if info is not None else 0, entries, cgroup=cgroup)
+        tree = ProcessTree(
+            pid,
+            info.start if info is not None else 0,
+            entries,
+            cgroup=cgroup,
+            sandbox_child=sandbox_child,
+        )
         self._trees.add(tree)
         self._schedule()
         return tree
 
     def root_exited(self, tree: ProcessTree) -> None:
         tree.root_alive = False
-        adopt_orphans(tree, claimed_pids(self._trees, but=tree))
+        claimed = claimed_pids(self._trees, but=tree)
+        inner = tree.sandbox_child() if tree.sandbox_child is not None else None
+        if inner is not None:
+            # Not an escapee: the sandbox's pid 1, which took its namespace with it.
+            claimed.add(inner)
+            self._reap_sandbox_child(inner, SANDBOX_CHILD_TRIES)
+        adopt_orphans(tree, claimed)
         if tree.unread:
             self._retry_unread(tree, UNREAD_TRIES)
         else:
             self._keep_or_forget(tree)
+
+    def _reap_sandbox_child(self, pid: int, tries_left: int) -> None:
+        """Reap bwrap's pid 1 of a sandbox whose root (bwrap) has exited. bwrap
+        exits once its pid 1 has reported the command's status, without waiting
+        for it, so every sandboxed command left its pid 1 to the daemon (the
+        subreaper) as a zombie for the stray-zombie sweep, a second later. Every
+        other root's exit read each of those zombies' /proc files meanwhile: at
+        1,000 agents that was a third of the event loop's time."""
+        try:
+            exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return  # not the daemon's child (no subreaper), or reaped already
+        if exited is None:  # still exiting
+            if tries_left > 0 and not self._closed:
+                asyncio.get_running_loop().call_later(
+                    SANDBOX_CHILD_RETRY_S, self._reap_sandbox_child, pid, tries_left - 1
+                )
+            return
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
 
     def _keep_or_forget(self, tree: ProcessTree) -> None:
         if tree.empty:

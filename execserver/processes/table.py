@@ -127,7 +127,7 @@ class ProcessTable:
                 network.close()  # what the keeper did not take (all of it without one)
         if self._containment is None:
             spawned = spawn(plan)
-            tree = self._supervisor.track(spawned.pid, plan.env)
+            tree = self._supervisor.track(spawned.pid, plan.env, sandbox_child=_child_of(plan))
         elif (group := self._shared_group()) is not None:
             containment = self._containment
             assert containment is not None
@@ -136,7 +136,7 @@ class ProcessTable:
                 spawned = spawn(plan, place)
             finally:
                 place.close()
-            tree = self._supervisor.track(spawned.pid, plan.env)
+            tree = self._supervisor.track(spawned.pid, plan.env, sandbox_child=_child_of(plan))
         else:
             cgroup = self._new_cgroup(plan)
             try:
@@ -145,7 +145,9 @@ class ProcessTable:
             except BaseException:
                 cgroup.remove()
                 raise
-            tree = self._supervisor.track(spawned.pid, plan.env, cgroup)
+            tree = self._supervisor.track(
+                spawned.pid, plan.env, cgroup, sandbox_child=_child_of(plan)
+            )
         proc = ManagedProcess(
             process_id,
             spawned,
@@ -375,3 +377,12 @@ def _fail_closed(plan: LaunchPlan, make: Callable[[], T]) -> T:
     except OSError as exc:
         plan.close()
         raise _no_cgroup(exc) from None
+
+
+def _child_of(plan: LaunchPlan) -> Callable[[], int | None] | None:
+    """What names a sandboxed plan's pid 1 once bwrap has said it (its status pipe
+    is read by the sandbox's watcher thread); None for an unsandboxed plan."""
+    if plan.mechanism != "bwrap":
+        return None
+    resources = plan.resources
+    return lambda: resources.child_pid

@@ -32,7 +32,7 @@ import functools
 import logging
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -182,6 +182,9 @@ class ProcessTree:
     # that window in 47 of 300 tries. ``settle_unread`` reads them again.
     unread: dict[int, int] = field(default_factory=dict)
     killed: bool = False  # an orphan attributed after the kill is killed on sight
+    # For a sandboxed root: the sandbox's own child (bwrap's pid 1), once bwrap has
+    # said it (None before, or unsandboxed). See Supervisor.root_exited.
+    sandbox_child: Callable[[], int | None] | None = None
 
     def live_tracked(self, table: dict[int, ProcInfo]) -> list[int]:
         return [

@@ -32,6 +32,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import selectors
 import sys
 import threading
@@ -103,6 +104,9 @@ class LaunchRequest:
     credentials: Credentials | None = None  # None: the daemon's own uid
 
 
+_CHILD_PID = re.compile(rb'"child-pid"\s*:\s*(\d+)')
+
+
 class PlanResources:
     """fds and synthetic mount points owned by one plan.
 
@@ -117,6 +121,10 @@ class PlanResources:
         self.layout: BwrapLayout | None = None
         self.mounts: SyntheticMounts | None = None
         self.setup_ok: bool | None = None
+        # The host pid of bwrap's own child (pid 1 of the sandbox's pid namespace),
+        # from its status: when the command ends bwrap exits without waiting for
+        # it, so it becomes the daemon's zombie to reap (Supervisor.root_exited).
+        self.child_pid: int | None = None
         self.done = threading.Event()
         self._status = b""  # what bwrap wrote to the status pipe so far
         self._closed = False
@@ -167,6 +175,8 @@ class PlanResources:
             self._status += chunk
             if self.setup_ok is None and b'"child-pid"' in self._status:
                 self.setup_ok = True
+                found = _CHILD_PID.search(self._status)
+                self.child_pid = int(found.group(1)) if found else None
             return
         assert self.status_read is not None
         os.close(self.status_read)
