@@ -50,6 +50,16 @@ os.environ.setdefault("npm_config_cache", os.path.join(_REAL_HOME, ".npm"))
 _SUITE_HOME = tempfile.TemporaryDirectory(prefix="execserver-test-home-")
 os.environ["HOME"] = _SUITE_HOME.name
 
+# ---- the daemons the tests start skip the start-up sandbox report -----------------
+#
+# `execserver serve` runs the doctor's policy-shape probe in the background at every
+# start (sandboxes spawned for each shape): ~90 ms of CPU a daemon, and the suite
+# starts hundreds of daemons on a CPU-bound 2-core budget. scripts/servers.py's
+# start_server already turns it off; this does the same for the daemons the CLI,
+# serve_local() and the survival tests start. The tests of the report itself
+# (tests/unit/test_doctor.py) set EXECSERVER_STARTUP_PROBE=1 for their daemons.
+os.environ.setdefault("EXECSERVER_STARTUP_PROBE", "0")
+
 # ---- the reference binary: resolved once, its absence is one skip reason ---------
 #
 # A test needs the reference when it is marked `interop` or `needs_reference`,
