@@ -44,6 +44,14 @@ log = logging.getLogger(__name__)
 # escapes (setsid + parent exit) faster than this is still caught by the
 # adopt-at-exit scan and, at the latest, by the shutdown sweep.
 SWEEP_INTERVAL_S = 1.0
+# On a host of many processes a sweep (the /proc read in a thread, then applying
+# it to every tree on the loop) takes long: the next one waits this many times
+# as long as the last one took, up to SWEEP_INTERVAL_MAX_S, so that sweeping
+# takes at most ~5 % of the daemon's time. With 1,000 agents (6,400 processes
+# on the host, 2,000 trees) a sweep every second was a steady share of an event
+# loop already short of CPU.
+SWEEP_COST_FACTOR = 20.0
+SWEEP_INTERVAL_MAX_S = 10.0
 # After a kill on the request path: the follow-up scan, shared by a burst of kills.
 FINISH_KILL_DELAY_S = 0.02
 # Orphans whose environment could not be read at their root's exit (mid-execve) are
@@ -79,6 +87,9 @@ class Supervisor:
             log.warning("PR_SET_CHILD_SUBREAPER unavailable; setsid escapees may outlive sessions")
         self._trees: set[ProcessTree] = set()
         self._timer: asyncio.TimerHandle | None = None
+        # SWEEP_INTERVAL_S, longer after a sweep that took long (SWEEP_COST_FACTOR).
+        self._interval = SWEEP_INTERVAL_S
+        self._sweep_started = 0.0
         self._closed = False
         # Trees killed on the request path, finished by one /proc scan shortly after.
         self._doomed: set[ProcessTree] = set()
@@ -216,9 +227,11 @@ class Supervisor:
     def _spared(self) -> set[int]:
         return self.keepers.keeper_pids() if self.keepers is not None else set()
 
-    def _schedule(self, delay: float = SWEEP_INTERVAL_S) -> None:
+    def _schedule(self, delay: float | None = None) -> None:
         if self._closed:
             return
+        if delay is None:
+            delay = self._interval
         # Never 0: uvloop's call_later(0) is a call_soon, whose handle has no when().
         delay = max(delay, SWEEP_SOON_S)
         if self._timer is not None:
@@ -242,6 +255,7 @@ class Supervisor:
         before = {tree: set(tree.tracked) for tree in self._trees}
         finished, self._finished = self._finished, []
         read = self._read_table if whole else read_own_children_table
+        self._sweep_started = asyncio.get_running_loop().time()
         scan = asyncio.get_running_loop().run_in_executor(None, _remove_then_read, finished, read)
         self._scan = scan
         scan.add_done_callback(lambda done: self._swept(done, whole, before))
@@ -285,6 +299,8 @@ class Supervisor:
         )
         for tree in [t for t in self._trees if t.empty]:
             self._forget(tree)
+        took = asyncio.get_running_loop().time() - self._sweep_started
+        self._interval = min(max(SWEEP_INTERVAL_S, took * SWEEP_COST_FACTOR), SWEEP_INTERVAL_MAX_S)
         if again:
             self._schedule(SWEEP_SOON_S)
         elif self._trees:

@@ -9,6 +9,7 @@ import asyncio
 import os
 import subprocess
 import threading
+import time
 
 import uvloop
 
@@ -118,3 +119,29 @@ def test_a_sweep_asked_for_while_one_reads_runs_next_under_uvloop() -> None:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(scenario())
+
+
+async def test_a_sweep_that_takes_long_spaces_the_next_ones() -> None:
+    """A sweep over a host of many processes takes long; the next one waits twenty
+    times as long as it took (at least the usual second), so sweeping stays a small
+    share of the daemon's time. Here each read takes 0.3 s: one sweep in the first
+    3.5 s after the tree's start, where a sweep every second would have made three."""
+    reads: list[float] = []
+
+    def slow_read() -> ProcTable:
+        reads.append(time.monotonic())
+        time.sleep(0.3)
+        return read_proc_table()
+
+    supervisor = Supervisor(read_table=slow_read)
+    env = {"PATH": os.environ["PATH"], "EXECSERVER_TEST_TREE": "spaced"}
+    root = _sleeper(env)
+    try:
+        start = time.monotonic()
+        supervisor.track(root.pid, env)
+        await asyncio.sleep(3.5)
+        within = [round(t - start, 2) for t in reads if t - start < 3.5]
+        assert len(within) == 1, within
+    finally:
+        _end(root)
+        await supervisor.aclose()
