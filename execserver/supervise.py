@@ -33,7 +33,7 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-from execserver.server.handover import control_path, serving_pid
+from execserver.server.handover import ControlSocketBusy, control_path, serving_pid
 
 __all__ = ["add_supervise_parser", "supervise"]
 
@@ -81,10 +81,19 @@ def _say(text: str) -> None:
     sys.stderr.flush()
 
 
+def _serving(state_dir: str, busy: int | None) -> int | None:
+    """serving_pid, with ``busy`` for a daemon that listens but does not accept."""
+    try:
+        return serving_pid(state_dir)
+    except ControlSocketBusy:
+        return busy
+
+
 def _stop_successor(pid: int, signum: int, state_dir: str) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signum)
-    while serving_pid(state_dir) == pid:
+    # A busy control socket while it shuts down: still the successor's.
+    while _serving(state_dir, busy=pid) == pid:
         time.sleep(0.1)
 
 
@@ -97,7 +106,7 @@ def _successor(state_dir: str, stop: _Stop) -> int | None:
         return None  # a plain shutdown
     deadline = time.monotonic() + HANDOVER_WAIT_S
     while stop.requested() is None and time.monotonic() < deadline:
-        pid = serving_pid(state_dir)
+        pid = _serving(state_dir, busy=None)  # busy: not known yet, look again
         if pid is not None:
             return pid
         time.sleep(0.1)
@@ -121,7 +130,7 @@ def supervise(serve_args: Sequence[str]) -> int:
         successor = _successor(state_dir, stop) if code == 0 and state_dir is not None else None
         if successor is not None and state_dir is not None:
             _say(f"the daemon handed over to pid {successor}; staying while it serves")
-            while stop.requested() is None and serving_pid(state_dir) == successor:
+            while stop.requested() is None and _serving(state_dir, busy=successor) == successor:
                 time.sleep(SUCCESSOR_POLL_S)
             if stop.requested() is not None:
                 _stop_successor(successor, stop.requested() or signal.SIGTERM, state_dir)

@@ -30,6 +30,7 @@ import logging
 import os
 import socket
 import struct
+import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ from execserver.keeper.program import held_by_a_keeper
 __all__ = [
     "CONTROL_NAME",
     "ControlServer",
+    "ControlSocketBusy",
     "HandoverError",
     "Inherited",
     "SuccessorLink",
@@ -234,22 +236,39 @@ class Inherited:
     predecessor_pid: int
 
 
-def serving_pid(state_dir: str) -> int | None:
+class ControlSocketBusy(Exception):
+    """A daemon listens on the control socket but has not accepted for a while (its
+    backlog stays full): alive, shutting down or overloaded; who it is is unknown."""
+
+
+def serving_pid(state_dir: str, timeout: float = 2.0) -> int | None:
     """The pid of the daemon serving ``state_dir`` now (its control socket accepts;
-    SO_PEERCRED says who), or None: no socket, or one a killed daemon left. Other
-    errors (a socket we may not reach) are raised: they are not "nobody"."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    try:
-        sock.settimeout(2)
-        sock.connect(control_path(state_dir))
-        pid, _, _ = peer_credentials(sock)
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK):
-            return None
-        raise
-    finally:
-        sock.close()
-    return pid
+    SO_PEERCRED says who), or None: no socket, or one a killed daemon left. A
+    listener whose backlog stays full for ``timeout`` raises ControlSocketBusy.
+    Other errors (a socket we may not reach) are raised: they are not "nobody"."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(control_path(state_dir))
+            pid, _, _ = peer_credentials(sock)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK):
+                return None
+            # A Unix socket's connect with a timeout does not wait for room in a
+            # full backlog (EAGAIN): a daemon that stopped accepting while it shuts
+            # down, polled by `execserver supervise` every 0.1 s, filled its four
+            # places, and the supervisor died of the BlockingIOError.
+            if exc.errno != errno.EAGAIN:
+                raise
+            if time.monotonic() >= deadline:
+                raise ControlSocketBusy(control_path(state_dir)) from None
+            time.sleep(0.02)
+            continue
+        finally:
+            sock.close()
+        return pid
 
 
 def take_over(state_dir: str, version: str) -> Inherited | None:

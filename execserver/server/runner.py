@@ -44,6 +44,7 @@ from execserver.server import auth, lifecycle
 from execserver.server.audit import AuditLog
 from execserver.server.handover import (
     ControlServer,
+    ControlSocketBusy,
     HandoverError,
     SuccessorLink,
     send_listeners,
@@ -200,6 +201,14 @@ async def probe_sandbox_backend(config: ServerConfig) -> SandboxBackend:
     )
     log_backend(backend)
     return backend
+
+
+def _someone_serves(state_dir: str) -> bool:
+    """Whether a daemon serves ``state_dir`` (one too busy to accept counts)."""
+    try:
+        return serving_pid(state_dir) is not None
+    except ControlSocketBusy:
+        return True
 
 
 async def log_sandbox_report(backend: SandboxBackend) -> None:
@@ -432,7 +441,7 @@ class Server:
             inherited = await asyncio.to_thread(take_over, state_dir, __version__)
             if inherited is None:
                 log.info("--take-over: no daemon serves %s; starting as usual", state_dir)
-        elif state_dir is not None and await asyncio.to_thread(serving_pid, state_dir) is not None:
+        elif state_dir is not None and await asyncio.to_thread(_someone_serves, state_dir):
             for sock in activated:
                 sock.close()
             # Two daemons adopting the same keepers would take them from each other.
