@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 SWEEP_INTERVAL_S = 1.0
 # On a host of many processes a sweep (the /proc read in a thread, then applying
 # it to every tree on the loop) takes long: the next one waits this many times
-# as long as the last one took, up to SWEEP_INTERVAL_MAX_S, so that sweeping
+# as long as the last one took (CPU time), up to SWEEP_INTERVAL_MAX_S, so that sweeping
 # takes at most ~5 % of the daemon's time. With 1,000 agents (6,400 processes
 # on the host, 2,000 trees) a sweep every second was a steady share of an event
 # loop already short of CPU.
@@ -89,7 +90,6 @@ class Supervisor:
         self._timer: asyncio.TimerHandle | None = None
         # SWEEP_INTERVAL_S, longer after a sweep that took long (SWEEP_COST_FACTOR).
         self._interval = SWEEP_INTERVAL_S
-        self._sweep_started = 0.0
         self._closed = False
         # Trees killed on the request path, finished by one /proc scan shortly after.
         self._doomed: set[ProcessTree] = set()
@@ -100,7 +100,7 @@ class Supervisor:
         self._strays_running = False
         # The /proc scan of a sweep, in a worker thread (see _sweep), and whether
         # another sweep was asked for meanwhile.
-        self._scan: asyncio.Future[ProcTable] | None = None
+        self._scan: asyncio.Future[tuple[ProcTable, float]] | None = None
         self._sweep_again = False
         # The cgroups of trees that ended, for the next sweep to remove.
         self._finished: list[ProcessCgroup] = []
@@ -255,13 +255,15 @@ class Supervisor:
         before = {tree: set(tree.tracked) for tree in self._trees}
         finished, self._finished = self._finished, []
         read = self._read_table if whole else read_own_children_table
-        self._sweep_started = asyncio.get_running_loop().time()
         scan = asyncio.get_running_loop().run_in_executor(None, _remove_then_read, finished, read)
         self._scan = scan
         scan.add_done_callback(lambda done: self._swept(done, whole, before))
 
     def _swept(
-        self, scan: asyncio.Future[ProcTable], whole: bool, before: dict[ProcessTree, set[int]]
+        self,
+        scan: asyncio.Future[tuple[ProcTable, float]],
+        whole: bool,
+        before: dict[ProcessTree, set[int]],
     ) -> None:
         self._scan = None
         again, self._sweep_again = self._sweep_again, False
@@ -272,7 +274,8 @@ class Supervisor:
             log.error("process sweep: cannot read /proc: %r", error)
             self._schedule()
             return
-        table = scan.result()
+        table, read_cpu = scan.result()
+        applying = time.thread_time()
         if self._trees and not whole:
             self._schedule(SWEEP_SOON_S)  # a tree came meanwhile: it needs the whole table
             return
@@ -299,7 +302,9 @@ class Supervisor:
         )
         for tree in [t for t in self._trees if t.empty]:
             self._forget(tree)
-        took = asyncio.get_running_loop().time() - self._sweep_started
+        # CPU time, not wall time: what the sweep costs the daemon, not how long
+        # it waited for a CPU or the GIL on a busy machine.
+        took = read_cpu + time.thread_time() - applying
         self._interval = min(max(SWEEP_INTERVAL_S, took * SWEEP_COST_FACTOR), SWEEP_INTERVAL_MAX_S)
         if again:
             self._schedule(SWEEP_SOON_S)
@@ -339,8 +344,12 @@ class Supervisor:
         self._trees.clear()
 
 
-def _remove_then_read(finished: list[ProcessCgroup], read: Callable[[], ProcTable]) -> ProcTable:
-    """A sweep's work in its thread: the ended trees' cgroups go, then /proc is read."""
+def _remove_then_read(
+    finished: list[ProcessCgroup], read: Callable[[], ProcTable]
+) -> tuple[ProcTable, float]:
+    """A sweep's work in its thread: the ended trees' cgroups go, then /proc is read.
+    Also returns the CPU time it took (the thread's, not the wall clock's)."""
+    started = time.thread_time()
     for cgroup in finished:
         cgroup.remove()
-    return read()
+    return read(), time.thread_time() - started
