@@ -87,12 +87,25 @@ RESUME_AFTER_S = 1.0
 
 
 def journal_bytes(state: Path, session: str = "*") -> int:
-    """The journals' bytes on disk: every session's, or one session's."""
+    """The journals' bytes on disk: every session's, or one session's. The daemon
+    removes a closed process's journal while this walks (pathlib's glob then
+    raises FileNotFoundError, seen once in a full run): what went counts 0."""
     total = 0
-    for segment in state.glob(f"{session}/*/journal/*.seg"):
+    for segment in _listing(state, [session, "*", "journal", "*.seg"]):
         with contextlib.suppress(OSError):
             total += segment.stat().st_size
     return total
+
+
+def _listing(top: Path, parts: list[str]) -> list[Path]:
+    """``top.glob("/".join(parts))``, a directory that vanishes meanwhile skipped."""
+    if not parts:
+        return [top]
+    try:
+        found = list(top.glob(parts[0]))
+    except FileNotFoundError:
+        return []
+    return [path for entry in found for path in _listing(entry, parts[1:])]
 
 
 def journals(state: Path) -> list[Path]:
