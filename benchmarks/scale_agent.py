@@ -289,7 +289,7 @@ class Window:
 
     def open(self, duration: float) -> None:
         self.start = time.perf_counter()
-        self.end = self.start + duration if duration else None
+        self.end = self.start + duration
 
     def records(self, at: float) -> bool:
         return self.start is not None and at >= self.start

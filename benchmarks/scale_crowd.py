@@ -71,6 +71,7 @@ async def crowd(spec: dict[str, Any], commands: asyncio.StreamReader) -> dict[st
         _, late = await asyncio.wait(waiting, timeout=spec["warmup"])
         for waiter in late:
             waiter.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
         print(f"warm {sum(done.is_set() for done in warmed)}", flush=True)
         if await _line(commands) != "go":
             raise RuntimeError("the harness did not say go")

@@ -8,7 +8,6 @@ of a session that was mid-close, or an orphan — is killed here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -149,17 +148,13 @@ class Supervisor:
         other root's exit read each of those zombies' /proc files meanwhile: at
         1,000 agents that was a third of the event loop's time."""
         try:
-            exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            reaped, _ = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             return  # not the daemon's child (no subreaper), or reaped already
-        if exited is None:  # still exiting
-            if tries_left > 0 and not self._closed:
-                asyncio.get_running_loop().call_later(
-                    SANDBOX_CHILD_RETRY_S, self._reap_sandbox_child, pid, tries_left - 1
-                )
-            return
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
+        if reaped == 0 and tries_left > 0 and not self._closed:  # still exiting
+            asyncio.get_running_loop().call_later(
+                SANDBOX_CHILD_RETRY_S, self._reap_sandbox_child, pid, tries_left - 1
+            )
 
     def _keep_or_forget(self, tree: ProcessTree) -> None:
         if tree.empty:
