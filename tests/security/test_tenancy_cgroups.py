@@ -31,7 +31,9 @@ from tests.support.tenants import (
 _ALICE = {"sandbox": "optional"}  # A runs unsandboxed, as B does: only the quota differs
 
 # Forks children that sleep until killed and prints how many forks succeeded: the
-# pids controller refuses a fork past the quota with EAGAIN.
+# pids controller refuses a fork past the quota with EAGAIN. The children let go of
+# the output pipes, so the process's output ends when the parent exits (else the
+# daemon waits out its drain timeout for them, 5 s per process).
 FORKS = """
 import os, sys, time
 made = 0
@@ -41,6 +43,9 @@ for _ in range(int(sys.argv[1])):
     except OSError:
         break
     if pid == 0:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
         time.sleep(300)
         os._exit(0)
     made += 1
