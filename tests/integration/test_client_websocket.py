@@ -191,7 +191,12 @@ async def test_a_fragmented_message_with_a_ping_inside_is_reassembled() -> None:
         status_id = json.loads(payload)["id"]
         reply = {"id": status_id, "result": {"status": "ready in pieces"}}
         await send_in_fragments(writer, json.dumps(reply).encode())
-        await reader.read()  # until the client hangs up
+        # The client's close frame is answered, as RFC 6455 asks (else the client
+        # waits out its close timeout, 5 s, before it hangs up).
+        while (frame := await _read_frame(reader))[0] != 0x8:
+            pass
+        writer.write(_frame(0x8, frame[1], fin=True))
+        await writer.drain()
         writer.close()
 
     server = await asyncio.start_server(accept, "127.0.0.1", 0)
