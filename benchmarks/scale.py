@@ -551,7 +551,8 @@ async def run(args: argparse.Namespace, tree: str | None, commit: str) -> dict[s
             lambda pid_window: run_level(
                 "execserver", at, args.duration, args.think, tree, pid_window
             ),
-            RESULTS / ("scale_smoke_profile.txt" if args.smoke else "scale_profile.txt"),
+            # Next to the JSON (a test's run writes its own directory, not the tree's).
+            args.out.with_name(args.out.stem + "_profile.txt"),
         )
     report["load_after"] = _load()
     report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")

@@ -1,7 +1,8 @@
 """`make bench-scale --smoke` run for real, at N = 1 and 4 agents against execserver
 and the reference (4, not the smoke's default 10: the reference starts a helper
 process per sandboxed call, ~2 CPU-seconds per agent's pass, and the suite's time
-is CPU-bound): the JSON's shape, and every operation of every agent succeeded."""
+is CPU-bound): the JSON's shape, the profile at the knee, and every operation of
+every agent succeeded."""
 
 from __future__ import annotations
 
@@ -52,5 +53,9 @@ def test_bench_scale_smoke_measures_every_operation_without_errors(tmp_path: Pat
     for figure in ("concurrent_spawns_32", "idle_rss"):
         assert report["figures"][figure]["ratio"], figure
     assert set(report["targets"]) >= {"p99_le_half_reference", "loop_lag_p99_lt_50ms"}
+    # The profile at the knee: py-spy's samples of the daemon, written next to the JSON.
+    profile = report["profile"]
+    assert profile["samples"] > 0 and profile["self"], profile
+    assert (tmp_path / profile["raw"]).stat().st_size > 0
     for image in ("scale_smoke_latency.png", "scale_smoke_resources.png"):
         assert (tmp_path / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
