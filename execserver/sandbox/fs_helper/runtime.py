@@ -28,7 +28,6 @@ import functools
 import os
 import struct
 import sys
-import sysconfig
 from dataclasses import dataclass
 from typing import Final
 
@@ -127,6 +126,8 @@ def helper_runtime(module: str) -> HelperRuntime | None:
     binds = _Binds(home)
     loader_dir = binds.place(os.path.dirname(loader), "ld")
     library_path = [loader_dir]
+    import sysconfig  # here, not at the top: ~5 ms of every daemon's start otherwise
+
     libdir = sysconfig.get_config_var("LIBDIR")
     if isinstance(libdir, str) and os.path.isdir(libdir):
         library_path.append(binds.place(os.path.realpath(libdir), "libpython"))
