@@ -163,12 +163,18 @@ def sandbox_config_from(environ: Mapping[str, str]) -> SandboxConfig:
         helpers_max = max(1, int(environ["EXECSERVER_FS_HELPERS_MAX"]))
     except (KeyError, ValueError):
         pass
+    fs_concurrency: int | None = None  # sixteen per CPU
+    try:
+        fs_concurrency = max(1, int(environ["EXECSERVER_FS_CONCURRENCY"]))
+    except (KeyError, ValueError):
+        pass
     return SandboxConfig(
         bwrap=environ.get("EXECSERVER_BWRAP") or None,
         landlock=environ.get("EXECSERVER_SANDBOX_NO_LANDLOCK", "") not in _TRUE_WORDS,
         glob_scan_limit=glob_limit,
         persistent_fs_helper=environ.get("EXECSERVER_FS_HELPER", "persistent") != "oneshot",
         fs_helpers_max=helpers_max,
+        fs_concurrency=fs_concurrency,
     )
 
 

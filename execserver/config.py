@@ -121,6 +121,9 @@ class SandboxConfig:
     # used one is retired and the next call of its policy starts a new one (~85 ms).
     # None: as many as a quarter of the memory holds (fs/sandboxed/capacity.py).
     fs_helpers_max: int | None = None
+    # At most this many sandboxed fs calls at once, daemon-wide ($EXECSERVER_FS_CONCURRENCY);
+    # past it a call waits its session's turn (kernel/fair_gate.py). None: sixteen per CPU.
+    fs_concurrency: int | None = None
 
 
 @dataclass(frozen=True)
@@ -179,4 +182,5 @@ ENVIRONMENT_SETTINGS: Mapping[str, str] = {
     "EXECSERVER_SANDBOX_GLOB_SCAN_LIMIT": "SandboxConfig.glob_scan_limit",
     "EXECSERVER_FS_HELPER": "SandboxConfig.persistent_fs_helper (oneshot: off)",
     "EXECSERVER_FS_HELPERS_MAX": "SandboxConfig.fs_helpers_max",
+    "EXECSERVER_FS_CONCURRENCY": "SandboxConfig.fs_concurrency",
 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from execserver.containment import ProcessCgroups
@@ -30,6 +30,7 @@ from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import FileSystemSandboxContext
 
 __all__ = [
+    "caller_of",
     "in_thread",
     "in_thread_to_completion",
     "needs_sandbox",
@@ -117,10 +118,21 @@ def needs_sandbox(sandbox: FileSystemSandboxContext | None, *, write: bool) -> b
 
 
 async def run_sandboxed(
-    sandbox: FileSystemSandboxContext, op: FsOperation, args: dict[str, Any], fs: SandboxedFs
+    sandbox: FileSystemSandboxContext,
+    op: FsOperation,
+    args: dict[str, Any],
+    fs: SandboxedFs,
+    caller: Hashable = None,
 ) -> Any:
-    """``op`` in a helper inside ``sandbox`` (the caller checked ``needs_sandbox``)."""
-    return op.finish(await fs.call(sandbox, op.name, args, module=op.program))
+    """``op`` in a helper inside ``sandbox`` (the caller checked ``needs_sandbox``);
+    ``caller``: whose turn it waits for when the daemon's fs gate is full (``caller_of``)."""
+    return op.finish(await fs.call(sandbox, op.name, args, module=op.program, caller=caller))
+
+
+def caller_of(ctx: RequestContext) -> Hashable:
+    """Whose turn a request's sandboxed fs call waits for: its session's."""
+    session = ctx.peer.session
+    return None if session is None else session.id
 
 
 async def run_as_tenant(
@@ -154,12 +166,14 @@ async def run_fs_op(
     tenant: TenantProfile | None = None,
     paths: list[FsPath] | None = None,
     glob_scan_limit: int = 0,
+    caller: Hashable = None,
 ) -> Any:
     """Run ``op`` under ``sandbox`` if it restricts this kind of access (in a
     helper from ``fs()``), else in the thread pool — or inline for a ``cheap``
     metadata call when no mounted file system can block (local_mounts). ``fs``
     is called only when a helper is needed (the server makes its client lazily).
-    With a ``tenant``: as ``run_as_tenant`` on ``paths`` (default: ``args["path"]``)."""
+    With a ``tenant``: as ``run_as_tenant`` on ``paths`` (default: ``args["path"]``).
+    ``caller``: as ``run_sandboxed``'s."""
     if tenant is not None:
         reached = paths if paths is not None else [(args["path"], write)]
         return await run_as_tenant(
@@ -167,7 +181,7 @@ async def run_fs_op(
         )
     if needs_sandbox(sandbox, write=write):
         assert sandbox is not None
-        return await run_sandboxed(sandbox, op, args, fs())
+        return await run_sandboxed(sandbox, op, args, fs(), caller)
     if cheap:
         answer = run_cheap_fs_op_at_once(sandbox, op.local, args)
         if answer is not MUST_WAIT:

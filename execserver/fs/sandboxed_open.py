@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from execserver.fs.dispatch import in_thread_to_completion, needs_sandbox, run_sandboxed
@@ -40,13 +40,14 @@ async def open_handle_fd(
     path: str,
     mode: OpenMode,
     fs: Callable[[], SandboxedFs],
+    caller: Hashable = None,
 ) -> int:
     write = mode == "replace"
     if not needs_sandbox(sandbox, write=write):
         return await in_thread_to_completion(open_fd, path, mode, on_abandon=os.close)
     assert sandbox is not None
     args = {"path": path, "mode": mode}
-    ident: Any = await run_sandboxed(sandbox, OPEN_FOR_HANDLE, args, fs())
+    ident: Any = await run_sandboxed(sandbox, OPEN_FOR_HANDLE, args, fs(), caller)
     dev, ino = int(ident["dev"]), int(ident["ino"])
     return await in_thread_to_completion(
         reopen_same_inode, path, mode, dev, ino, on_abandon=os.close

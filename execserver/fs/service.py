@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Annotated, Any, TypedDict
 
 from execserver.fs import handle_io, ops_read, ops_write
 from execserver.fs import operations as op
 from execserver.fs.dispatch import (
+    caller_of,
     in_thread,
     in_thread_to_completion,
     needs_sandbox,
@@ -108,18 +109,21 @@ def _fs(ctx: RequestContext) -> Callable[[], SandboxedFs]:
     return lambda: sandboxed_fs(ctx)
 
 
-class _AsTenant(TypedDict, total=False):
+class _Who(TypedDict, total=False):
     tenant: TenantProfile | None
     glob_scan_limit: int
+    caller: Hashable
 
 
-def _who(ctx: RequestContext) -> _AsTenant:
-    """``run_fs_op``'s tenant arguments: with --tenants, the request's principal (its
-    fs calls run with its identity, within its roots); else nothing changes."""
+def _who(ctx: RequestContext) -> _Who:
+    """``run_fs_op``'s arguments naming who asks: the session whose turn a sandboxed
+    call waits for, and with --tenants the request's principal (its fs calls run with
+    its identity, within its roots)."""
     tenant = tenant_of(ctx)
     if tenant is None:
-        return {}
-    return {"tenant": tenant, "glob_scan_limit": ctx.server.config.sandbox.glob_scan_limit}
+        return {"caller": caller_of(ctx)}
+    limit = ctx.server.config.sandbox.glob_scan_limit
+    return {"tenant": tenant, "glob_scan_limit": limit, "caller": caller_of(ctx)}
 
 
 ReadFileResult = Annotated[dict[str, str], EncodesAs(ReadFileResponse)]
@@ -185,7 +189,7 @@ async def write_file(ctx: RequestContext, req: PathRequest[WriteFileParams]) -> 
         assert sandbox is not None
         # Raw bytes: the persistent helper takes them as they are (no second base64).
         args = {"path": path, "data": data, "follow_symlinks": params.follow_symlinks}
-        await run_sandboxed(sandbox, op.WRITE_FILE, args, sandboxed_fs(ctx))
+        await run_sandboxed(sandbox, op.WRITE_FILE, args, sandboxed_fs(ctx), caller_of(ctx))
     else:
         await in_thread(ops_write.write_file_bytes, path, data, params.follow_symlinks)
     _audit(ctx, "write", path, bytes=len(data))
@@ -327,7 +331,7 @@ async def _open_fd(ctx: RequestContext, req: PathRequest[OpenParams], path: str)
     tenant = who.get("tenant")
     mode = req.params.mode
     if tenant is None:
-        return await open_handle_fd(req.sandbox, path, mode, _fs(ctx))
+        return await open_handle_fd(req.sandbox, path, mode, _fs(ctx), caller_of(ctx))
     # The tenant's own open (its identity), so the handle carries only its rights.
     reached: list[FsPath] = [(path, mode == "replace")]
     limit = who["glob_scan_limit"]

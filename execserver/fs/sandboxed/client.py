@@ -20,6 +20,8 @@ stays only for what the pool cannot serve and as the operator's opt-out.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Hashable
 from typing import Any
 
 from execserver.config import DEFAULT_GLOB_SCAN_LIMIT, SandboxConfig
@@ -27,6 +29,7 @@ from execserver.containment import ProcessCgroups
 from execserver.fs.sandboxed import program
 from execserver.fs.sandboxed.helper import HelperDied, spawn_confined_helper
 from execserver.fs.sandboxed.pool import HelperPool
+from execserver.kernel.fair_gate import FairGate
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.plan import off_loop
 from execserver.sandbox.policy import ResolvedPolicy, resolve_policy
@@ -38,6 +41,13 @@ __all__ = ["SandboxedFs"]
 
 def _keep(policy: ResolvedPolicy) -> None:
     """Nothing to release for a resolved policy (``off_loop``'s cancel hook)."""
+
+
+def default_concurrency() -> int:
+    """Calls at once by default: sixteen per CPU. At 1,000 agents on 2 CPUs
+    (docs/scale.md), 8, 32 and 96 at once and no bound gave 54, 98, 59 and 49
+    operations/s: too few leaves the helpers idle, too many queue on the loop."""
+    return 16 * (len(os.sched_getaffinity(0)) or 1)
 
 
 class SandboxedFs:
@@ -54,8 +64,12 @@ class SandboxedFs:
         module: str = program.__name__,
         containment: ProcessCgroups | None = None,
         max_helpers: int | None = None,
+        concurrency: int | None = None,
     ) -> None:
         self.backend = backend
+        # At most this many calls at once, daemon-wide, shared fairly between callers
+        # (FairGate): past that, a call waits for a slot without taking loop time.
+        self.gate = FairGate(concurrency or default_concurrency())
         self.max_helpers = max_helpers
         # The daemon's per-process limits, for the helpers (None without them).
         self.containment = containment
@@ -80,6 +94,7 @@ class SandboxedFs:
             glob_scan_limit=config.glob_scan_limit,
             containment=containment,
             max_helpers=config.fs_helpers_max,
+            concurrency=config.fs_concurrency,
         )
 
     @property
@@ -98,10 +113,18 @@ class SandboxedFs:
         args: dict[str, Any],
         *,
         module: str | None = None,
+        caller: Hashable = None,
     ) -> Any:
         """``op(**args)`` inside the sandbox of ``context``; its OSError and RpcError
         come back as the reference's RpcError, a helper that died as -32603.
-        ``module``: another helper program than this client's (one call each)."""
+        ``module``: another helper program than this client's (one call each).
+        ``caller``: whose turn the call waits for when the gate is full (a session)."""
+        async with self.gate.slot(caller):
+            return await self._call(context, op, args, module)
+
+    async def _call(
+        self, context: FileSystemSandboxContext, op: str, args: dict[str, Any], module: str | None
+    ) -> Any:
         # fs/* has no process cwd to fall back to: dynamic entries need the context's cwd.
         policy = await off_loop(
             lambda: resolve_policy(
