@@ -54,7 +54,7 @@ from execserver.server.handover import (
 )
 from execserver.server.http_surface import HttpRequest, HttpResponse, UpgradeCheck
 from execserver.server.listen import ListenAddress, parse_listen
-from execserver.server.memory_tuning import freeze_startup_objects, tune_malloc
+from execserver.server.memory_tuning import freeze_startup_objects, tune_collector, tune_malloc
 from execserver.server.runtime import ServerRuntime
 from execserver.server.sessions import Session, SessionRegistry
 from execserver.server.transport_stdio import serve_stdio
@@ -412,6 +412,7 @@ class Server:
         await readopt_sessions(self.runtime)
         # Everything start-up imported and built stays: keep it out of full collections.
         frozen = freeze_startup_objects()
+        tune_collector()
         log.debug("%d start-up objects frozen out of garbage collection", frozen)
         try:
             if self.address.kind == "stdio":

@@ -37,3 +37,41 @@ def test_what_survived_start_up_leaves_the_collected_generations() -> None:
         [sys.executable, "-c", _CHECK], capture_output=True, text=True, check=False, timeout=60
     )
     assert (result.returncode, result.stdout) == (0, "ok\n"), result.stderr
+
+
+# Operations in flight under load: objects that outlive a few young collections and
+# then die. With CPython's thresholds they reach the oldest generation, and full
+# collections follow that walk the whole heap for nothing; with the daemon's, the
+# same churn brings none.
+_CHURN = """
+import gc, sys
+
+from execserver.server.memory_tuning import tune_collector
+
+if sys.argv[1] == "tuned":
+    tune_collector()
+heap = [[i] for i in range(200_000)]  # the sessions' long-lived state (lists: tracked)
+gc.collect()
+full = []
+def count(phase, info):
+    if phase == "stop" and info["generation"] == 2:
+        full.append(1)
+gc.callbacks.append(count)
+for burst in range(40):  # a burst of requests, answered
+    in_flight = [[i] for i in range(30_000)]
+    del in_flight
+print(len(full))
+"""
+
+
+def _full_collections(mode: str) -> int:
+    result = subprocess.run(
+        [sys.executable, "-c", _CHURN, mode], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)
+
+
+def test_operations_in_flight_bring_no_full_collection_with_the_daemons_thresholds() -> None:
+    assert _full_collections("default") > 0  # the churn does bring them by default
+    assert _full_collections("tuned") == 0
