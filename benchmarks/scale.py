@@ -71,6 +71,12 @@ SAMPLE_INTERVAL_S = 0.5
 # The agents' processes run this much nicer than the servers
 # (benchmarks/scale_crowd.py says why).
 AGENTS_NICE = 10
+# Before each level the machine settles: the last level's processes (at N = 1,000,
+# the reference's thousand helpers and agents) can keep the CPUs busy for a minute
+# after it ends, and the next level would pay for them. At most --settle seconds (120;
+# none with --smoke, whose levels are small and which runs on busy CI machines) until a
+# one-second sample finds the CPUs at most SETTLE_CPU_PERCENT busy.
+SETTLE_CPU_PERCENT = 25.0
 
 
 def raise_fd_limit() -> int:
@@ -499,6 +505,19 @@ async def side_figures(tree: str | None, rounds: int, smoke: bool) -> dict[str, 
     return out
 
 
+async def settle(most_s: float) -> dict[str, float]:
+    """Wait for a quiet machine (see SETTLE_CPU_PERCENT), at most ``most_s`` seconds;
+    how long it took, and the CPU use of the last sample (in the level's JSON)."""
+    if most_s <= 0:
+        return {"waited_s": 0.0}
+    start = time.perf_counter()
+    while True:
+        busy = await asyncio.to_thread(psutil.cpu_percent, 1.0)
+        waited = time.perf_counter() - start
+        if busy <= SETTLE_CPU_PERCENT or waited >= most_s:
+            return {"waited_s": round(waited, 1), "cpu_percent": busy}
+
+
 def _load() -> dict[str, Any]:
     one, five, fifteen = os.getloadavg()
     return {"loadavg_1_5_15": [one, five, fifteen], "cpu_percent": psutil.cpu_percent(0.5)}
@@ -522,6 +541,7 @@ async def run(args: argparse.Namespace, tree: str | None, commit: str) -> dict[s
             "think_s": args.think,
             "warmup_max_s": args.warmup,
             "grace_s": args.grace,
+            "settle_max_s": args.settle,
             "probe_interval_s": PROBE_INTERVAL_S,
             "operations": list(OPERATIONS),
         },
@@ -532,9 +552,11 @@ async def run(args: argparse.Namespace, tree: str | None, commit: str) -> dict[s
         order = SERVERS if index % 2 == 0 else tuple(reversed(SERVERS))
         entry: dict[str, Any] = {"order": list(order)}
         for kind in order:
+            settled = await settle(args.settle)
             entry[kind] = await run_level(
                 kind, n, args.duration, args.think, tree, warmup=args.warmup, grace=args.grace
             )
+            entry[kind]["settled_before"] = settled
             entry[kind]["load_after"] = _load()
             print_level(kind, entry[kind])
         entry["ratio"] = ratios(entry["execserver"], entry["reference"])
@@ -590,6 +612,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default=30.0,
         help="seconds an operation under way at the window's end may take to finish",
     )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="at most this many seconds of waiting for quiet CPUs before a level "
+        "(default 120, 0 with --smoke)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="the JSON (PNGs next to it)")
     parser.add_argument("--no-profile", dest="profile", action="store_false")
     parser.add_argument(
@@ -602,6 +631,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.agents = [1, 10] if args.smoke else [1, 10, 100, 1000]
     if args.duration is None:
         args.duration = 3.0 if args.smoke else 20.0
+    if args.settle is None:
+        args.settle = 0.0 if args.smoke else 120.0
     if args.out is None:
         args.out = RESULTS / ("scale_smoke.json" if args.smoke else "scale.json")
     return args
