@@ -13,18 +13,11 @@ import sys
 from pathlib import Path
 
 from tests.integration.test_client_cli import cli_env
+from tests.integration.test_patch_once_imports import RECORD_MODULES
 from tests.support.rpc import connect
 
 # module -> what only needs it
 OPTION_ONLY = {"jwt": "--ws-auth signed-bearer-token"}
-
-RECORD_MODULES = (
-    "import atexit, os, sys\n"
-    "atexit.register(lambda: open(os.environ['MODULES_OUT'], 'w')"
-    ".write('\\n'.join(sorted(sys.modules))))\n"
-    "from execserver.cli import main\n"
-    "sys.exit(main())\n"
-)
 
 
 async def _modules_of_a_daemon(tmp_path: Path, *flags: str, serve_a_session: bool) -> set[str]:
