@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import tempfile
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from execserver.sandbox.policy import PROTECTED_NAMES
 from tests.support.ordering import longest_first
 from tests.support.procinfo import command_line, live_descendant_pids
 from tests.support.servers import (
@@ -59,6 +61,41 @@ os.environ["HOME"] = _SUITE_HOME.name
 # serve_local() and the survival tests start. The tests of the report itself
 # (tests/unit/test_doctor.py) set EXECSERVER_STARTUP_PROBE=1 for their daemons.
 os.environ.setdefault("EXECSERVER_STARTUP_PROBE", "0")
+
+# ---- the protected names under /tmp exist for the whole run -----------------------
+#
+# Sandboxes that make /tmp writable keep /tmp/.git, /tmp/.codex, /tmp/.agents and
+# /tmp/.aws read-only; where one is missing, a daemon makes an empty directory there
+# as a mount point for the sandbox's time and removes it after. Between execserver
+# daemons that is coordinated (execserver/sandbox/mounts.py: a mark and a lock), but
+# the reference, which this suite runs side by side with ours, takes no part in it:
+# a reference daemon can make /tmp/.codex, one of ours find it (unmarked: a directory
+# of the host's, to bind read-only), and the reference remove it before our bwrap
+# binds it: "Can't find source path /tmp/.codex" failed a test in a loaded `make
+# test` run (tests/interop groups the codex CLI's runs for the same race). So the names exist
+# as the host's own directories while the suite runs, as /tmp/.git does on many
+# machines: no daemon makes or removes them. Made when this file is first imported
+# (by the xdist controller, before its workers start), removed when the run ends, if
+# still empty, by the process that made them.
+_TMP_PROTECTED: list[Path] = []
+for _name in PROTECTED_NAMES:
+    _path = Path("/tmp") / _name
+    try:
+        _path.mkdir()
+    except OSError:
+        continue  # already there (the host's, or a running suite's), or /tmp read-only
+    _TMP_PROTECTED.append(_path)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the protected-name directories this process made (see above), if empty.
+    Only the controller (or a run without xdist): a worker ends before the run does."""
+    if hasattr(config, "workerinput"):
+        return
+    for path in _TMP_PROTECTED:
+        with contextlib.suppress(OSError):  # not empty: something of the host's now
+            path.rmdir()
+
 
 # ---- the reference binary: resolved once, its absence is one skip reason ---------
 #
