@@ -85,7 +85,7 @@ async def test_a_waiter_cancelled_after_its_slot_was_granted_hands_it_on() -> No
         assert gate.waiting == 2
     # Leaving the block granted b0 its slot; b0 has not run yet when it is cancelled.
     granted_then_cancelled.cancel()
-    await last
+    await asyncio.wait_for(last, 5)  # a slot lost with b0 would hold c0 forever
     with pytest.raises(asyncio.CancelledError):
         await granted_then_cancelled
     assert (order, gate.held, gate.waiting) == (["c0"], 0, 0)
