@@ -35,8 +35,12 @@ def _threads(server: RunningServer) -> list[str]:
 _ATTEMPTS = 4
 
 
+_NEWCOMERS: list[list[str]] = []  # the threads each failed attempt saw start, for the failure
+
+
 async def _small_reads_inline_then_large_in_a_worker(server: RunningServer, files: Path) -> bool:
-    """False when a small read started a worker; else checks that the large one does."""
+    """False when a small read started a worker (its threads are recorded in
+    _NEWCOMERS); else checks that the large one does."""
     small = (files / "small").read_bytes()
     async with connect(server.url) as c:
         threads = _threads(server)
@@ -44,7 +48,9 @@ async def _small_reads_inline_then_large_in_a_worker(server: RunningServer, file
             data = (await c.ok("fs/readFile", {"path": uri(files / "small")}))["dataBase64"]
             assert unb64(data) == small
             assert (await c.ok("fs/readFile", {"path": uri(files / "empty")}))["dataBase64"] == ""
-        if _threads(server) != threads:  # a worker started
+        after = _threads(server)
+        if after != threads:  # a worker started
+            _NEWCOMERS.append([name for name in after if name not in threads] or after)
             return False
         # One byte over the limit: read by a worker, whole.
         data = (await c.ok("fs/readFile", {"path": uri(files / "large")}))["dataBase64"]
@@ -67,7 +73,10 @@ async def test_small_cached_files_are_read_without_a_worker_and_others_with_one(
         async with start_server("execserver") as server:
             if await _small_reads_inline_then_large_in_a_worker(server, tmp_path):
                 return
-    pytest.fail(f"each of {_ATTEMPTS} daemons started a worker for small cached reads")
+    pytest.fail(
+        f"each of {_ATTEMPTS} daemons started a worker for small cached reads; "
+        f"the threads that started: {_NEWCOMERS[-_ATTEMPTS:]}"
+    )
 
 
 async def test_files_the_loop_must_not_read_come_back_whole(
