@@ -9,7 +9,7 @@ import msgspec
 
 from execserver.discovery.config import check_paths, read_config
 from execserver.discovery.fs_program import SCAN_ROOT
-from execserver.fs.dispatch import caller_of, in_thread, run_fs_op, sandboxed_fs
+from execserver.fs.dispatch import in_thread, run_fs_op, sandboxed_fs, who_asks
 from execserver.fs.paths import native_path, validate_path_uri
 from execserver.kernel.context import RequestContext
 from execserver.kernel.methods import MethodTable
@@ -103,17 +103,8 @@ async def discover_roots_v1(
     ctx: RequestContext, params: CapabilityRootsDiscoverV1Params
 ) -> Annotated[dict[str, Any], EncodesAs(CapabilityRootsDiscoverV1Response)]:
     roots = []
-    tenant = tenant_of(ctx)
     # A tenant's scan: within its roots, with its identity (fs/dispatch.py run_as_tenant).
-    who: dict[str, Any] = (
-        {"caller": caller_of(ctx)}
-        if tenant is None
-        else {
-            "tenant": tenant,
-            "glob_scan_limit": ctx.server.config.sandbox.glob_scan_limit,
-            "caller": caller_of(ctx),
-        }
-    )
+    who = who_asks(ctx)
     for root in params.roots:
         path = native_path(root.path)
         sandbox = decode_sandbox_param(root.sandbox)

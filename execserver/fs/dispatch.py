@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from execserver.containment import ProcessCgroups
 from execserver.fs.errors import fs_error
@@ -26,6 +26,7 @@ from execserver.sandbox.fs import needs_sandboxed_fs
 from execserver.sandbox.policy import DYNAMIC_CWD_MESSAGE, has_dynamic_entries
 from execserver.tenancy.fs_access import FsPath, as_tenant
 from execserver.tenancy.profile import TenantProfile
+from execserver.tenancy.seat import tenant_of
 from execserver.wire.errors import RpcError
 from execserver.wire.sandbox import FileSystemSandboxContext
 
@@ -39,6 +40,7 @@ __all__ = [
     "run_fs_op",
     "run_sandboxed",
     "sandboxed_fs",
+    "who_asks",
 ]
 
 if TYPE_CHECKING:
@@ -133,6 +135,23 @@ def caller_of(ctx: RequestContext) -> Hashable:
     """Whose turn a request's sandboxed fs call waits for: its session's."""
     session = ctx.peer.session
     return None if session is None else session.id
+
+
+class Who(TypedDict, total=False):
+    tenant: TenantProfile | None
+    glob_scan_limit: int
+    caller: Hashable
+
+
+def who_asks(ctx: RequestContext) -> Who:
+    """``run_fs_op``'s arguments naming who asks: the session whose turn a sandboxed
+    call waits for, and with --tenants the request's principal (its fs calls run with
+    its identity, within its roots)."""
+    tenant = tenant_of(ctx)
+    if tenant is None:
+        return {"caller": caller_of(ctx)}
+    limit = ctx.server.config.sandbox.glob_scan_limit
+    return {"tenant": tenant, "glob_scan_limit": limit, "caller": caller_of(ctx)}
 
 
 async def run_as_tenant(

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Hashable
-from typing import Annotated, Any, TypedDict
+from collections.abc import Callable
+from typing import Annotated, Any
 
 from execserver.fs import handle_io, ops_read, ops_write
 from execserver.fs import operations as op
@@ -26,6 +26,7 @@ from execserver.fs.dispatch import (
     run_fs_op,
     run_sandboxed,
     sandboxed_fs,
+    who_asks,
 )
 from execserver.fs.handle_io import open_fd
 from execserver.fs.handles import FileHandles
@@ -45,7 +46,6 @@ from execserver.kernel.context import RequestContext
 from execserver.kernel.limits import check_below
 from execserver.kernel.methods import MUST_WAIT, MethodTable, MustWait
 from execserver.tenancy.fs_access import FsPath, as_tenant, confine_watch
-from execserver.tenancy.profile import TenantProfile
 from execserver.tenancy.seat import tenant_of
 from execserver.wire import methods as m
 from execserver.wire.base import Empty
@@ -109,23 +109,6 @@ def _fs(ctx: RequestContext) -> Callable[[], SandboxedFs]:
     return lambda: sandboxed_fs(ctx)
 
 
-class _Who(TypedDict, total=False):
-    tenant: TenantProfile | None
-    glob_scan_limit: int
-    caller: Hashable
-
-
-def _who(ctx: RequestContext) -> _Who:
-    """``run_fs_op``'s arguments naming who asks: the session whose turn a sandboxed
-    call waits for, and with --tenants the request's principal (its fs calls run with
-    its identity, within its roots)."""
-    tenant = tenant_of(ctx)
-    if tenant is None:
-        return {"caller": caller_of(ctx)}
-    limit = ctx.server.config.sandbox.glob_scan_limit
-    return {"tenant": tenant, "glob_scan_limit": limit, "caller": caller_of(ctx)}
-
-
 ReadFileResult = Annotated[dict[str, str], EncodesAs(ReadFileResponse)]
 
 
@@ -154,7 +137,7 @@ async def read_file(ctx: RequestContext, req: PathRequest[ReadFileParams]) -> Re
     params = req.params
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
     data: str = await run_fs_op(
-        req.sandbox, op.READ_FILE, args, write=False, fs=_fs(ctx), **_who(ctx)
+        req.sandbox, op.READ_FILE, args, write=False, fs=_fs(ctx), **who_asks(ctx)
     )
     return {"dataBase64": data}
 
@@ -176,7 +159,7 @@ async def write_file(ctx: RequestContext, req: PathRequest[WriteFileParams]) -> 
             f"fs/writeFile requires valid base64 dataBase64: {exc}"
         ) from None
     sandbox = req.sandbox
-    who = _who(ctx)
+    who = who_asks(ctx)
     tenant = who.get("tenant")
     if tenant is not None:
         limit = who["glob_scan_limit"]
@@ -200,7 +183,9 @@ async def create_directory(ctx: RequestContext, req: PathRequest[CreateDirectory
     params = req.params
     path = native_path(params.path)
     args = {"path": path, "recursive": params.recursive, "follow_symlinks": params.follow_symlinks}
-    await run_fs_op(req.sandbox, op.CREATE_DIRECTORY, args, write=True, fs=_fs(ctx), **_who(ctx))
+    await run_fs_op(
+        req.sandbox, op.CREATE_DIRECTORY, args, write=True, fs=_fs(ctx), **who_asks(ctx)
+    )
     _audit(ctx, "mkdir", path)
     return Empty()
 
@@ -223,7 +208,7 @@ async def get_metadata(ctx: RequestContext, req: PathRequest[GetMetadataParams])
     params = req.params
     args = {"path": native_path(params.path), "follow_symlinks": params.follow_symlinks}
     result: dict[str, Any] = await run_fs_op(
-        req.sandbox, op.GET_METADATA, args, write=False, fs=_fs(ctx), **_who(ctx), cheap=True
+        req.sandbox, op.GET_METADATA, args, write=False, fs=_fs(ctx), **who_asks(ctx), cheap=True
     )
     return result
 
@@ -233,7 +218,7 @@ async def canonicalize(
 ) -> CanonicalizeResponse:
     args = {"path": native_path(req.params.path)}
     uri = await run_fs_op(
-        req.sandbox, op.CANONICALIZE, args, write=False, fs=_fs(ctx), **_who(ctx), cheap=True
+        req.sandbox, op.CANONICALIZE, args, write=False, fs=_fs(ctx), **who_asks(ctx), cheap=True
     )
     return CanonicalizeResponse(path=uri)
 
@@ -243,7 +228,7 @@ async def read_directory(
 ) -> Annotated[dict[str, Any], EncodesAs(ReadDirectoryResponse)]:
     args = {"path": native_path(req.params.path)}
     entries = await run_fs_op(
-        req.sandbox, op.READ_DIRECTORY, args, write=False, fs=_fs(ctx), **_who(ctx)
+        req.sandbox, op.READ_DIRECTORY, args, write=False, fs=_fs(ctx), **who_asks(ctx)
     )
     return {"entries": entries}
 
@@ -273,7 +258,7 @@ async def walk_tree(
         "prune_hidden_directories": opts.prune_hidden_directories,
     }
     result: dict[str, Any] = await run_fs_op(
-        req.sandbox, op.WALK, args, write=False, fs=_fs(ctx), **_who(ctx)
+        req.sandbox, op.WALK, args, write=False, fs=_fs(ctx), **who_asks(ctx)
     )
     return result
 
@@ -287,7 +272,7 @@ async def remove(ctx: RequestContext, req: PathRequest[RemoveParams]) -> Empty:
         "force": params.force,
         "follow_symlinks": params.follow_symlinks,
     }
-    await run_fs_op(req.sandbox, op.REMOVE, args, write=True, fs=_fs(ctx), **_who(ctx))
+    await run_fs_op(req.sandbox, op.REMOVE, args, write=True, fs=_fs(ctx), **who_asks(ctx))
     _audit(ctx, "remove", path)
     return Empty()
 
@@ -297,7 +282,9 @@ async def copy(ctx: RequestContext, req: PathRequest[CopyParams]) -> Empty:
     source, destination = native_path(params.source_path), native_path(params.destination_path)
     args = {"source_path": source, "destination_path": destination, "recursive": params.recursive}
     paths: list[FsPath] = [(source, False), (destination, True)]
-    await run_fs_op(req.sandbox, op.COPY, args, write=True, fs=_fs(ctx), paths=paths, **_who(ctx))
+    await run_fs_op(
+        req.sandbox, op.COPY, args, write=True, fs=_fs(ctx), paths=paths, **who_asks(ctx)
+    )
     _audit(ctx, "copy", destination, source=source)
     return Empty()
 
@@ -327,7 +314,7 @@ async def open_handle(ctx: RequestContext, req: PathRequest[OpenParams]) -> Open
 
 
 async def _open_fd(ctx: RequestContext, req: PathRequest[OpenParams], path: str) -> int:
-    who = _who(ctx)
+    who = who_asks(ctx)
     tenant = who.get("tenant")
     mode = req.params.mode
     if tenant is None:
