@@ -78,6 +78,7 @@ __all__ = [
     "KIND_STDOUT",
     "META_NAME",
     "NET_FDS_MARK",
+    "REPLAYED_THROUGH",
     "REQUEST_HEAD",
     "SEGMENT_BYTES",
     "SOCKET_NAME",
@@ -86,6 +87,7 @@ __all__ = [
     "held_by_a_keeper",
     "main",
     "pieces",
+    "replay_mark",
     "short_path",
 ]
 
@@ -94,6 +96,8 @@ FRAME = struct.Struct("<QBI")
 REQUEST_HEAD = struct.Struct("<I")
 KIND_STDOUT, KIND_STDERR, KIND_PTY, KIND_EXIT, KIND_CLOSED, KIND_INFO = 0, 1, 2, 3, 4, 5
 STREAM_KINDS = {"stdout": KIND_STDOUT, "stderr": KIND_STDERR, "pty": KIND_PTY}
+# The key of the info frame that answers a re-adopting daemon's hello.
+REPLAYED_THROUGH = "replayed_through"
 SOCKET_NAME = "keeper.sock"
 # The byte a re-adopting daemon first receives when the keeper holds its
 # process's network listeners (they come with it, SCM_RIGHTS).
@@ -296,6 +300,12 @@ def pieces(kind: int, length: int) -> int:
     numbers.)"""
     chunk = CHUNK_BYTES.get(kind)
     return max(1, -(-length // chunk)) if chunk else 1
+
+
+def replay_mark(last_seq: int) -> bytes:
+    """The frame sent before a replay: its seqs end at ``last_seq`` (0: nothing)."""
+    payload = json.dumps({REPLAYED_THROUGH: last_seq}).encode()
+    return FRAME.pack(0, KIND_INFO, len(payload)) + payload
 
 
 class Journal:
@@ -534,6 +544,8 @@ class Keeper:
             "process_id": self.request.get("process_id"),
             "program": self.request.get("program"),
             "started": time.time(),
+            # A re-adopting daemon's hello is answered with replay_mark first.
+            "replay_mark": True,
         }
         _write_atomic(os.path.join(self.dir, META_NAME), json.dumps(meta).encode())
         self._answer({"ok": True, "pid": self.pid, "keeper": os.getpid()})
@@ -1154,7 +1166,11 @@ class Keeper:
         elif op == "hello":  # a re-adopting daemon: replay from its seq
             assert self.link is not None
             self.link.segment, self.link.offset = self.journal.position_of(int(command["from"]))
-            self.link.extra = b""
+            # First, how far the replay goes (the last seq journaled now): the daemon
+            # answers nothing about the process before it has all of it (a closed
+            # process read back from seq 0 came back empty while the replay was
+            # still on its way, processes/kept.py).
+            self.link.extra = replay_mark(self.seq)
             self._flush()
         elif op == "write":
             self._write_stdin(base64.b64decode(command["data"]))

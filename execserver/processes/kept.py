@@ -36,9 +36,11 @@ from execserver.keeper.program import (
     FRAME,
     KIND_CLOSED,
     KIND_EXIT,
+    KIND_INFO,
     KIND_PTY,
     KIND_STDERR,
     KIND_STDOUT,
+    REPLAYED_THROUGH,
 )
 from execserver.processes.log import OutputLog
 from execserver.processes.managed import (
@@ -66,6 +68,10 @@ RECV_BYTES = FRAME.size + max(CHUNK_BYTES.values()) * CHUNKS_PER_READ
 # small line each, and each wakes the keeper: on 2 busy CPUs the wake-up preempted
 # the daemon inside its send).
 ACK_EVERY = 128
+# How long a request about a re-adopted process waits for its keeper's replay (see
+# KeptProcess.wait_replayed): a keeper that has not sent its journal by then is
+# stuck or gone, and the process is served as its log then is (a warning says so).
+REPLAY_WAIT_S = 30.0
 
 
 class KeeperOutput:
@@ -102,8 +108,33 @@ class KeeperOutput:
         self._hole_from = 0
         self._hole_to = 0
         self._acked = 0
+        # Re-adopted: the last seq of the keeper's replay, once its mark came (-1:
+        # not yet); None when there is no replay to wait for.
+        self._replay_end: int | None = None
         self._waiters: list[asyncio.Future[None]] = []
         self._loop.add_reader(link.fileno(), self._on_readable)
+
+    def expect_replay(self) -> None:
+        """The link is a re-adoption's: its keeper answers the hello with how far its
+        replay goes (execserver.keeper.program.replay_mark)."""
+        self._replay_end = -1
+
+    @property
+    def replaying(self) -> bool:
+        """Whether the log still lacks part of what the keeper had journaled when it
+        was re-adopted. Not when the link is gone, nor while the log holds back the
+        rest until a read (a detached session's output, ``_keep_from``): what the
+        log has is then all a read can be given."""
+        end = self._replay_end
+        if end is None:
+            return False
+        if (end >= 0 and self.log.next_seq > end) or self.link is None or self._held_back():
+            self._replay_end = None
+            return False
+        return True
+
+    def give_up_replay(self) -> None:
+        self._replay_end = None
 
     @property
     def streaming(self) -> bool:
@@ -174,6 +205,10 @@ class KeeperOutput:
         if hole and (not keep or hole < keep):
             return hole
         return keep
+
+    def _held_back(self) -> bool:
+        """Paused until a read: the log holds what it may not evict yet."""
+        return self._paused and self._held()
 
     def _held(self) -> bool:
         """Whether the next chunk would evict output not yet sent or read back."""
@@ -270,6 +305,9 @@ class KeeperOutput:
                     if seq >= log_.next_seq:
                         log_.next_seq = seq + 1
                         self._on_closed(seq)
+                elif kind == KIND_INFO and self._replay_end == -1:
+                    mark = json.loads(view[start : start + length].tobytes())
+                    self._replay_end = int(mark[REPLAYED_THROUGH])
                 offset = start + length
         finally:
             view.release()  # before the bytearray may shrink
@@ -406,6 +444,30 @@ class KeptProcess(ManagedProcess):
 
     def read_through(self, seq: int) -> None:
         self._kept.read_through(seq)
+
+    def expect_replay(self) -> None:
+        """Re-adopted from a keeper that marks its replay's end (its meta.json says
+        ``replay_mark``): requests about the process wait for the replay."""
+        self._kept.expect_replay()
+
+    @property
+    def replaying(self) -> bool:
+        return self._kept.replaying
+
+    async def wait_replayed(self) -> None:
+        deadline = self._loop.time() + REPLAY_WAIT_S
+        while self._kept.replaying:
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
+                log.warning(
+                    "process %s: its keeper's replay did not arrive within %.0f s; "
+                    "served from what it has",
+                    self.process_id,
+                    REPLAY_WAIT_S,
+                )
+                self._kept.give_up_replay()
+                return
+            await self._kept.wait_change(remaining)
 
     # ---- the keeper's events -----------------------------------------------------------
 

@@ -188,6 +188,15 @@ class ManagedProcess:
     def closed(self) -> bool:
         return self.closed_seq is not None
 
+    @property
+    def replaying(self) -> bool:
+        """Whether what is known of the process is still arriving (a re-adopted kept
+        process's replay, processes/kept.py): requests about it wait_replayed first."""
+        return False
+
+    async def wait_replayed(self) -> None:
+        """Until ``replaying`` is over (at once here: a child of the daemon's)."""
+
     # Read by tests/unit/test_process_managed.py: the sender's cursor and the
     # readers waiting for a change.
     @property

@@ -92,6 +92,17 @@ def _lookup(ctx: RequestContext, process_id: str) -> ManagedProcess | None:
     return table.get(process_id) if table is not None else None
 
 
+async def _settled(ctx: RequestContext, process_id: str) -> ManagedProcess | None:
+    """The process, once what is known of it has arrived (a re-adopted process's
+    replay: whether it still runs decides what a write or terminate does). The
+    request keeps its slot meanwhile: what comes after it on the connection waits,
+    so writes stay in order."""
+    proc = _lookup(ctx, process_id)
+    if proc is not None and proc.replaying:
+        await proc.wait_replayed()
+    return proc
+
+
 # ---- process/start ---------------------------------------------------------------------
 
 
@@ -241,7 +252,7 @@ def process_read_at_once(ctx: RequestContext, params: ReadParams) -> ReadResult 
     or no ``waitMs``; else MUST_WAIT (process_read then waits)."""
     proc = _read_target(ctx, params)
     after = params.after_seq or 0
-    if _must_wait(proc, after, params):
+    if proc.replaying or _must_wait(proc, after, params):
         return MUST_WAIT
     return _read_response(proc, after, params.max_bytes)
 
@@ -249,6 +260,9 @@ def process_read_at_once(ctx: RequestContext, params: ReadParams) -> ReadResult 
 async def process_read(ctx: RequestContext, params: ReadParams) -> ReadResult:
     proc = _read_target(ctx, params)
     after = params.after_seq or 0
+    if proc.replaying:
+        async with ctx.waiting():
+            await proc.wait_replayed()
     if _must_wait(proc, after, params):
         # Give the connection's request slot back while we wait (unlike the reference).
         async with ctx.waiting():
@@ -319,21 +333,21 @@ async def process_write(ctx: RequestContext, params: WriteParams) -> WriteRespon
         data = decode_base64(params.chunk)
     except Base64Error as exc:
         raise RpcError.invalid_params(str(exc)) from None
-    proc = _lookup(ctx, params.process_id)
+    proc = await _settled(ctx, params.process_id)
     if proc is None:
         return WriteResponse("unknownProcess")
     return WriteResponse(proc.write(params.write_id, data))
 
 
 async def process_signal(ctx: RequestContext, params: SignalParams) -> Empty:
-    proc = _lookup(ctx, params.process_id)
+    proc = await _settled(ctx, params.process_id)
     if proc is not None:
         proc.interrupt()
     return Empty()
 
 
 async def process_terminate(ctx: RequestContext, params: TerminateParams) -> TerminateResponse:
-    proc = _lookup(ctx, params.process_id)
+    proc = await _settled(ctx, params.process_id)
     return TerminateResponse(proc.terminate() if proc is not None else False)
 
 

@@ -311,6 +311,8 @@ class ProcessTable:
             program=str(meta.get("program") or ""),
             classify_denial=None,
         )
+        if meta.get("replay_mark"):
+            proc.expect_replay()
         if self._telemetry is not None:
             self._telemetry.process_spawned()  # balanced by its exit, replayed or to come
         return proc, adopted.network
