@@ -37,13 +37,17 @@ $(BENCH_STAMP): $(STAMP)
 	$(call EDITABLE_INSTALL,.[dev$(comma)bench])
 	@touch $@
 
-venv: $(STAMP) execserver/processes/native/exec-as
+# The programs in C (each one's rule below says why it exists).
+EXEC_AS := execserver/processes/native/exec-as
+ORPHAN_GUARD := execserver/processes/native/orphan-guard
+NATIVE := $(EXEC_AS) $(ORPHAN_GUARD)
+
+venv: $(STAMP) $(NATIVE)
 
 # exec-as (execserver/processes/exec_as.py): a tenant's or cgroup-limited spawn keeps
 # the daemon's vfork path. Without the C library on x86-64 and arm64 (its start-up
 # would be most of the program's time: see the source), else static on libc, else
 # dynamic; without a C compiler the daemon falls back to a slower fork, and says so.
-EXEC_AS := execserver/processes/native/exec-as
 EXEC_AS_NOLIBC := -static -nostdlib -fno-stack-protector -ffreestanding -fno-builtin
 $(EXEC_AS): execserver/processes/native/exec_as.c
 	@if command -v cc >/dev/null 2>&1; then \
@@ -52,6 +56,17 @@ $(EXEC_AS): execserver/processes/native/exec_as.c
 	  || cc -O2 -Wall -Wextra -DEXEC_AS_LIBC -o $@ $<; \
 	else \
 	  echo "warning: no C compiler; tenants' and cgroup-limited spawns fall back to fork (install gcc)"; \
+	fi
+
+# orphan-guard (execserver/processes/orphan_guard.py): what a daemon started dies with
+# it even when it is SIGKILLed. Static when the C library allows it; without a C
+# compiler the daemon runs without it, and says so at start-up.
+$(ORPHAN_GUARD): execserver/processes/native/orphan_guard.c
+	@if command -v cc >/dev/null 2>&1; then \
+	  cc -O2 -Wall -Wextra -static -o $@ $< 2>/dev/null \
+	  || cc -O2 -Wall -Wextra -o $@ $<; \
+	else \
+	  echo "warning: no C compiler; a SIGKILLed daemon's processes outlive it (install gcc)"; \
 	fi
 
 # The sandbox needs bubblewrap; install it when missing and we may (root + apt).
@@ -67,7 +82,7 @@ system-deps:
 	  fi; \
 	fi
 
-run: $(STAMP) $(EXEC_AS) system-deps
+run: $(STAMP) $(NATIVE) system-deps
 	$(BIN)/execserver serve --listen $(LISTEN)
 
 lint: lint-code lint-deploy
@@ -145,7 +160,7 @@ TEST_WORKERS ?= 3
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 SERIAL_TESTS := tests/reliability/test_memory.py tests/reliability/test_soak.py \
 	tests/reliability/test_disconnect_storm.py
-test: $(STAMP) $(EXEC_AS) $(LINT_STAMP) system-deps lint-code typecheck
+test: $(STAMP) $(NATIVE) $(LINT_STAMP) system-deps lint-code typecheck
 	@start=$$(date +%s); status=0; \
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(SERIAL_TESTS:%=--ignore=%) $(PYTEST_ARGS) \
 	  || status=$$?; \
@@ -161,24 +176,24 @@ schema: $(STAMP)
 vectors: $(STAMP)
 	$(BIN)/python -m tests.support.vectors record
 
-interop: $(STAMP) $(EXEC_AS) system-deps
+interop: $(STAMP) $(NATIVE) system-deps
 	$(BIN)/pytest -m interop $(PYTEST_ARGS)
 
-bench: $(BENCH_STAMP) $(EXEC_AS) system-deps
+bench: $(BENCH_STAMP) $(NATIVE) system-deps
 	$(BIN)/python -m benchmarks.run
 
-bench-smoke: $(BENCH_STAMP) $(EXEC_AS) system-deps
+bench-smoke: $(BENCH_STAMP) $(NATIVE) system-deps
 	$(BIN)/python -m benchmarks.run --smoke
 
 # N = 1, 10, 100, 1,000 agents against both servers (docs/scale.md);
 # BENCH_SCALE_ARGS=--smoke for N = 1 and 10, a few seconds each.
 BENCH_SCALE_ARGS ?=
-bench-scale: $(BENCH_STAMP) $(EXEC_AS) system-deps
+bench-scale: $(BENCH_STAMP) $(NATIVE) system-deps
 	$(BIN)/python -m benchmarks.scale $(BENCH_SCALE_ARGS)
 
 # The full reliability suite (100k fuzz messages, 1,000-cycle storms, 1 GB
 # outputs, 10,000 processes, 10-minute soak); `make test` runs a bounded subset.
-reliability: $(STAMP) $(EXEC_AS) system-deps
+reliability: $(STAMP) $(NATIVE) system-deps
 	RELIABILITY_SCALE=full $(BIN)/pytest -s tests/reliability $(PYTEST_ARGS)
 
 # The container image, built with podman (rootful, no daemon; installed with apt
@@ -190,11 +205,11 @@ image:
 	deploy/image/build.sh $(IMAGE)
 
 # Builds the image and runs it with the documented security options (tests/container).
-container-test: $(STAMP) $(EXEC_AS) system-deps
+container-test: $(STAMP) $(NATIVE) system-deps
 	@command -v podman >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get install -y -qq podman runc debootstrap >/dev/null 2>&1 || \
 	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq podman runc debootstrap >/dev/null 2>&1)); } || true
 	$(BIN)/pytest -m container tests/container $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(LINT_VENV) $(EXEC_AS) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(LINT_VENV) $(NATIVE) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

@@ -252,6 +252,18 @@ def exec_as_check() -> Check:
     return Check("exec-as", EXEC_AS_PROGRAM is not None, detail)
 
 
+def orphan_guard_check() -> Check:
+    """Whether a SIGKILLed daemon's processes die with it (orphan-guard is built)."""
+    from execserver.processes.orphan_guard import ORPHAN_GUARD_PROGRAM
+
+    if ORPHAN_GUARD_PROGRAM is not None:
+        detail = f"{ORPHAN_GUARD_PROGRAM}: a SIGKILLed daemon's processes die with it"
+    else:
+        detail = "not built (make needs a C compiler): a SIGKILLed daemon's processes outlive it"
+    return Check("orphan-guard", ORPHAN_GUARD_PROGRAM is not None, detail)
+
+
+GUARD_SECTION = "a daemon killed without --state-dir"
 CGROUP_SECTION = "per-process limits (--process-memory-max, --process-pids-max, --process-cpu-max)"
 
 
@@ -271,6 +283,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     cgroups = cgroup_checks(root)
     exec_as = exec_as_check()
     report.extra_sections[CGROUP_SECTION] = cgroup_lines([*cgroups, exec_as])
+    guard = orphan_guard_check()
+    report.extra_sections[GUARD_SECTION] = [
+        f"  {guard.name} {'ok' if guard.ok else 'no':8s} {guard.detail}"
+    ]
     if getattr(args, "tenants", None):
         from execserver.tenancy.report import TenantsFileError, load_for_report, principal_lines
 
@@ -290,6 +306,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             **({"sections": report.extra_sections} if report.extra_sections else {}),
             "cgroups": [asdict(c) for c in cgroups],
             "execAs": asdict(exec_as),
+            "orphanGuard": asdict(guard),
             "missingRequirements": missing,
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

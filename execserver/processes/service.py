@@ -19,7 +19,7 @@ from execserver.netproxy.launch import NetworkHost, prepare_network
 from execserver.processes.envpolicy import build_environment
 from execserver.processes.launch import plan_unsandboxed
 from execserver.processes.managed import DenialClassifier, ManagedProcess
-from execserver.processes.supervisor import Supervisor
+from execserver.processes.supervisor import Supervisor, server_supervisor
 from execserver.processes.table import ProcessTable
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.denial import is_sandbox_denied
@@ -57,7 +57,7 @@ MAX_SNAPSHOT_SCOPE_BYTES = 256
 def _table(ctx: RequestContext) -> ProcessTable:
     session = ctx.session
     config = ctx.server.config
-    supervisor = ctx.server.state.get(Supervisor, Supervisor)
+    supervisor = ctx.server.state.get(Supervisor, lambda: server_supervisor(ctx.server.resources))
     return session.state.get(
         ProcessTable,
         lambda: ProcessTable(

@@ -34,9 +34,11 @@ from execserver.processes.tree import (
 
 if TYPE_CHECKING:
     from execserver.containment import ProcessCgroup
+    from execserver.kernel.resources import Resources
     from execserver.processes.keepers import KeeperHost
+    from execserver.processes.orphan_guard import OrphanGuard
 
-__all__ = ["Supervisor"]
+__all__ = ["Supervisor", "server_supervisor"]
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +73,31 @@ STRAY_SWEEP_S = 2.0
 SWEEP_SOON_S = 0.001
 
 
+def server_supervisor(resources: Resources) -> Supervisor:
+    """The daemon's Supervisor, made on first use from what start-up provided: the
+    keepers (--state-dir) and the orphan guard."""
+    from execserver.processes.keepers import KeeperHost
+    from execserver.processes.orphan_guard import OrphanGuard
+
+    return Supervisor(keepers=resources.get(KeeperHost), guard=resources.get(OrphanGuard))
+
+
 class Supervisor:
     def __init__(
         self,
         keepers: KeeperHost | None = None,
         read_table: Callable[[], ProcTable] = read_proc_table,
+        guard: OrphanGuard | None = None,
     ) -> None:
         # With --state-dir: the process keepers (the processes they hold are theirs
         # to reap and kill; the supervisor only keeps its hands off them).
         self.keepers = keepers
+        # Told of every tree, so that a daemon killed before it could end them does
+        # not leave them running (processes/orphan_guard.py).
+        self._guard = guard
+        # Members of trees in a session of their own (setsid escapees) the guard was
+        # told of: pid -> start. A root's session it finds itself; these it cannot.
+        self._guarded: dict[int, int] = {}
         # How a sweep reads all of /proc (a test slows it down).
         self._read_table = read_table
         self.subreaper = enable_subreaper()
@@ -123,6 +141,8 @@ class Supervisor:
             sandbox_child=sandbox_child,
         )
         self._trees.add(tree)
+        if self._guard is not None and info is not None:
+            self._guard.started(pid, info.start)
         self._schedule()
         return tree
 
@@ -180,6 +200,8 @@ class Supervisor:
 
     def _forget(self, tree: ProcessTree) -> None:
         self._trees.discard(tree)
+        if self._guard is not None:
+            self._guard.ended(tree.root)
         if tree.cgroup is not None:
             # Empty now; removed by the next sweep's thread, not here on the way to
             # the process's `closed` (five rmdirs on a v1 host, ~0.16 ms).
@@ -219,8 +241,26 @@ class Supervisor:
         if self._trees:
             self._schedule(0.05)  # reap what the kill left to us
 
+    def _guard_escapees(self, table: ProcTable) -> None:
+        """Tell the orphan guard of the escapees this sweep knows (killed with their
+        tree by the daemon, but after a SIGKILL of the daemon only the guard can)."""
+        guard = self._guard
+        assert guard is not None
+        guarded = self._guarded
+        for pid in [pid for pid in guarded if pid not in table]:
+            del guarded[pid]
+        for tree in self._trees:
+            for pid, start in tree.tracked.items():
+                info = table.get(pid)
+                if info is not None and info.sid != tree.root and pid not in guarded:
+                    guarded[pid] = start
+                    guard.started(pid, start)
+
     def _spared(self) -> set[int]:
-        return self.keepers.keeper_pids() if self.keepers is not None else set()
+        spared = self.keepers.keeper_pids() if self.keepers is not None else set()
+        if self._guard is not None:
+            spared.add(self._guard.pid)
+        return spared
 
     def _schedule(self, delay: float | None = None) -> None:
         if self._closed:
@@ -289,6 +329,8 @@ class Supervisor:
             for pid, start in members.items():
                 if pid not in table:
                     tree.tracked.setdefault(pid, start)
+        if self._guard is not None:
+            self._guard_escapees(table)
         self._stray_zombies, self._strays_running = reap_stray_zombies(
             table,
             claimed_pids(self._trees) | self._spared(),

@@ -35,7 +35,8 @@ from execserver.netproxy.launch import NetworkHost, restore_network
 from execserver.processes import service as processes
 from execserver.processes.keepers import KeeperHost
 from execserver.processes.managed import ManagedProcess
-from execserver.processes.supervisor import Supervisor
+from execserver.processes.orphan_guard import OrphanGuard
+from execserver.processes.supervisor import Supervisor, server_supervisor
 from execserver.processes.table import ProcessTable
 from execserver.sandbox.backend import SandboxBackend, log_backend, probe_backend
 from execserver.sandbox.hidden import use_private_dir
@@ -400,6 +401,19 @@ class Server:
             __version__,
             REFERENCE_VERSION,
         )
+        # First: whatever this daemon starts dies with it, however it ends (the
+        # Supervisor, made on first use, tells the guard of every process).
+        guard = OrphanGuard.start()
+        if guard is not None:
+            self.runtime.resources.provide(OrphanGuard, guard)
+        try:
+            return await self._start_and_serve()
+        finally:
+            # After the runtime: its close ended every process the guard was told of.
+            if guard is not None:
+                await guard.aclose()
+
+    async def _start_and_serve(self) -> int:
         backend = await probe_sandbox_backend(self.config)
         # Services find it by class, as they find the cgroups (kernel.resources).
         self.runtime.resources.provide(SandboxBackend, backend)
@@ -620,8 +634,8 @@ def _signals_handled(handlers: dict[signal.Signals, Callable[[], None]]) -> Iter
 
 
 def open_keepers(runtime: ServerRuntime) -> KeeperHost | None:
-    """With --state-dir: the keeper zygote started, and the server's Supervisor made
-    with it (processes/service.py finds it in the server's state)."""
+    """With --state-dir: the keeper zygote started (the server's Supervisor, made on
+    first use by ``server_supervisor``, leaves its processes to it)."""
     config = runtime.config
     if config.state_dir is None:
         return None
@@ -632,7 +646,6 @@ def open_keepers(runtime: ServerRuntime) -> KeeperHost | None:
         retained_bytes=config.process_retained_bytes,
     )
     runtime.resources.provide(KeeperHost, host)
-    runtime.state.get(Supervisor, lambda: Supervisor(keepers=host))
     # Shared by the daemons of this state directory: a kept process's proxy sockets
     # stay masked in a successor's sandboxes (sandbox/hidden.py).
     use_private_dir(host.private_dir)
@@ -645,7 +658,7 @@ async def readopt_sessions(runtime: ServerRuntime) -> int:
     if host is None:
         return 0
     config = runtime.config
-    supervisor = runtime.state.get(Supervisor, lambda: Supervisor(keepers=host))
+    supervisor = runtime.state.get(Supervisor, lambda: server_supervisor(runtime.resources))
     restored = 0
     telemetry = runtime.telemetry
     tenants = runtime.resources.get(TenantDirectory)

@@ -15,6 +15,7 @@ import pytest
 
 from execserver.client import ExecServerClient
 from execserver.containment.host import probe_host
+from tests.support.procinfo import live_descendants
 from tests.support.rpc import poll_until
 from tests.support.servers import PROJECT_ROOT, execserver_command, start_server
 
@@ -39,12 +40,9 @@ def _alive(pid: int) -> bool:
 
 
 def _live_descendants(server_pid: int) -> set[int]:
-    found: set[int] = set()
     with contextlib.suppress(psutil.NoSuchProcess):
-        for child in psutil.Process(server_pid).children(recursive=True):
-            if _alive(child.pid):
-                found.add(child.pid)
-    return found
+        return {child.pid for child in live_descendants(server_pid)}
+    return set()
 
 
 @contextlib.asynccontextmanager

@@ -96,12 +96,21 @@ def command_line(pid: int, words: int = 4) -> str:
     return " ".join(arg.decode(errors="replace") for arg in argv[:words])
 
 
+# The daemon's own child for its whole life (execserver/processes/orphan_guard.py),
+# which no session started.
+ORPHAN_GUARD_NAME = "orphan-guard"
+
+
 def live_descendants(pid: int) -> list[psutil.Process]:
+    """What runs under the daemon ``pid`` (not zombies, not its orphan guard)."""
     out = []
     for child in psutil.Process(pid).children(recursive=True):
         try:
-            if child.status() != psutil.STATUS_ZOMBIE:
-                out.append(child)
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if child.name() == ORPHAN_GUARD_NAME and child.ppid() == pid:
+                continue
+            out.append(child)
         except psutil.NoSuchProcess:
             continue
     return out

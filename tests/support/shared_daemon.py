@@ -113,9 +113,9 @@ class SharedDaemon:
 
 
 def helper_subtrees(daemon_pid: int) -> set[int]:
-    """The daemon's sandboxed fs helpers and everything under them: the daemon's
-    own long-lived children (the persistent helper pool outlives the session that
-    first needed it), which are not a test's leftovers."""
+    """The daemon's sandboxed fs helpers and everything under them, and its orphan
+    guard: the daemon's own long-lived children (the persistent helper pool outlives
+    the session that first needed it), which are not a test's leftovers."""
     found: set[int] = set()
     try:
         children = psutil.Process(daemon_pid).children()
@@ -123,6 +123,9 @@ def helper_subtrees(daemon_pid: int) -> set[int]:
         return found
     for child in children:
         try:
+            if child.name() == "orphan-guard":
+                found.add(child.pid)
+                continue
             if not any(entry.startswith(_HELPER_ENV_PREFIX) for entry in _environ(child.pid)):
                 continue
             found.add(child.pid)

@@ -14,6 +14,7 @@ import pytest
 from execserver import __version__
 from execserver.doctor import CHECK_NAMES, SHAPE_NAMES
 from execserver.processes import exec_as
+from execserver.processes.orphan_guard import ORPHAN_GUARD_PROGRAM
 from tests.support.sandbox import masked_proc_bwrap, without_user_namespaces
 
 
@@ -258,6 +259,17 @@ def test_the_report_says_whether_exec_as_keeps_limited_spawns_on_vfork() -> None
     assert exec_as.EXEC_AS_PROGRAM is not None, "make builds exec-as: the suite runs with it"
     assert doc["execAs"]["detail"].startswith(exec_as.EXEC_AS_PROGRAM)
     assert f"exec-as   ok       {exec_as.EXEC_AS_PROGRAM}" in doctor().stdout
+
+
+def test_the_report_says_whether_a_sigkilled_daemons_processes_die_with_it() -> None:
+    _, doc = report()
+    assert ORPHAN_GUARD_PROGRAM is not None, "make builds orphan-guard: the suite runs with it"
+    assert doc["orphanGuard"] == {
+        "name": "orphan-guard",
+        "ok": True,
+        "detail": f"{ORPHAN_GUARD_PROGRAM}: a SIGKILLed daemon's processes die with it",
+    }
+    assert f"orphan-guard ok       {ORPHAN_GUARD_PROGRAM}" in doctor().stdout
 
 
 def test_an_exec_as_of_another_architecture_is_not_used(tmp_path: Path) -> None:

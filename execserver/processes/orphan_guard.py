@@ -1,0 +1,154 @@
+"""The orphan guard (``native/orphan_guard.c``): what the daemon started dies with it,
+even when the daemon cannot kill it itself (SIGKILL, the OOM killer, a crash).
+
+The daemon starts the program once, at start-up, with the read end of a pipe as its
+stdin, and tells it on the pipe of every process it starts (pid and start time) and
+of every tree that ended. The write end is close-on-exec and the daemon's alone, so
+the pipe ends when the daemon exits, however it exits; the guard then kills what is
+still recorded, with its session and its descendants. After an orderly shutdown
+(every tree killed and reaped already) it finds nothing and exits.
+
+Processes held by keepers (``--state-dir``) are not the guard's: they are meant to
+outlive the daemon, and their keepers end them after the session TTL.
+
+``make`` builds the program next to its source, as it builds ``exec-as``; without it
+the daemon runs unguarded and says so once at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import subprocess
+from pathlib import Path
+from typing import Final
+
+from execserver.processes.exec_as import runs_here
+
+__all__ = ["ORPHAN_GUARD_PROGRAM", "OrphanGuard"]
+
+log = logging.getLogger(__name__)
+
+
+def _built() -> str | None:
+    path = str(Path(__file__).parent / "native" / "orphan-guard")
+    return path if runs_here(path) else None
+
+
+# The orphan-guard this installation has (None: a SIGKILLed daemon's processes
+# outlive it).
+ORPHAN_GUARD_PROGRAM: Final[str | None] = _built()
+# How long an orderly shutdown waits for the guard to find nothing and exit.
+EXIT_WAIT_S = 2.0
+
+
+class OrphanGuard:
+    """The running guard: ``started``/``ended`` as the daemon's trees come and go,
+    ``aclose`` at shutdown (after every tree was killed)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], pipe: int) -> None:
+        self._popen = popen
+        self._pipe: int | None = pipe
+        # What the pipe did not take yet (a guard slower than the spawns): written
+        # when it can take more, in order.
+        self._pending = bytearray()
+        self._waiting = False
+
+    @classmethod
+    def start(cls, program: str | None = ORPHAN_GUARD_PROGRAM) -> OrphanGuard | None:
+        """The guard, running; None (and a warning) when it is not built or will
+        not start."""
+        if program is None:
+            log.warning(
+                "orphan-guard is not built (make builds it): the processes of a daemon "
+                "that is SIGKILLed outlive it"
+            )
+            return None
+        read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        try:
+            # In the daemon's session and process group (not a session of its own,
+            # which the supervisor's sweeps would take for an escapee to attribute);
+            # it ignores the signals a terminal or a group kill would send it.
+            popen = subprocess.Popen(
+                [program], stdin=read_end, stdout=subprocess.DEVNULL, close_fds=True
+            )
+        except OSError as exc:
+            os.close(write_end)
+            log.warning(
+                "orphan-guard did not start (%s): a SIGKILLed daemon's processes outlive it",
+                exc.strerror,
+            )
+            return None
+        finally:
+            os.close(read_end)
+        os.set_blocking(write_end, False)
+        return cls(popen, write_end)
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    def started(self, pid: int, start: int) -> None:
+        """The daemon started ``pid`` (``start``: its /proc start time)."""
+        self._send(b"+ %d %d\n" % (pid, start))
+
+    def ended(self, pid: int) -> None:
+        """The tree of ``pid`` has ended (killed and reaped, or exited whole)."""
+        self._send(b"- %d\n" % pid)
+
+    def _send(self, line: bytes) -> None:
+        if self._pipe is None:
+            return
+        self._pending += line
+        if not self._waiting:
+            self._flush()
+
+    def _flush(self) -> None:
+        pipe = self._pipe
+        if pipe is None:
+            return
+        try:
+            while self._pending:
+                sent = os.write(pipe, self._pending)
+                del self._pending[:sent]
+        except BlockingIOError:
+            if not self._waiting:
+                self._waiting = True
+                asyncio.get_running_loop().add_writer(pipe, self._writable)
+            return
+        except OSError as exc:  # the guard is gone (EPIPE): nothing to tell any more
+            log.error("orphan-guard exited early (%s); processes are unguarded", exc.strerror)
+            self._drop_pipe()
+            return
+        if self._waiting:
+            self._waiting = False
+            asyncio.get_running_loop().remove_writer(pipe)
+
+    def _writable(self) -> None:
+        self._flush()
+
+    def _drop_pipe(self) -> None:
+        pipe, self._pipe = self._pipe, None
+        if pipe is None:
+            return
+        if self._waiting:
+            self._waiting = False
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().remove_writer(pipe)
+        os.close(pipe)
+        self._pending.clear()
+
+    async def aclose(self) -> None:
+        """Shutdown, once the daemon has ended its processes: the pipe ends, the
+        guard looks, finds nothing of them, and exits."""
+        self._drop_pipe()
+        deadline = asyncio.get_running_loop().time() + EXIT_WAIT_S
+        while self._popen.poll() is None:
+            if asyncio.get_running_loop().time() >= deadline:
+                log.warning("orphan-guard did not exit; killing it")
+                self._popen.kill()
+                self._popen.wait()
+                return
+            await asyncio.sleep(0.01)
