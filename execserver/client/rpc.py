@@ -27,7 +27,7 @@ from execserver.client.errors import (
     ExecServerTransportClosed,
     rpc_error,
 )
-from execserver.client.transport import Transport
+from execserver.client.transport import NotSent, Transport
 from execserver.wire import errors as codes
 from execserver.wire.envelope import (
     ErrorMessage,
@@ -141,6 +141,16 @@ class RpcConnection:
             frame = encode_message(RequestMessage(request_id, method, encode_params(params)))
             try:
                 await self._send(frame)
+            except NotSent as exc:
+                # Closed under us (a server's 1012 arrives between two sends): the
+                # reader has not seen the end yet, but nothing of this request left,
+                # so it may be sent again once the session is resumed. The loss is
+                # recorded now, so that the caller waits for the recovery instead of
+                # finding this connection still "up".
+                self._mark_lost(f"{exc}")
+                raise ExecServerTransportClosed(
+                    f"JSON-RPC transport closed: {exc}", unexecuted=True
+                ) from exc
             except (ConnectionError, RuntimeError, OSError) as exc:
                 raise ExecServerTransportClosed(
                     f"JSON-RPC transport closed: {exc}", unexecuted=self.restarting

@@ -21,7 +21,7 @@ import picows
 from execserver.aio.tasks import TaskSet
 from execserver.client.errors import ExecServerConnectError, ExecServerTimeout
 
-__all__ = ["QUIET", "QuietStderr", "StdioTransport", "Transport", "WebSocketTransport"]
+__all__ = ["QUIET", "NotSent", "QuietStderr", "StdioTransport", "Transport", "WebSocketTransport"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,11 @@ class Transport(Protocol):
     def restarting(self) -> bool:
         """The server ended the connection saying it hands over to a successor
         (websocket close 1012), after answering every request it executed."""
+
+
+class NotSent(ConnectionResetError):
+    """The connection was closed or closing before the message was handed to it:
+    none of it reached the server (so a request sent so was never executed)."""
 
 
 # The websocket close code of a server handing over to its successor.
@@ -232,7 +237,7 @@ class WebSocketTransport:
             or self._inbox.ended
             or ws.underlying_transport.is_closing()
         ):
-            raise ConnectionResetError("websocket is closed")
+            raise NotSent("websocket is closed")
 
     async def _send_fragmented(self, message: bytes) -> None:
         # The reference drops a connection on any frame of 16 MiB or more (the

@@ -130,6 +130,22 @@ async def test_live_process_keeps_running_across_the_drop(
     assert out.lines == [b"before", b"after"]
 
 
+async def test_a_start_made_after_the_socket_closed_but_before_the_loss_was_seen_runs_once(
+    any_server: RunningServer, tmp_path: Path
+) -> None:
+    # The websocket ends (as under a server's 1012, which a take-over sends) and a
+    # start is made before the client's reader has run: nothing of it was sent, so it
+    # runs on the resumed session instead of failing (a take-over under load lost a
+    # `run` this way and its caller stopped).
+    async with await ExecServerClient.connect(any_server.url) as client:
+        conn = client.connection
+        assert conn is not None
+        conn.transport.abort()
+        done = await client.run(["sh", "-c", "echo ran >> runs; cat runs"], cwd=tmp_path)
+        assert (done.exit_code, done.stdout) == (0, b"ran\n")
+        assert await resumed(client) == 1
+
+
 async def test_second_client_resumes_a_detached_session(
     any_server: RunningServer, tmp_path: Path
 ) -> None:
