@@ -13,8 +13,9 @@ transport died, ``process/read`` is sent again (once), and so is any call the
 server did not execute: one it left unanswered when it closed with 1012 (a
 take-over), and one of which nothing was sent (the socket had closed before the
 reader saw it). Everything else fails with ``ExecServerTransportClosed``,
-because a start, write or fs change may or may not have happened. The resume loop itself (retries, deadline) is
-``execserver.client.recovery``; the client keeps the connection and the calls.
+because a start, write or fs change may or may not have happened. The resume
+loop itself (retries, deadline) is ``execserver.client.recovery``; the client
+keeps the connection and the calls.
 """
 
 from __future__ import annotations
