@@ -241,26 +241,35 @@ def cgroup_checks(root: str) -> list[Check]:
     return [Check(name, ok, detail) for name, ok, detail in describe_host(root)]
 
 
+def _built_check(name: str, program: str | None, with_it: str, without_it: str) -> Check:
+    """Whether one of the C programs `make` builds is there, and what that means."""
+    if program is not None:
+        return Check(name, True, f"{program}: {with_it}")
+    return Check(name, False, f"not built (make needs a C compiler): {without_it}")
+
+
 def exec_as_check() -> Check:
     """Whether limited and tenants' spawns keep the vfork path (exec-as is built)."""
     from execserver.processes.exec_as import EXEC_AS_PROGRAM
 
-    if EXEC_AS_PROGRAM is not None:
-        detail = f"{EXEC_AS_PROGRAM}: limited and tenants' spawns keep the vfork path"
-    else:
-        detail = "not built (make needs a C compiler): limited and tenants' spawns fork (slower)"
-    return Check("exec-as", EXEC_AS_PROGRAM is not None, detail)
+    return _built_check(
+        "exec-as",
+        EXEC_AS_PROGRAM,
+        "limited and tenants' spawns keep the vfork path",
+        "limited and tenants' spawns fork (slower)",
+    )
 
 
 def orphan_guard_check() -> Check:
     """Whether a SIGKILLed daemon's processes die with it (orphan-guard is built)."""
     from execserver.processes.orphan_guard import ORPHAN_GUARD_PROGRAM
 
-    if ORPHAN_GUARD_PROGRAM is not None:
-        detail = f"{ORPHAN_GUARD_PROGRAM}: a SIGKILLed daemon's processes die with it"
-    else:
-        detail = "not built (make needs a C compiler): a SIGKILLed daemon's processes outlive it"
-    return Check("orphan-guard", ORPHAN_GUARD_PROGRAM is not None, detail)
+    return _built_check(
+        "orphan-guard",
+        ORPHAN_GUARD_PROGRAM,
+        "a SIGKILLed daemon's processes die with it",
+        "a SIGKILLed daemon's processes outlive it",
+    )
 
 
 GUARD_SECTION = "a daemon killed without --state-dir"

@@ -30,14 +30,13 @@ STOPPED_S = 1.0
 
 @pytest.fixture
 async def state(tmp_path: Path) -> AsyncIterator[Path]:
-    path = tmp_path / "state"
-    try:
-        yield path
-    finally:
-        for keeper in keepers(path):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                keeper.resume()
-        await end_keepers(path)
+    """The state directory; its keepers continued (a failure may leave them
+    stopped) and ended afterwards."""
+    yield tmp_path / "state"
+    for keeper in keepers(tmp_path / "state"):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            keeper.resume()
+    await end_keepers(tmp_path / "state")
 
 
 @contextlib.asynccontextmanager
