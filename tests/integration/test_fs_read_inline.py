@@ -19,13 +19,16 @@ from tests.support.servers import RunningServer, start_server
 pytestmark = pytest.mark.fresh_daemon
 
 
-def _threads(server: RunningServer) -> list[str]:
-    """The daemon's threads by name (sorted), so that a failure names the newcomer."""
-    names = []
+def _threads(server: RunningServer) -> dict[int, str]:
+    """The daemon's threads: id -> name (so that a failure names the newcomer).
+    Compared by id: a thread is named by itself once it runs (libuv's workers,
+    started with the loop, are "python" until then), and on a loaded machine a
+    name changed between two looks (every attempt of a loaded run failed so)."""
+    threads = {}
     for tid in os.listdir(f"/proc/{server.process.pid}/task"):
         with open(f"/proc/{server.process.pid}/task/{tid}/comm") as comm:
-            names.append(comm.read().strip())
-    return sorted(names)
+            threads[int(tid)] = comm.read().strip()
+    return threads
 
 
 # RWF_NOWAIT may refuse a cached page now and then (EAGAIN while the kernel's flusher
@@ -33,6 +36,18 @@ def _threads(server: RunningServer) -> list[str]:
 # claim "small cached files are read on the loop" is tried on a few fresh daemons:
 # it fails only when no daemon reads them all inline (the regression it guards).
 _ATTEMPTS = 4
+
+
+def _write_clean(path: Path, data: bytes) -> None:
+    """``data`` written and flushed to the disk before the reads: its cached pages are
+    clean, so no writeback of them (which a machine busy writing starts at once) can
+    hold one locked while the daemon reads it with RWF_NOWAIT. In loaded runs every
+    attempt saw one worker thread start for the small reads (the cause this guards
+    against is the likeliest one; it did not happen when tried on its own)."""
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 _NEWCOMERS: list[list[str]] = []  # the threads each failed attempt saw start, for the failure
@@ -49,13 +64,13 @@ async def _small_reads_inline_then_large_in_a_worker(server: RunningServer, file
             assert unb64(data) == small
             assert (await c.ok("fs/readFile", {"path": uri(files / "empty")}))["dataBase64"] == ""
         after = _threads(server)
-        if after != threads:  # a worker started
-            _NEWCOMERS.append([name for name in after if name not in threads] or after)
+        if set(after) - set(threads):  # a worker started
+            _NEWCOMERS.append(sorted(name for tid, name in after.items() if tid not in threads))
             return False
         # One byte over the limit: read by a worker, whole.
         data = (await c.ok("fs/readFile", {"path": uri(files / "large")}))["dataBase64"]
         assert unb64(data) == (files / "large").read_bytes()
-        assert len(_threads(server)) > len(threads)
+        assert set(_threads(server)) - set(threads), "the large read started no worker"
     return True
 
 
@@ -64,9 +79,8 @@ async def test_small_cached_files_are_read_without_a_worker_and_others_with_one(
 ) -> None:
     if not all_local(mount_types()):
         pytest.skip("a network or user-space mount sends every read to a worker")
-    (tmp_path / "small").write_bytes(os.urandom(INLINE_READ_MAX))
-    (tmp_path / "empty").write_bytes(b"")
-    (tmp_path / "large").write_bytes(os.urandom(INLINE_READ_MAX + 1))
+    for name, size in (("small", INLINE_READ_MAX), ("empty", 0), ("large", INLINE_READ_MAX + 1)):
+        _write_clean(tmp_path / name, os.urandom(size))
     if await _small_reads_inline_then_large_in_a_worker(execserver, tmp_path):
         return
     for _ in range(_ATTEMPTS - 1):
