@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _WORKERS = 16
-_POOL = WorkerPool(max_workers=_WORKERS, name="execserver-fs")
+_POOL = WorkerPool(max_workers=_WORKERS, name="fs-worker")
 
 
 async def in_thread(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:

@@ -34,6 +34,8 @@ __all__ = ["WorkerPool"]
 
 T = TypeVar("T")
 
+_PR_SET_NAME = 15
+
 # (loop, future, func, args); None tells the worker that takes it to stop (close).
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
 
@@ -95,6 +97,7 @@ class WorkerPool:
             self._threads.append(thread)
 
     def _work(self) -> None:
+        _name_os_thread(self._name)
         jobs = self._jobs
         while True:
             job = jobs.get()
@@ -117,6 +120,15 @@ class WorkerPool:
                     _deliver(loop, future, result, None)
                     del result  # a 50 MB read must not stay alive while the thread waits
             del job, loop, future, func, args
+
+
+def _name_os_thread(name: str) -> None:
+    """The kernel's name for this thread (``/proc/PID/task/TID/comm``, what top and
+    py-spy show; 15 bytes at most): a worker is told from the loop's own threads."""
+    import ctypes  # the daemon has it loaded already (execserver/processes/tree.py)
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
 def _deliver(
