@@ -44,6 +44,19 @@ def _threads(server: RunningServer) -> dict[int, str]:
 _ATTEMPTS = 4
 
 
+def _read_nowait(path: Path) -> str:
+    """What the daemon's inline read of ``path`` would meet (for a failure's message:
+    which of its conditions sent the reads to a worker)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = os.preadv(fd, [bytearray(os.fstat(fd).st_size + 1)], 0, os.RWF_NOWAIT)
+        return f"{got} bytes"
+    except OSError as exc:
+        return f"errno {exc.errno}"
+    finally:
+        os.close(fd)
+
+
 def _started(before: dict[int, str], after: dict[int, str]) -> list[str]:
     """The names of the threads in ``after`` that were not in ``before``."""
     return sorted(name for tid, name in after.items() if tid not in before)
@@ -88,7 +101,9 @@ async def test_small_cached_files_are_read_without_a_worker_and_others_with_one(
                 return
     pytest.fail(
         f"each of {_ATTEMPTS} daemons started a worker for small cached reads; "
-        f"the threads that started: {_NEWCOMERS[-_ATTEMPTS:]}"
+        f"the threads that started: {_NEWCOMERS[-_ATTEMPTS:]}; now, all mounts local: "
+        f"{all_local(mount_types())}, the small file read with RWF_NOWAIT: "
+        f"{_read_nowait(tmp_path / 'small')}"
     )
 
 
