@@ -72,6 +72,11 @@ async def _small_reads_inline_then_large_in_a_worker(server: RunningServer, file
     async with connect(server.url) as c:
         threads = _threads(server)
         for _ in range(20):
+            # Read here first, so that its pages are in the cache and recently used
+            # when the daemon reads: a machine's proactive reclaim may evict a file's
+            # cold pages at any time (this VM runs DAMON with action "pageout", and a
+            # quiet suite run saw every attempt's small reads go to a worker).
+            (files / "small").read_bytes()
             data = (await c.ok("fs/readFile", {"path": uri(files / "small")}))["dataBase64"]
             assert unb64(data) == small
             assert (await c.ok("fs/readFile", {"path": uri(files / "empty")}))["dataBase64"] == ""
