@@ -18,7 +18,6 @@ the daemon runs unguarded and says so once at start-up.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import subprocess
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Final
 
 from execserver.processes.exec_as import runs_here
+from execserver.processes.stdin import StdinWriter
 
 __all__ = ["ORPHAN_GUARD_PROGRAM", "OrphanGuard"]
 
@@ -50,11 +50,9 @@ class OrphanGuard:
 
     def __init__(self, popen: subprocess.Popen[bytes], pipe: int) -> None:
         self._popen = popen
-        self._pipe: int | None = pipe
-        # What the pipe did not take yet (a guard slower than the spawns): written
-        # when it can take more, in order.
-        self._pending = bytearray()
-        self._waiting = False
+        # The guard's stdin, written as a child's is: a line the pipe does not take
+        # at once (a guard slower than the spawns) waits for it, in order.
+        self._stdin = StdinWriter(pipe, owns_fd=True)
 
     @classmethod
     def start(cls, program: str | None = ORPHAN_GUARD_PROGRAM) -> OrphanGuard | None:
@@ -92,63 +90,19 @@ class OrphanGuard:
 
     def started(self, pid: int, start: int) -> None:
         """The daemon started ``pid`` (``start``: its /proc start time)."""
-        self._send(b"+ %d %d\n" % (pid, start))
+        self._stdin.write(b"+ %d %d\n" % (pid, start))
 
     def ended(self, pid: int) -> None:
         """The tree of ``pid`` has ended (killed and reaped, or exited whole)."""
-        self._send(b"- %d\n" % pid)
-
-    def _send(self, line: bytes) -> None:
-        if self._pipe is None:
-            return
-        self._pending += line
-        if not self._waiting:
-            self._flush()
-
-    def _flush(self) -> None:
-        pipe = self._pipe
-        if pipe is None:
-            return
-        try:
-            while self._pending:
-                sent = os.write(pipe, self._pending)
-                del self._pending[:sent]
-        except BlockingIOError:
-            if not self._waiting:
-                self._waiting = True
-                asyncio.get_running_loop().add_writer(pipe, self._writable)
-            return
-        except OSError as exc:  # the guard is gone (EPIPE): nothing to tell any more
-            log.error("orphan-guard exited early (%s); processes are unguarded", exc.strerror)
-            self._drop_pipe()
-            return
-        if self._waiting:
-            self._waiting = False
-            asyncio.get_running_loop().remove_writer(pipe)
-
-    def _writable(self) -> None:
-        self._flush()
-
-    def _drop_pipe(self) -> None:
-        pipe, self._pipe = self._pipe, None
-        if pipe is None:
-            return
-        if self._waiting:
-            self._waiting = False
-            with contextlib.suppress(RuntimeError):
-                asyncio.get_running_loop().remove_writer(pipe)
-        os.close(pipe)
-        self._pending.clear()
+        self._stdin.write(b"- %d\n" % pid)
 
     async def aclose(self) -> None:
         """Shutdown, once the daemon has ended its processes: the pipe ends, the
         guard looks, finds nothing of them, and exits."""
-        self._drop_pipe()
-        deadline = asyncio.get_running_loop().time() + EXIT_WAIT_S
-        while self._popen.poll() is None:
-            if asyncio.get_running_loop().time() >= deadline:
-                log.warning("orphan-guard did not exit; killing it")
-                self._popen.kill()
-                self._popen.wait()
-                return
-            await asyncio.sleep(0.01)
+        self._stdin.close()
+        try:
+            await asyncio.to_thread(self._popen.wait, EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            log.warning("orphan-guard did not exit; killing it")
+            self._popen.kill()
+            self._popen.wait()

@@ -26,6 +26,7 @@ from contextlib import AbstractAsyncContextManager
 
 import psutil
 
+from tests.support.procinfo import ORPHAN_GUARD_NAME
 from tests.support.servers import RunningServer, start_server
 
 __all__ = [
@@ -123,7 +124,7 @@ def helper_subtrees(daemon_pid: int) -> set[int]:
         return found
     for child in children:
         try:
-            if child.name() == "orphan-guard":
+            if child.name() == ORPHAN_GUARD_NAME:
                 found.add(child.pid)
                 continue
             if not any(entry.startswith(_HELPER_ENV_PREFIX) for entry in _environ(child.pid)):

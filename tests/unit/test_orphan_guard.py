@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psutil
 import pytest
@@ -68,12 +68,7 @@ def _alive(pid: int) -> bool:
 
 
 def _gone(pids: list[int], within: float = 5.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if not any(_alive(pid) for pid in pids):
-            return True
-        time.sleep(0.02)
-    return False
+    return _until(lambda: not any(_alive(pid) for pid in pids), within)
 
 
 def test_at_the_pipes_end_a_watched_process_dies_with_its_session_and_descendants(
@@ -115,18 +110,35 @@ def test_a_recycled_pid_is_not_taken_for_the_process_told_of(
 
 
 def test_the_guard_ignores_the_signals_a_terminal_or_a_group_kill_sends(program: str) -> None:
+    ignored = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
     read_end, write_end = os.pipe()
     guard = subprocess.Popen([program], stdin=read_end)
     os.close(read_end)
     try:
-        time.sleep(0.1)  # its handlers set (a signal before that would end it)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        # Its handlers set (a signal before that would end it): /proc says so.
+        assert _until(lambda: set(ignored) <= _ignored_by(guard.pid)), _ignored_by(guard.pid)
+        for sig in ignored:
             guard.send_signal(sig)
-        time.sleep(0.1)
-        assert guard.poll() is None, "a signal meant for the daemon ended the guard"
     finally:
         os.close(write_end)
-        assert guard.wait(timeout=10) == 0
+    # Only the pipe's end ended it: a signal would have made the status negative.
+    assert guard.wait(timeout=10) == 0
+
+
+def _ignored_by(pid: int) -> set[int]:
+    """The signals ``pid`` ignores (/proc/PID/status, SigIgn)."""
+    with open(f"/proc/{pid}/status") as status:
+        mask = next(int(line.split()[1], 16) for line in status if line.startswith("SigIgn:"))
+    return {number for number in range(1, 65) if mask >> (number - 1) & 1}
+
+
+def _until(ready: Callable[[], bool], within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while not ready():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def test_many_entries_of_processes_long_gone_do_not_hide_a_live_one(
