@@ -146,9 +146,9 @@ typecheck: $(BENCH_STAMP)
 # disconnect storm) then run in a second pytest, apart from the rest (whose
 # hundreds of daemons would skew what they measure) but side by side with each
 # other: three loads of their kind are no more than the two CPU hogs they must
-# also pass under (the suite's loaded runs), and the suite's time has a target. The crash storm, the faults, the fuzzers,
-# the container image and the reference interop check outcomes, not figures, and
-# run with the rest. Each run lists its slowest tests (the suite's time has a
+# also pass under (the suite's loaded runs), and the suite's time has a target.
+# The crash storm, the faults, the fuzzers, the container image and the reference
+# interop check outcomes, not figures, and run with the rest. Each run lists its slowest tests (the suite's time has a
 # target: docs/development.md); the last line is the wall time of both.
 #
 # The suite runs with bytecode caching on, whatever PYTHONDONTWRITEBYTECODE says
