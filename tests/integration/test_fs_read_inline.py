@@ -20,16 +20,13 @@ pytestmark = pytest.mark.fresh_daemon
 
 
 # What the fs pool's threads call themselves (execserver/fs/dispatch.py): only they
-# are workers; the daemon starts threads of its own too (a loaded run saw one start
-# while the small reads ran, in every attempt).
+# are workers; other threads of the daemon's are no sign of a worker read.
 FS_WORKER = "fs-worker"
 
 
 def _threads(server: RunningServer) -> dict[int, str]:
-    """The daemon's threads: id -> name (so that a failure names the newcomer).
-    Compared by id: a thread is named by itself once it runs (libuv's workers,
-    started with the loop, are "python" until then), and on a loaded machine a
-    name changed between two looks (every attempt of a loaded run failed so)."""
+    """The daemon's threads: id -> name. Compared by id, so that the threads that
+    started are told from those already there whatever their names."""
     threads = {}
     for tid in os.listdir(f"/proc/{server.process.pid}/task"):
         with open(f"/proc/{server.process.pid}/task/{tid}/comm") as comm:
