@@ -361,8 +361,8 @@ class Supervisor:
             if tree.cgroup is not None:
                 tree.cgroup.kill()
         kill_trees(list(self._trees), list(self._trees))
-        # Whatever still descends from the daemon now (an escapee nobody could
-        # attribute) dies too: nothing may outlive the daemon.
+        # Whatever it started that still runs (an escapee nobody could attribute)
+        # dies too: nothing a session started may outlive the daemon.
         kill_all_descendants(self._spared())
         # Reap what we inherited; a SIGKILLed process dies within milliseconds.
         for _ in range(50):

@@ -396,17 +396,23 @@ def reap_stray_zombies(
     cleared its environment); nothing else would ever reap it. Whatever the daemon
     starts itself is reaped by its owner as soon as the event loop sees it exit (a
     pidfd reader, the loop's child watcher, a thread blocked in ``waitpid``), so a
-    child that stays a zombie that long has no owner. ``seen``: the zombies of the
-    last call, pid -> (start, first seen). Returns them for this call, and whether
-    an unowned child is still running (to be reaped when it exits).
+    child that stays a zombie that long has no owner. A child in the daemon's own
+    session is never such an orphan (see ``kill_all_descendants``): its owner, maybe
+    the program the daemon runs in, reaps it and wants its exit status.
+    ``seen``: the zombies of the last call, pid -> (start, first seen). Returns
+    them for this call, and whether an unowned child is still running (to be
+    reaped when it exits).
     """
     me = os.getpid()
+    my_sid = table[me].sid if me in table else os.getsid(0)
     zombies: dict[int, tuple[int, float]] = {}
     running = False
     for pid in table.children.get(me, ()):
         if pid in claimed:
             continue
         info = table[pid]
+        if info.sid == my_sid:
+            continue
         if info.state != "Z":
             running = True
             continue
@@ -471,14 +477,30 @@ def settle_unread(tree: ProcessTree) -> list[int]:
 
 
 def kill_all_descendants(spared: Iterable[int] = ()) -> None:
-    """Daemon shutdown: SIGKILL every descendant of this process but ``spared`` and
-    their own descendants (the process keepers of ``--state-dir``)."""
+    """Daemon shutdown: SIGKILL every child of this process outside its session,
+    with all of its descendants, but ``spared`` and their descendants (the process
+    keepers of ``--state-dir``, the orphan guard).
+
+    What a session started runs outside the daemon's session: each managed root
+    leads a session of its own and an escapee made one more. A child still in the
+    daemon's session is something the daemon or its host started itself, ended by
+    whoever owns it: a daemon run inside another program (the tests' workers, an
+    application embedding the server) killed that program's other children, and
+    theirs, before this rule.
+    """
     me = os.getpid()
+    my_sid = os.getsid(0)
     spared = set(spared)
     for _ in range(3):
         table = read_proc_table()
         keep = spared | descendants(spared, table)
-        targets = [p for p in descendants([me], table) if table[p].state != "Z" and p not in keep]
+        left = [
+            child
+            for child in table.children.get(me, ())
+            if child not in keep and table[child].sid != my_sid
+        ]
+        subtrees = set(left) | descendants(left, table)
+        targets = [p for p in subtrees if table[p].state != "Z" and p not in keep]
         if not targets:
             return
         for pid in targets:
