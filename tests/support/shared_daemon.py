@@ -26,7 +26,7 @@ from contextlib import AbstractAsyncContextManager
 
 import psutil
 
-from tests.support.procinfo import ORPHAN_GUARD_NAME
+from tests.support.procinfo import ORPHAN_GUARD_NAME, is_zombie_or_gone
 from tests.support.servers import RunningServer, start_server
 
 __all__ = [
@@ -85,12 +85,16 @@ class SharedDaemon:
         return self._server
 
     def alive(self) -> bool:
-        """Whether the daemon is still running. Its exit is delivered to its own
-        loop, which runs only here: one turn of it sets ``returncode``."""
+        """Whether the daemon is still running. Asked of the kernel: its exit reaches
+        its own loop (which runs only here) some turns after it happened, and a
+        daemon killed just before a test then looked alive to it."""
         if self._server is None or self._runner is None:
             return False
-        self._runner.run(asyncio.sleep(0))
-        return self._server.process.returncode is None
+        process = self._server.process
+        if process.returncode is None and not is_zombie_or_gone(process.pid):
+            return True
+        self._runner.run(process.wait())  # its exit status, for the report
+        return False
 
     def check_alive(self) -> None:
         """After a test that used the daemon: raise if it has gone."""
