@@ -242,8 +242,16 @@ class Connection:
             spec = self._known_methods.get(message.method)
             # Only when no earlier request is in flight: one that has not run its first
             # step yet must not be overtaken (a process/read right behind the
-            # process/start of the same process must find it).
-            if spec is not None and spec.at_once is not None and not self._tasks:
+            # process/start of the same process must find it). A finished task may
+            # still be in the set (see _in_flight): the request right after an answer
+            # written by a task (the first after initialize) once went to a task, and
+            # an fs/readFile of a cached file to a worker, whenever the client was
+            # scheduled before the daemon's next round.
+            if (
+                spec is not None
+                and spec.at_once is not None
+                and (not self._tasks or not self._in_flight())
+            ):
                 answer = self._answer_at_once(message, spec)
                 if isinstance(answer, bytes):
                     self._write_eagerly(answer)

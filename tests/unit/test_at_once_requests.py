@@ -53,6 +53,7 @@ class Probe:
         self.steps: list[str] = []
         self.seen: list[Ask] = []  # the params objects each path was given
         self.release = asyncio.Event()
+        self.returning = asyncio.Event()  # set as the handler returns
 
     def at_once(self, ctx: RequestContext, params: Ask) -> dict[str, str] | MustWait:
         self.steps.append(f"at once {params.mode}")
@@ -70,6 +71,7 @@ class Probe:
         self.seen.append(params)
         if params.mode in ("wait", "block"):
             await self.release.wait()
+        self.returning.set()
         return {"by": "handler"}
 
 
@@ -169,6 +171,25 @@ async def test_a_request_behind_one_in_flight_waits_for_its_first_step() -> None
         probe.release.set()
         assert [f["id"] for f in await sent.wait_for(2)] == [1, 2]
         assert probe.steps == ["at once block", "handler block", "handler now"]
+    finally:
+        await conn.aclose()
+        await conn.runtime.aclose()
+
+
+async def test_a_request_after_a_finished_one_is_answered_at_once() -> None:
+    """The task that answered the first request has finished, but the set of tasks
+    lets it go only in a callback of the loop's next round; a frame read before that
+    round (a client scheduled right after the answer was written, the first request
+    after initialize) is answered inline all the same."""
+    conn, probe, sent = await make_connection()
+    try:
+        await conn.handle_frame(probe_frame(1, "wait"))
+        probe.release.set()
+        # Woken by the handler's last step, so before its task's done callbacks run.
+        await probe.returning.wait()
+        await conn.handle_frame(probe_frame(2, "now"))
+        assert probe.steps == ["at once wait", "handler wait", "at once now"]
+        assert [f["id"] for f in await sent.wait_for(2)] == [1, 2]
     finally:
         await conn.aclose()
         await conn.runtime.aclose()
