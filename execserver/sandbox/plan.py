@@ -419,6 +419,7 @@ def bwrap_plan(
     extra_read: tuple[str, ...] = (),
     runtime_binds: tuple[tuple[str, str], ...] = (),
     held_fds: tuple[int, ...] = (),
+    reaper: bool = True,
 ) -> LaunchPlan:
     """The one bwrap plan builder: ``bwrap <layout of policy> [--seccomp FD]
     --json-status-fd FD -- command(FD of the seccomp program)``.
@@ -427,7 +428,8 @@ def bwrap_plan(
     command (the proxy-routed launcher) installs it from the fd, later.
     ``held_fds``: descriptors the command inherits (the proxy-routed bridge's
     socket directories), the plan's from the call on: passed to the child and
-    closed after the spawn like its other fds, or at once on failure."""
+    closed after the spawn like its other fds, or at once on failure. ``reaper``:
+    see ``build_layout``."""
     if backend.bwrap is None:
         for fd in held_fds:
             os.close(fd)
@@ -444,6 +446,7 @@ def bwrap_plan(
             extra_read=extra_read,
             runtime_binds=runtime_binds,
             account=_account(request.credentials),
+            reaper=reaper,
         )
         resources.layout, resources.mounts = layout, backend.mounts
         status_read, status_write = os.pipe()
@@ -506,12 +509,15 @@ def plan_for_policy(
     extra_read: tuple[str, ...] = (),
     runtime_binds: tuple[tuple[str, str], ...] = (),
     contained: bool = False,
+    reaper: bool = True,
 ) -> LaunchPlan:
     """The plan for an already resolved policy (shared by processes and fs calls).
     ``contained``: the process runs in a per-process limits cgroup (the daemon has
     its ``ProcessCgroups``).
     ``runtime_binds``: read-only binds after every policy rule, bwrap plans only
-    (a caller that needs them must check ``mechanism == "bwrap"``)."""
+    (a caller that needs them must check ``mechanism == "bwrap"``).
+    ``reaper``: False for a program that starts no process (the daemon's helpers):
+    bwrap plans then run it as the sandbox's pid 1 (``build_layout``)."""
     argv = list(request.argv)
     if not argv:
         raise RpcError.invalid_params("argv must not be empty")
@@ -560,6 +566,7 @@ def plan_for_policy(
         seccomp_program=seccomp.build_program(network_restricted=policy.network_restricted),
         extra_read=extra_read,
         runtime_binds=runtime_binds,
+        reaper=reaper,
     )
 
 

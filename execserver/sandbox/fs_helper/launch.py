@@ -83,6 +83,7 @@ def runtime_plan(
         backend=backend,
         runtime_binds=runtime.binds,
         contained=contained,
+        reaper=False,  # the helper starts no process
     )
     if plan.mechanism != "bwrap":
         plan.close()
@@ -114,7 +115,12 @@ def confined_plan(
     argv = [sys.executable, "-P", "-s", "-m", module, *args]
     request = LaunchRequest(argv=argv, cwd="/", env=env)
     return plan_for_policy(
-        policy, request, backend=backend, extra_read=interpreter_paths(), contained=contained
+        policy,
+        request,
+        backend=backend,
+        extra_read=interpreter_paths(),
+        contained=contained,
+        reaper=False,  # the helper starts no process
     )
 
 
