@@ -19,44 +19,19 @@ from __future__ import annotations
 
 import errno
 import os
-import platform
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Final
 
+from execserver.processes.native_programs import built_program
 from execserver.sandbox.plan import Credentials
 
-__all__ = ["EXEC_AS_PROGRAM", "ExecAs", "runs_here"]
+__all__ = ["EXEC_AS_PROGRAM", "ExecAs"]
 
 _REPORT_MAX = 64
 
 
-# ELF e_machine of the platforms exec-as is built for (a binary of another one,
-# e.g. copied into an image of another architecture, is not used).
-_ELF_MACHINES: Final = {"x86_64": 62, "aarch64": 183, "i686": 3, "armv7l": 40, "riscv64": 243}
-
-
-def runs_here(path: str) -> bool:
-    """Whether ``path`` is an executable ELF program for this machine."""
-    if not os.access(path, os.X_OK):
-        return False
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(20)
-    except OSError:
-        return False
-    wanted = _ELF_MACHINES.get(platform.machine())
-    machine = int.from_bytes(header[18:20], "little") if len(header) == 20 else -1
-    return header[:4] == b"\x7fELF" and (wanted is None or machine == wanted)
-
-
-def _built() -> str | None:
-    path = str(Path(__file__).parent / "native" / "exec-as")
-    return path if runs_here(path) else None
-
-
 # The exec-as this installation has (None: spawns fall back to subprocess alone).
-EXEC_AS_PROGRAM: Final[str | None] = _built()
+EXEC_AS_PROGRAM: Final[str | None] = built_program("exec-as")
 
 
 def _ids(values: Sequence[int] | None) -> str:

@@ -21,10 +21,9 @@ import asyncio
 import logging
 import os
 import subprocess
-from pathlib import Path
 from typing import Final
 
-from execserver.processes.exec_as import runs_here
+from execserver.processes.native_programs import built_program
 from execserver.processes.stdin import StdinWriter
 
 __all__ = ["ORPHAN_GUARD_PROGRAM", "OrphanGuard"]
@@ -32,14 +31,9 @@ __all__ = ["ORPHAN_GUARD_PROGRAM", "OrphanGuard"]
 log = logging.getLogger(__name__)
 
 
-def _built() -> str | None:
-    path = str(Path(__file__).parent / "native" / "orphan-guard")
-    return path if runs_here(path) else None
-
-
 # The orphan-guard this installation has (None: a SIGKILLed daemon's processes
 # outlive it).
-ORPHAN_GUARD_PROGRAM: Final[str | None] = _built()
+ORPHAN_GUARD_PROGRAM: Final[str | None] = built_program("orphan-guard")
 # How long an orderly shutdown waits for the guard to find nothing and exit.
 EXIT_WAIT_S = 2.0
 

@@ -14,6 +14,7 @@ import pytest
 from execserver import __version__
 from execserver.doctor import CHECK_NAMES, SHAPE_NAMES
 from execserver.processes import exec_as
+from execserver.processes.native_programs import runs_here
 from execserver.processes.orphan_guard import ORPHAN_GUARD_PROGRAM
 from tests.support.sandbox import masked_proc_bwrap, without_user_namespaces
 
@@ -279,8 +280,8 @@ def test_an_exec_as_of_another_architecture_is_not_used(tmp_path: Path) -> None:
     header[18:20] = (0x1234).to_bytes(2, "little")  # no such machine
     foreign.write_bytes(bytes(header))
     foreign.chmod(0o755)
-    assert not exec_as.runs_here(str(foreign))
-    assert exec_as.runs_here(exec_as.EXEC_AS_PROGRAM)
+    assert not runs_here(str(foreign))
+    assert runs_here(exec_as.EXEC_AS_PROGRAM)
 
 
 def test_require_cgroup_follows_the_limits_verdict(tmp_path: Any) -> None:
