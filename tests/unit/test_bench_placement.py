@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -27,18 +28,24 @@ def _child_of(pid: int) -> int:
         return int(f.read().split()[0])
 
 
+def _wait_for_child(pid: int, timeout: float = 10.0) -> int:
+    """The shell's sleep, once it has started it (a bounded wait by the clock: a
+    count of sched_yield calls ran out on a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return _child_of(pid)
+        except (IndexError, OSError):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the shell {pid} started no child in {timeout} s") from None
+            time.sleep(0.005)
+
+
 def test_same_pins_server_tree_and_client_to_one_cpu_then_restores_the_client() -> None:
     allowed = os.sched_getaffinity(0)
     server = _server()
     try:
-        child = 0
-        for _ in range(200):  # the shell starts its sleep
-            try:
-                child = _child_of(server.pid)
-                break
-            except (IndexError, OSError):
-                os.sched_yield()
-        assert child
+        child = _wait_for_child(server.pid)
         with pinned(server.pid, None):  # left to the scheduler
             assert os.sched_getaffinity(server.pid) == allowed
             assert os.sched_getaffinity(0) == allowed
