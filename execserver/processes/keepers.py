@@ -398,6 +398,11 @@ class KeeperHost:
         """The zygote and every keeper: not the daemon's to kill at its shutdown."""
         return {self._zygote.pid, *self._keepers.values()}
 
+    @property
+    def zygote_pid(self) -> int:
+        """The one of them that is the daemon's own child (it forks the keepers)."""
+        return self._zygote.pid
+
     def leave(self) -> None:
         """Daemon shutdown: keepers and files stay for the next daemon; the zygote goes."""
         if self.leaving:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import time
@@ -11,8 +12,10 @@ import psutil
 import pytest
 
 from execserver.processes.tree import (
+    ClaimedPids,
     ProcessTree,
     claim_unowned_children,
+    claimed_pids,
     descendants,
     kill_now,
     kill_trees,
@@ -126,3 +129,21 @@ def test_escapee_of_an_exited_root_is_claimed_by_environment() -> None:
         proc.wait()
         proc.stdin.close()
         proc.stdout.close()
+
+
+def test_claimed_pids_built_lazily_answer_as_the_whole_set_does() -> None:
+    """ClaimedPids (what a root's exit and a kill test against) skips building the
+    whole set for the roots, the helpers and the pids given besides; every answer
+    is claimed_pids' all the same."""
+    first = ProcessTree(100, 1, tracked={101: 1, 102: 1}, unread={103: 1})
+    second = ProcessTree(200, 1, tracked={201: 1})
+    trees = [first, second]
+    roots = collections.Counter(tree.root for tree in trees)
+    for but in (None, first, second):
+        whole = claimed_pids(trees, but)
+        lazy = ClaimedPids(roots, trees, but, also=[300])
+        for pid in range(1, 400):
+            assert (pid in lazy) == (pid in whole or pid == 300), (but, pid)
+    lazy = ClaimedPids(roots, trees, first)
+    lazy.add(150)
+    assert 150 in lazy and 101 not in lazy and 201 in lazy

@@ -37,6 +37,7 @@ from execserver.sandbox.fs_helper.launch import (
     spawn_helper_process,
 )
 from execserver.sandbox.fs_helper.runtime import HelperRuntime
+from execserver.sandbox.helper_pids import unregister_helper
 from execserver.sandbox.plan import LaunchPlan, off_loop
 from execserver.sandbox.policy import ResolvedPolicy
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
@@ -176,6 +177,7 @@ class FsHelper:
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
             await self.process.wait()
+        unregister_helper(self.process.pid)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._stderr_task), _EXIT_GRACE)
         assert self.process.returncode is not None

@@ -30,7 +30,11 @@ import execserver
 from execserver.containment import ProcessCgroups
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.runtime import HelperRuntime
-from execserver.sandbox.helper_pids import helper_environment, register_helper
+from execserver.sandbox.helper_pids import (
+    helper_environment,
+    register_helper,
+    unregister_helper,
+)
 from execserver.sandbox.plan import LaunchPlan, LaunchRequest, interpreter_paths, plan_for_policy
 from execserver.sandbox.policy import MINIMAL_READ_PATHS, ResolvedPolicy
 
@@ -178,6 +182,7 @@ async def spawn_helper_process(
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await asyncio.shield(process.wait())
+            unregister_helper(process.pid)
             raise
     except BaseException:
         channel.close()
