@@ -30,6 +30,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -103,7 +104,27 @@ def committed_daemon() -> Any:
             check=True,
         )
         subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+        _add_native_programs(Path(tree))
         yield tree, commit
+
+
+# The C programs `make` builds (gitignored, so not in the archive), by their source.
+NATIVE_PROGRAMS = {"exec-as": "exec_as.c", "orphan-guard": "orphan_guard.c"}
+
+
+def _add_native_programs(tree: Path) -> None:
+    """The built native programs into the archived tree, each where its committed
+    source is the one it was built from (the working tree's, which `make` built):
+    without them the measured daemon ran without its orphan guard and took
+    subprocess's slower path for spawns that change account or cgroup."""
+    native = Path("execserver/processes/native")
+    for program, source in NATIVE_PROGRAMS.items():
+        built, ours = PROJECT_ROOT / native / program, PROJECT_ROOT / native / source
+        committed = tree / native / source
+        if built.exists() and committed.exists() and committed.read_bytes() == ours.read_bytes():
+            shutil.copy2(built, tree / native / program)
+        else:
+            print(f"warning: {program} not built from the committed {source}: measured without it")
 
 
 @contextlib.asynccontextmanager
