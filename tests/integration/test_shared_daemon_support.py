@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
+from tests.support.procinfo import is_zombie_or_gone
 from tests.support.shared_daemon import SharedDaemon
 
 
@@ -15,6 +17,12 @@ def test_a_daemon_killed_just_before_a_test_is_started_again() -> None:
     try:
         first = daemon.get()
         os.kill(first.process.pid, signal.SIGKILL)
+        # Dead for the kernel (a zombie: its parent's loop has not reaped it), as a
+        # daemon killed by an earlier test is by the time the next test asks.
+        deadline = time.monotonic() + 30
+        while not is_zombie_or_gone(first.process.pid):
+            assert time.monotonic() < deadline, "SIGKILL did not end the daemon in 30 s"
+            time.sleep(0.01)
         second = daemon.get()
         assert second.process.pid != first.process.pid
         assert second.process.returncode is None
