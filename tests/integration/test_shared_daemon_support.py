@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
-from tests.support.procinfo import is_zombie_or_gone
+from tests.support.procinfo import is_zombie_or_gone, wait_until_blocking
 from tests.support.shared_daemon import SharedDaemon
 
 
@@ -19,10 +18,8 @@ def test_a_daemon_killed_just_before_a_test_is_started_again() -> None:
         os.kill(first.process.pid, signal.SIGKILL)
         # Dead for the kernel (a zombie: its parent's loop has not reaped it), as a
         # daemon killed by an earlier test is by the time the next test asks.
-        deadline = time.monotonic() + 30
-        while not is_zombie_or_gone(first.process.pid):
-            assert time.monotonic() < deadline, "SIGKILL did not end the daemon in 30 s"
-            time.sleep(0.01)
+        dead = wait_until_blocking(lambda: is_zombie_or_gone(first.process.pid), 30)
+        assert dead, "SIGKILL did not end the daemon in 30 s"
         second = daemon.get()
         assert second.process.pid != first.process.pid
         assert second.process.returncode is None

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
+from collections.abc import Callable
 
 import psutil
 
@@ -126,6 +128,19 @@ async def wait_until(predicate: object, timeout: float, interval: float = 0.1) -
         if loop.time() >= deadline:
             return False
         await asyncio.sleep(interval)
+
+
+def wait_until_blocking(
+    predicate: Callable[[], bool], timeout: float, interval: float = 0.01
+) -> bool:
+    """``wait_until`` for a test without an event loop: poll ``predicate()`` until
+    it is true or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True
 
 
 def rss_mb(pid: int) -> float:

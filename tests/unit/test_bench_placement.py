@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
 from benchmarks.placement import cpus_needed, pinned
+from tests.support.procinfo import wait_until_blocking
 
 
 def _server() -> subprocess.Popen[bytes]:
@@ -31,14 +31,17 @@ def _child_of(pid: int) -> int:
 def _wait_for_child(pid: int, timeout: float = 10.0) -> int:
     """The shell's sleep, once it has started it (a bounded wait by the clock: a
     count of sched_yield calls ran out on a loaded machine)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return _child_of(pid)
-        except (IndexError, OSError):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the shell {pid} started no child in {timeout} s") from None
-            time.sleep(0.005)
+    if not wait_until_blocking(lambda: _has_child(pid), timeout):
+        raise AssertionError(f"the shell {pid} started no child in {timeout} s")
+    return _child_of(pid)
+
+
+def _has_child(pid: int) -> bool:
+    try:
+        _child_of(pid)
+    except (IndexError, OSError):
+        return False
+    return True
 
 
 def test_same_pins_server_tree_and_client_to_one_cpu_then_restores_the_client() -> None:

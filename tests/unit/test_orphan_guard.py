@@ -7,14 +7,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import psutil
 import pytest
 
 from execserver.processes.orphan_guard import ORPHAN_GUARD_PROGRAM
 from execserver.processes.tree import read_stat
+from tests.support.procinfo import wait_until_blocking
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def _alive(pid: int) -> bool:
 
 
 def _gone(pids: list[int], within: float = 5.0) -> bool:
-    return _until(lambda: not any(_alive(pid) for pid in pids), within)
+    return wait_until_blocking(lambda: not any(_alive(pid) for pid in pids), within)
 
 
 def test_at_the_pipes_end_a_watched_process_dies_with_its_session_and_descendants(
@@ -116,7 +116,8 @@ def test_the_guard_ignores_the_signals_a_terminal_or_a_group_kill_sends(program:
     os.close(read_end)
     try:
         # Its handlers set (a signal before that would end it): /proc says so.
-        assert _until(lambda: set(ignored) <= _ignored_by(guard.pid)), _ignored_by(guard.pid)
+        ignoring = wait_until_blocking(lambda: set(ignored) <= _ignored_by(guard.pid), 5)
+        assert ignoring, _ignored_by(guard.pid)
         for sig in ignored:
             guard.send_signal(sig)
     finally:
@@ -130,15 +131,6 @@ def _ignored_by(pid: int) -> set[int]:
     with open(f"/proc/{pid}/status") as status:
         mask = next(int(line.split()[1], 16) for line in status if line.startswith("SigIgn:"))
     return {number for number in range(1, 65) if mask >> (number - 1) & 1}
-
-
-def _until(ready: Callable[[], bool], within: float = 5.0) -> bool:
-    deadline = time.monotonic() + within
-    while not ready():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_many_entries_of_processes_long_gone_do_not_hide_a_live_one(
