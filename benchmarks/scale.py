@@ -30,11 +30,9 @@ import json
 import os
 import platform
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -43,6 +41,7 @@ from typing import Any
 import psutil
 
 from benchmarks import figures, scale_plot, scale_profile
+from benchmarks.committed_tree import committed_daemon
 from benchmarks.figures import WORK, pct
 from benchmarks.scale_agent import OPERATIONS, prepare_workspace
 from benchmarks.server_cpu import tree_cpu_split
@@ -86,45 +85,6 @@ def raise_fd_limit() -> int:
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return hard
-
-
-@contextlib.contextmanager
-def committed_daemon() -> Any:
-    """The daemon's code as committed (``git archive HEAD``), in a temporary
-    directory: the working tree may hold others' unfinished edits, and a
-    figure is of a commit. Yields (directory, commit)."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
-    ).stdout.strip()
-    with tempfile.TemporaryDirectory(prefix="execserver-scale-src-") as tree:
-        archive = subprocess.run(
-            ["git", "archive", commit, "execserver"],
-            cwd=PROJECT_ROOT,
-            capture_output=True,
-            check=True,
-        )
-        subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
-        _add_native_programs(Path(tree))
-        yield tree, commit
-
-
-# The C programs `make` builds (gitignored, so not in the archive), by their source.
-NATIVE_PROGRAMS = {"exec-as": "exec_as.c", "orphan-guard": "orphan_guard.c"}
-
-
-def _add_native_programs(tree: Path) -> None:
-    """The built native programs into the archived tree, each where its committed
-    source is the one it was built from (the working tree's, which `make` built):
-    without them the measured daemon ran without its orphan guard and took
-    subprocess's slower path for spawns that change account or cgroup."""
-    native = Path("execserver/processes/native")
-    for program, source in NATIVE_PROGRAMS.items():
-        built, ours = PROJECT_ROOT / native / program, PROJECT_ROOT / native / source
-        committed = tree / native / source
-        if built.exists() and committed.exists() and committed.read_bytes() == ours.read_bytes():
-            shutil.copy2(built, tree / native / program)
-        else:
-            print(f"warning: {program} not built from the committed {source}: measured without it")
 
 
 @contextlib.asynccontextmanager

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.scale import NATIVE_PROGRAMS, committed_daemon
+from benchmarks.committed_tree import NATIVE_PROGRAMS, committed_daemon
 from execserver.processes.native_programs import built_program
 
 NATIVE = Path("execserver/processes/native")
