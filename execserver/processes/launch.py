@@ -23,6 +23,7 @@ from typing import Any
 
 from execserver.containment import Placement
 from execserver.processes.exec_as import EXEC_AS_PROGRAM, ExecAs
+from execserver.processes.released_spawn import released_spawner
 from execserver.sandbox.plan import Credentials, LaunchPlan, LaunchRequest
 from execserver.sandbox.program import child_search_path, find_program
 from execserver.wire.errors import RpcError, os_error_text
@@ -37,7 +38,8 @@ PTY_COLS = 80
 @dataclass
 class Spawned:
     pid: int
-    popen: subprocess.Popen[bytes]
+    # None for a child started by posix_spawn (execserver/processes/released_spawn.py).
+    popen: subprocess.Popen[bytes] | None
     stdin_fd: int | None
     # (fd, stream) of every output the daemon reads: stdout+stderr, or the pty master.
     outputs: list[tuple[int, str]]
@@ -175,12 +177,38 @@ def _spawn_pipes(plan: LaunchPlan, place: Placement | None, program: str | None)
     child_fds = [out_w, err_w]
     stdin_arg: int = subprocess.DEVNULL
     stdin_fd: int | None = None
+    child_stdin: int | None = None  # None: /dev/null
     if plan.pipe_stdin:
         in_r, in_w = os.pipe2(os.O_CLOEXEC)
-        stdin_arg, stdin_fd = in_r, in_w
+        stdin_arg, stdin_fd, child_stdin = in_r, in_w, in_r
         parent_fds.append(in_w)
         child_fds.append(in_r)
     shim = _through_exec_as(plan, place, program)
+    # posix_spawn for a child subprocess would vfork anyway: the daemon's own
+    # account, no cgroup to enter (exec-as, above, or subprocess do those).
+    plain = plan.credentials is None and place is None
+    released = released_spawner() if plain else None
+    if released is not None and released.accepts(
+        plan.executable, plan.env, [*parent_fds, *child_fds, *plan.pass_fds]
+    ):
+        try:
+            pid = released.spawn(
+                plan.executable,
+                plan.argv,
+                plan.env,
+                plan.cwd,
+                stdin=child_stdin,
+                stdout=out_w,
+                stderr=err_w,
+                pass_fds=plan.pass_fds,
+            )
+        except BaseException:
+            _close_all(parent_fds + child_fds)
+            raise
+        _close_all(child_fds)
+        for fd in parent_fds:
+            os.set_blocking(fd, False)
+        return Spawned(pid, None, stdin_fd, [(out_r, "stdout"), (err_r, "stderr")], None)
     # Through exec-as: its argv, and it enters the cgroups and switches the account;
     # else subprocess does both (and forks instead of vforking).
     argv, executable, pass_fds, switch = (

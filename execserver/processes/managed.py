@@ -272,7 +272,8 @@ class ManagedProcess:
             code = 1 if self.tty else 128 + os.WTERMSIG(status)
         else:
             code = os.WEXITSTATUS(status)
-        self._popen.returncode = code  # the Popen object must never wait() for it again
+        if self._popen is not None:
+            self._popen.returncode = code  # the Popen object must never wait() for it again
         self.accounting = _measure(time.monotonic() - self._started, rusage, self.tree)
         if not self._abandon:
             self._output.drain()

@@ -9,7 +9,8 @@ import select
 
 import pytest
 
-from execserver.processes.launch import plan_unsandboxed, spawn
+from execserver.processes.exec_as import EXEC_AS_PROGRAM
+from execserver.processes.launch import Spawned, plan_unsandboxed, spawn
 from execserver.sandbox.plan import Credentials, LaunchRequest
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching accounts needs root")
@@ -33,8 +34,17 @@ def _output(fd: int) -> bytes:
         data += chunk
 
 
+def exit_status(spawned: Spawned) -> int:
+    """The child's exit status, waited for through its Popen when it has one."""
+    if spawned.popen is not None:
+        return spawned.popen.wait(10)
+    return os.waitstatus_to_exitcode(os.waitpid(spawned.pid, 0)[1])
+
+
 @pytest.mark.parametrize("tty", [False, True])
-def test_a_plan_with_credentials_runs_as_that_account(tty: bool) -> None:
+@pytest.mark.parametrize("through", ["exec-as", "subprocess"])
+def test_a_plan_with_credentials_runs_as_that_account(tty: bool, through: str) -> None:
+    # Without exec-as subprocess switches the account (never posix_spawn, which cannot).
     creds = _nobody()
     request = LaunchRequest(
         argv=["sh", "-c", 'echo "$(id -u) $(id -g) $(id -G)"'],
@@ -43,9 +53,10 @@ def test_a_plan_with_credentials_runs_as_that_account(tty: bool) -> None:
         tty=tty,
         credentials=creds,
     )
-    spawned = spawn(plan_unsandboxed(request))
+    program = EXEC_AS_PROGRAM if through == "exec-as" else None
+    spawned = spawn(plan_unsandboxed(request), exec_as_program=program)
     out = _output(spawned.outputs[0][0])
-    assert spawned.popen.wait(10) == 0
+    assert exit_status(spawned) == 0
     uid, gid, *groups = out.split()
     assert (int(uid), int(gid)) == (creds.uid, creds.gid)
     assert sorted(int(g) for g in groups) == sorted(set(creds.groups))
@@ -55,5 +66,5 @@ def test_without_credentials_the_child_keeps_the_daemons_account() -> None:
     request = LaunchRequest(argv=["id", "-u"], cwd="/", env={"PATH": "/usr/bin:/bin"})
     spawned = spawn(plan_unsandboxed(request))
     out = _output(spawned.outputs[0][0])
-    assert spawned.popen.wait(10) == 0
+    assert exit_status(spawned) == 0
     assert int(out) == os.geteuid()

@@ -1,0 +1,137 @@
+"""posix_spawn without the GIL (execserver/processes/released_spawn.py) sets a child
+up as subprocess does: only its stdio and passed descriptors, no signal ignored or
+blocked, a session of its own, its cwd; failures as subprocess's OSErrors."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from execserver.processes.released_spawn import ReleasedSpawner, released_spawner
+
+REPORT = "grep -E '^Sig(Blk|Ign)' /proc/$$/status; ps -o sid= -p $$; pwd"
+
+
+@pytest.fixture
+def spawner() -> ReleasedSpawner:
+    found = released_spawner()
+    if found is None:
+        pytest.fail("this machine has glibc >= 2.34 and Linux >= 5.11: the spawner must load")
+    return found
+
+
+@contextlib.contextmanager
+def output_pipe() -> Iterator[tuple[int, int]]:
+    read, write = os.pipe2(os.O_CLOEXEC)
+    try:
+        yield read, write
+    finally:
+        for fd in (read, write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def read_all(fd: int) -> str:
+    data = b""
+    while chunk := os.read(fd, 65536):
+        data += chunk
+    return data.decode()
+
+
+def run_report(spawner: ReleasedSpawner, cwd: str, pass_fds: tuple[int, ...] = ()) -> list[str]:
+    with output_pipe() as (read, write):
+        pid = spawner.spawn(
+            "/bin/sh",
+            ["sh", "-c", REPORT],
+            {"PATH": "/usr/bin:/bin"},
+            cwd,
+            stdin=None,
+            stdout=write,
+            stderr=write,
+            pass_fds=pass_fds,
+        )
+        os.close(write)
+        lines = read_all(read).splitlines()
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, lines
+    assert int(lines[-2]) == pid  # the leader of a session of its own
+    return lines
+
+
+def test_the_child_gets_only_its_stdio_and_passed_descriptors(
+    spawner: ReleasedSpawner, tmp_path: Path
+) -> None:
+    # An inheritable descriptor below the passed one: posix_spawn alone would hand
+    # it over (closefrom spares everything up to the passed descriptor).
+    leaked = os.open(tmp_path, os.O_RDONLY)
+    os.set_inheritable(leaked, True)
+    passed = os.open(tmp_path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        assert leaked < passed
+        with output_pipe() as (read, write):
+            pid = spawner.spawn(
+                "/bin/ls",
+                ["ls", "/proc/self/fd"],
+                {},
+                str(tmp_path),
+                stdin=None,
+                stdout=write,
+                stderr=write,
+                pass_fds=(passed,),
+            )
+            os.close(write)
+            listed = sorted(int(fd) for fd in read_all(read).split())
+        assert os.waitpid(pid, 0)[1] == 0
+    finally:
+        os.close(leaked)
+        os.close(passed)
+    # ls's own listing descriptor is the lowest free number.
+    assert listed == [0, 1, 2, 3, passed]
+
+
+def test_no_signal_is_ignored_or_blocked_in_the_child_as_with_subprocess(
+    spawner: ReleasedSpawner, tmp_path: Path
+) -> None:
+    # Python ignores SIGPIPE; the spawning thread blocks one signal more.
+    assert signal.getsignal(signal.SIGPIPE) is signal.SIG_IGN
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
+    try:
+        ours = run_report(spawner, str(tmp_path))[:2]
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    theirs = subprocess.run(
+        ["sh", "-c", REPORT], capture_output=True, text=True, start_new_session=True, check=True
+    ).stdout.splitlines()[:2]
+    assert ours == theirs == ["SigBlk:\t0000000000000000", "SigIgn:\t0000000000000000"]
+
+
+def test_the_child_starts_in_its_cwd_and_failures_are_subprocess_errors(
+    spawner: ReleasedSpawner, tmp_path: Path
+) -> None:
+    assert run_report(spawner, str(tmp_path))[-1] == str(tmp_path)
+    script = tmp_path / "not-executable"
+    script.write_text("#!/bin/sh\n")
+    cases = [
+        ("/bin/true", str(tmp_path / "missing"), errno.ENOENT),
+        (str(tmp_path / "missing"), str(tmp_path), errno.ENOENT),
+        (str(script), str(tmp_path), errno.EACCES),
+    ]
+    for executable, cwd, expected in cases:
+        with output_pipe() as (_, write), pytest.raises(OSError) as failed:
+            spawner.spawn(executable, ["x"], {}, cwd, stdin=None, stdout=write, stderr=write)
+        assert failed.value.errno == expected, (executable, cwd)
+
+
+def test_what_subprocess_would_search_or_refuse_is_left_to_it() -> None:
+    assert ReleasedSpawner.accepts("/bin/true", {"A": "1"}, [5, 6])
+    assert not ReleasedSpawner.accepts("true", {}, [5])  # a bare name: PATH search
+    assert not ReleasedSpawner.accepts("/bin/true", {"A=B": "1"}, [5])
+    assert not ReleasedSpawner.accepts("/bin/true", {"A": "1\0"}, [5])
+    assert not ReleasedSpawner.accepts("/bin/true", {}, [1, 5])  # would be overwritten
