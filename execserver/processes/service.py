@@ -189,6 +189,25 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
         # A tenant's processes run as its account (None: the daemon's own uid).
         credentials=tenant.credentials if tenant is not None else None,
     )
+    telemetry = ctx.server.telemetry
+    session_id = ctx.session.id
+    adopted = False
+
+    def adopt(proc: ManagedProcess) -> None:
+        """What the process's start brings along, registered with the process itself
+        (the table calls it then, before the loop runs again): a short command can
+        exit before this request resumes."""
+        nonlocal adopted
+        adopted = True
+        net.close_with(proc)
+        # Audit log (argv0 + argv hash, never env), exit audited at close.
+        telemetry.process_started(
+            session_id, proc.process_id, params.argv, cwd=cwd, tty=params.tty, sandbox=sandbox
+        )
+        proc.close_hooks.append(lambda closed: telemetry.process_closed(session_id, closed))
+        if tenant is not None and directory is not None:
+            directory.count_process(tenant.name, proc.close_hooks)
+
     try:
         plan: LaunchPlan
         if sandbox is None:
@@ -211,32 +230,19 @@ async def process_start(ctx: RequestContext, start: StartRequest) -> ExecRespons
                 lambda p: p.close(),
             )
             classify = is_sandbox_denied
-        proc = table.start(
+        await table.start(
             params.process_id,
             plan,
             classify,
             program=params.argv[0],
             keep=net.outlives_daemon,
             network=net.hand_over() if net.outlives_daemon else None,
+            on_started=adopt,
         )
     except BaseException:
-        await net.aclose()
+        if not adopted:
+            await net.aclose()
         raise
-    net.close_with(proc)
-    # Audit log (argv0 + argv hash, never env), exit audited at close.
-    telemetry = ctx.server.telemetry
-    telemetry.process_started(
-        ctx.session.id,
-        proc.process_id,
-        params.argv,
-        cwd=cwd,
-        tty=params.tty,
-        sandbox=sandbox,
-    )
-    session_id = ctx.session.id
-    proc.close_hooks.append(lambda closed: telemetry.process_closed(session_id, closed))
-    if tenant is not None and directory is not None:
-        directory.count_process(tenant.name, proc.close_hooks)
     return ExecResponse(params.process_id, plan.sandbox_type)
 
 

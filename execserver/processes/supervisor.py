@@ -13,6 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from execserver.processes.tree import (
@@ -72,6 +73,10 @@ SANDBOX_CHILD_TRIES = 50
 # With no tree left, how often children nobody owns are looked at (while there are
 # any), so that one which exits is reaped, not left a zombie until the daemon ends.
 STRAY_SWEEP_S = 2.0
+# The threads that start processes (ProcessTable, released_spawn.py): each waits, off
+# the GIL, until its child has exec'd, which on a busy machine takes tens of
+# milliseconds, so a burst of starts needs several.
+SPAWN_THREADS = 8
 # "At once", for a sweep asked for while one was reading /proc.
 SWEEP_SOON_S = 0.001
 
@@ -130,6 +135,14 @@ class Supervisor:
         self._sweep_again = False
         # The cgroups of trees that ended, for the next sweep to remove.
         self._finished: list[ProcessCgroup] = []
+        self._spawner: ThreadPoolExecutor | None = None
+
+    @property
+    def spawner(self) -> Executor:
+        """Where processes are started (made on first use, shut down by aclose)."""
+        if self._spawner is None:
+            self._spawner = ThreadPoolExecutor(SPAWN_THREADS, thread_name_prefix="execserver-spawn")
+        return self._spawner
 
     def track(
         self,
@@ -391,6 +404,9 @@ class Supervisor:
     async def aclose(self) -> None:
         """Daemon shutdown: nothing a session started may survive it."""
         self._closed = True
+        if self._spawner is not None:
+            # The sessions have waited for their starts in flight (ProcessTable.aclose).
+            self._spawner.shutdown(wait=False, cancel_futures=True)
         if self._timer is not None:
             self._timer.cancel()
         if self._finish_timer is not None:

@@ -22,8 +22,9 @@ from execserver.kernel.peer import SessionHandle
 from execserver.kernel.telemetry import Telemetry
 from execserver.netproxy.kept import KeptNetwork, SavedListeners
 from execserver.processes.kept import KeptProcess
-from execserver.processes.launch import spawn
+from execserver.processes.launch import Spawned, spawn
 from execserver.processes.managed import DenialClassifier, ManagedProcess
+from execserver.processes.released_spawn import released_spawner
 from execserver.processes.supervisor import Supervisor
 from execserver.processes.tree import ProcessTree
 from execserver.sandbox.plan import LaunchPlan
@@ -60,6 +61,8 @@ class ProcessTable:
         self._procs: dict[str, ManagedProcess] = {}
         self._expiry: dict[str, asyncio.TimerHandle] = {}
         self._leftover_trees: list[ProcessTree] = []
+        # Starts whose child is being spawned (ids taken meanwhile): _start_off_loop.
+        self._starting: dict[str, asyncio.Future[ManagedProcess]] = {}
         self._closed = False
 
     def get(self, process_id: str) -> ManagedProcess | None:
@@ -78,17 +81,17 @@ class ProcessTable:
         )
 
     def check_available(self, process_id: str) -> None:
-        if process_id in self._procs:
+        if process_id in self._procs or process_id in self._starting:
             raise RpcError.invalid_request(f"process {process_id} already exists")
         if self._closed:
             raise RpcError.invalid_request("session is closed")
         if self._limits is not None and self._limits.max_processes_per_session is not None:
-            running = sum(1 for p in self._procs.values() if not p.closed)
+            running = len(self._starting) + sum(1 for p in self._procs.values() if not p.closed)
             check_below(
                 self._limits, "max_processes_per_session", running, "too many running processes"
             )
 
-    def start(
+    async def start(
         self,
         process_id: str,
         plan: LaunchPlan,
@@ -97,9 +100,11 @@ class ProcessTable:
         *,
         keep: bool = True,
         network: KeptNetwork | None = None,
+        on_started: Callable[[ManagedProcess], None] | None = None,
     ) -> ManagedProcess:
-        """Spawn and register synchronously: no await between fork and registration,
-        so a cancelled request can never leave an unowned child behind.
+        """Spawn and register. The child is registered on the loop as soon as it runs,
+        whether or not the request still waits for it: a cancelled request can never
+        leave an unowned child behind.
 
         ``program``: the name the log gives the process, the requested argv[0]
         (a sandboxed plan execs bwrap or the launcher, not the program).
@@ -110,7 +115,10 @@ class ProcessTable:
         (``netproxy.launch.NetworkSetup.hand_over``; closed here without keepers).
         ``plan`` is closed either way: a refused start releases its fds and mount
         points (process_start checks the id before planning; a cgroup that could
-        not be made left them held)."""
+        not be made left them held).
+        ``on_started``: called with the process as it is registered, before the
+        loop runs again (a short command may have exited by the time this returns)."""
+        announce = on_started if on_started is not None else _nothing
         try:
             try:
                 self.check_available(process_id)
@@ -119,12 +127,16 @@ class ProcessTable:
                 raise
             keepers = self._supervisor.keepers
             if keepers is not None and keepers.accepts(plan):
-                return self._start_kept(
+                kept = self._start_kept(
                     process_id, plan, classify_denial, program, outlive=keep, network=network
                 )
+                announce(kept)
+                return kept
         finally:
             if network is not None:
                 network.close()  # what the keeper did not take (all of it without one)
+        if self._containment is None and released_spawner() is not None:
+            return await self._start_off_loop(process_id, plan, classify_denial, program, announce)
         if self._containment is None:
             spawned = spawn(plan)
             tree = self._supervisor.track(spawned.pid, plan.env, sandbox_child=_child_of(plan))
@@ -148,6 +160,60 @@ class ProcessTable:
             tree = self._supervisor.track(
                 spawned.pid, plan.env, cgroup, sandbox_child=_child_of(plan)
             )
+        proc = self._register(process_id, plan, spawned, tree, classify_denial, program)
+        announce(proc)
+        return proc
+
+    async def _start_off_loop(
+        self,
+        process_id: str,
+        plan: LaunchPlan,
+        classify_denial: DenialClassifier | None,
+        program: str | None,
+        on_started: Callable[[ManagedProcess], None],
+    ) -> ManagedProcess:
+        """``start`` of a plain child in the supervisor's spawn threads, where
+        posix_spawn (processes/released_spawn.py) waits for the child's exec without
+        the GIL: the event loop runs meanwhile. The id counts as taken until then."""
+        loop = asyncio.get_running_loop()
+        registered: asyncio.Future[ManagedProcess] = loop.create_future()
+        # A cancelled request never reads it: its failure must not be reported unread.
+        registered.add_done_callback(_consume)
+        self._starting[process_id] = registered
+
+        def started(spawning: asyncio.Future[Spawned]) -> None:
+            del self._starting[process_id]
+            if spawning.cancelled():  # the daemon is shutting down: it never ran
+                plan.close()
+                registered.cancel()
+                return
+            error = spawning.exception()
+            if error is not None:
+                registered.set_exception(error)
+                return
+            spawned = spawning.result()
+            try:
+                tree = self._supervisor.track(spawned.pid, plan.env, sandbox_child=_child_of(plan))
+                proc = self._register(process_id, plan, spawned, tree, classify_denial, program)
+                on_started(proc)
+            except Exception as exc:
+                registered.set_exception(exc)
+            else:
+                registered.set_result(proc)
+
+        spawning = loop.run_in_executor(self._supervisor.spawner, spawn, plan)
+        spawning.add_done_callback(started)
+        return await asyncio.shield(registered)
+
+    def _register(
+        self,
+        process_id: str,
+        plan: LaunchPlan,
+        spawned: Spawned,
+        tree: ProcessTree,
+        classify_denial: DenialClassifier | None,
+        program: str | None,
+    ) -> ManagedProcess:
         proc = ManagedProcess(
             process_id,
             spawned,
@@ -344,6 +410,8 @@ class ProcessTable:
         for timer in self._expiry.values():
             timer.cancel()
         self._expiry.clear()
+        # Children being spawned are registered when they run: then killed with the rest.
+        await asyncio.gather(*self._starting.values(), return_exceptions=True)
         procs = list(self._procs.values())
         self._procs.clear()
         if procs:
@@ -355,6 +423,15 @@ class ProcessTable:
         keepers = self._supervisor.keepers
         if keepers is not None:
             keepers.session_closed(self._session.id)
+
+
+def _nothing(proc: ManagedProcess) -> None:
+    """No ``on_started``."""
+
+
+def _consume(done: asyncio.Future[ManagedProcess]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 def _log_failure(done: asyncio.Future[None]) -> None:

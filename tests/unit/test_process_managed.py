@@ -67,7 +67,7 @@ async def test_events_are_sent_in_seq_order_and_closed_last(
     table: tuple[ProcessTable, FakeSession],
 ) -> None:
     t, session = table
-    proc = t.start("p", _plan("echo a; echo b >&2; exit 7"), None)
+    proc = await t.start("p", _plan("echo a; echo b >&2; exit 7"), None)
     await proc.wait_closed(10)
     await asyncio.wait_for(proc._sender, 10)
     seqs = [params.seq for _, params in session.notes]
@@ -83,7 +83,7 @@ async def test_a_blocked_connection_pauses_the_pumps_without_losing_output(
     t, session = table
     session.gate = asyncio.Event()
     size = 8 * 1024 * 1024
-    proc = t.start("big", _plan(f"head -c {size} /dev/zero"), None)
+    proc = await t.start("big", _plan(f"head -c {size} /dev/zero"), None)
     # While notify is blocked the log never runs ahead of the sender by more than
     # the pause threshold (plus one read), so nothing unsent can be evicted.
     for _ in range(50):
@@ -101,7 +101,7 @@ async def test_timed_out_long_polls_do_not_pile_up(
     table: tuple[ProcessTable, FakeSession],
 ) -> None:
     t, _ = table
-    proc = t.start("quiet", _plan("sleep 30"), None)
+    proc = await t.start("quiet", _plan("sleep 30"), None)
     for _ in range(200):
         await proc.wait_newer(0, 0.001)
     assert len(proc._waiters) <= 1  # only the sender's own wait
