@@ -271,24 +271,41 @@ def _spawn_pty(plan: LaunchPlan, place: Placement | None) -> Spawned:
         _acquire_controlling_tty()
 
     master, slave = os.openpty()
+    # posix_spawn as for pipes (_spawn_pipes); subprocess for an account switch or
+    # a cgroup, which it does in its pre-exec hook.
+    released = released_spawner() if plan.credentials is None and place is None else None
+    popen: subprocess.Popen[bytes] | None = None
     try:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", PTY_ROWS, PTY_COLS, 0, 0))
-        popen = subprocess.Popen(
-            plan.argv,
-            executable=plan.executable,
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            cwd=plan.cwd,
-            env=plan.env,
-            start_new_session=True,
-            pass_fds=plan.pass_fds,
-            preexec_fn=child_setup,
-            **_identity(plan),
-        )
+        if released is not None and released.accepts(
+            plan.executable, plan.env, [master, slave, *plan.pass_fds]
+        ):
+            pid = released.spawn(
+                plan.executable,
+                plan.argv,
+                plan.env,
+                plan.cwd,
+                terminal=os.ttyname(slave),
+                pass_fds=plan.pass_fds,
+            )
+        else:
+            popen = subprocess.Popen(
+                plan.argv,
+                executable=plan.executable,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                cwd=plan.cwd,
+                env=plan.env,
+                start_new_session=True,
+                pass_fds=plan.pass_fds,
+                preexec_fn=child_setup,
+                **_identity(plan),
+            )
+            pid = popen.pid
     except BaseException:
         _close_all([master, slave])
         raise
     os.close(slave)
     os.set_blocking(master, False)
-    return Spawned(popen.pid, popen, master, [(master, "pty")], master)
+    return Spawned(pid, popen, master, [(master, "pty")], master)

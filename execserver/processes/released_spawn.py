@@ -131,15 +131,24 @@ class ReleasedSpawner:
         env: Mapping[str, str],
         cwd: str,
         *,
-        stdin: int | None,
-        stdout: int,
-        stderr: int,
+        stdin: int | None = None,
+        stdout: int | None = None,
+        stderr: int | None = None,
+        terminal: str | None = None,
         pass_fds: Sequence[int] = (),
     ) -> int:
         """Start ``argv`` as subprocess.Popen(..., start_new_session=True) would, and
         return its pid. Raises OSError (the errno subprocess would raise) when the
-        child could not be started. Blocks the calling
-        thread, never the GIL, until the child has exec'd."""
+        child could not be started. Blocks the calling thread, never the GIL, until
+        the child has exec'd.
+
+        ``stdin`` None is /dev/null. ``terminal``: instead of the three, the path of a
+        pseudo-terminal's slave, opened as the child's stdin, stdout and stderr; the
+        child, leader of a new session, opens it without O_NOCTTY, so it becomes its
+        controlling terminal (what TIOCSCTTY after setsid does in subprocess's
+        pre-exec hook)."""
+        if terminal is None and (stdout is None or stderr is None):
+            raise ValueError("stdout and stderr, or a terminal")
         libc = self._libc
         arguments = [os.fsencode(a) for a in argv]
         environment = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
@@ -151,16 +160,23 @@ class ReleasedSpawner:
         try:
             _check(libc.posix_spawnattr_init(attributes))
             try:
-                if stdin is None:
-                    _check(
-                        libc.posix_spawn_file_actions_addopen(
-                            actions, 0, b"/dev/null", os.O_RDONLY, 0
-                        )
-                    )
+                if terminal is not None:
+                    path = os.fsencode(terminal)
+                    _check(libc.posix_spawn_file_actions_addopen(actions, 0, path, os.O_RDWR, 0))
+                    _check(libc.posix_spawn_file_actions_adddup2(actions, 0, 1))
+                    _check(libc.posix_spawn_file_actions_adddup2(actions, 0, 2))
                 else:
-                    _check(libc.posix_spawn_file_actions_adddup2(actions, stdin, 0))
-                _check(libc.posix_spawn_file_actions_adddup2(actions, stdout, 1))
-                _check(libc.posix_spawn_file_actions_adddup2(actions, stderr, 2))
+                    assert stdout is not None and stderr is not None
+                    if stdin is None:
+                        _check(
+                            libc.posix_spawn_file_actions_addopen(
+                                actions, 0, b"/dev/null", os.O_RDONLY, 0
+                            )
+                        )
+                    else:
+                        _check(libc.posix_spawn_file_actions_adddup2(actions, stdin, 0))
+                    _check(libc.posix_spawn_file_actions_adddup2(actions, stdout, 1))
+                    _check(libc.posix_spawn_file_actions_adddup2(actions, stderr, 2))
                 for fd in pass_fds:
                     _check(libc.posix_spawn_file_actions_adddup2(actions, fd, fd))
                 _check(libc.posix_spawn_file_actions_addchdir_np(actions, os.fsencode(cwd)))

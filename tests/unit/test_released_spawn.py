@@ -16,7 +16,7 @@ import pytest
 
 from execserver.processes.released_spawn import ReleasedSpawner, released_spawner
 
-REPORT = "grep -E '^Sig(Blk|Ign)' /proc/$$/status; ps -o sid= -p $$; pwd"
+REPORT = "ps -o sid= -p $$; pwd"
 
 
 @pytest.fixture
@@ -99,16 +99,23 @@ def test_the_child_gets_only_its_stdio_and_passed_descriptors(
 def test_no_signal_is_ignored_or_blocked_in_the_child_as_with_subprocess(
     spawner: ReleasedSpawner, tmp_path: Path
 ) -> None:
-    # Python ignores SIGPIPE; the spawning thread blocks one signal more.
+    # Python ignores SIGPIPE; the spawning thread blocks one signal more. The
+    # program reads its own status (a shell's would show what it blocks itself
+    # around a fork).
+    status = ["grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"]
     assert signal.getsignal(signal.SIGPIPE) is signal.SIG_IGN
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
     try:
-        ours = run_report(spawner, str(tmp_path))[:2]
+        with output_pipe() as (read, write):
+            pid = spawner.spawn("/bin/grep", status, {}, str(tmp_path), stdout=write, stderr=write)
+            os.close(write)
+            ours = read_all(read).splitlines()
+        assert os.waitpid(pid, 0)[1] == 0
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     theirs = subprocess.run(
-        ["sh", "-c", REPORT], capture_output=True, text=True, start_new_session=True, check=True
-    ).stdout.splitlines()[:2]
+        status, capture_output=True, text=True, start_new_session=True, check=True
+    ).stdout.splitlines()
     assert ours == theirs == ["SigBlk:\t0000000000000000", "SigIgn:\t0000000000000000"]
 
 
@@ -135,3 +142,28 @@ def test_what_subprocess_would_search_or_refuse_is_left_to_it() -> None:
     assert not ReleasedSpawner.accepts("/bin/true", {"A=B": "1"}, [5])
     assert not ReleasedSpawner.accepts("/bin/true", {"A": "1\0"}, [5])
     assert not ReleasedSpawner.accepts("/bin/true", {}, [1, 5])  # would be overwritten
+
+
+def test_on_a_terminal_the_child_has_it_as_its_controlling_terminal(
+    spawner: ReleasedSpawner, tmp_path: Path
+) -> None:
+    master, slave = os.openpty()
+    name = os.ttyname(slave)
+    try:
+        pid = spawner.spawn(
+            "/bin/sh",
+            ["sh", "-c", "tty; ps -o tpgid= -p $$"],
+            {"PATH": "/usr/bin:/bin"},
+            str(tmp_path),
+            terminal=name,
+        )
+        os.close(slave)
+        assert os.waitpid(pid, 0)[1] == 0
+        output = b""
+        with contextlib.suppress(OSError):  # EIO once the child is gone and all is read
+            while chunk := os.read(master, 4096):
+                output += chunk
+    finally:
+        os.close(master)
+    # Its terminal, with its own process group in the foreground (as TIOCSCTTY gives).
+    assert output.decode().split() == [name, str(pid)]
