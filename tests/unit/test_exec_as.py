@@ -62,6 +62,7 @@ def _run(
     )
     spawned = spawn(plan_unsandboxed(request), exec_as_program=program)
     out = _output(spawned.outputs[0][0])
+    assert spawned.popen is not None  # exec-as is started by subprocess
     return spawned.pid, out, spawned.popen.wait(10)
 
 
