@@ -21,6 +21,7 @@ from execserver.processes.tree import (
     ProcessTree,
     ProcTable,
     adopt_orphans,
+    boot_ticks,
     claim_unowned_children,
     claimed_pids,
     enable_subreaper,
@@ -136,6 +137,23 @@ class Supervisor:
         # The cgroups of trees that ended, for the next sweep to remove.
         self._finished: list[ProcessCgroup] = []
         self._spawner: ThreadPoolExecutor | None = None
+        # Spawns under way, each with when it began (boot_ticks): their children exist
+        # before their pids are known here, and no attribution may take them.
+        self._spawning: dict[object, int] = {}
+
+    def spawn_began(self) -> object:
+        """A spawn is under way (its token for ``spawn_ended``): until then every child
+        started since is spared by the attributions (processes/tree.py ``_newborn``)."""
+        token = object()
+        self._spawning[token] = boot_ticks()
+        return token
+
+    def spawn_ended(self, token: object) -> None:
+        """The spawn of ``token`` failed or its child is tracked."""
+        self._spawning.pop(token, None)
+
+    def _newborn_since(self) -> int | None:
+        return min(self._spawning.values(), default=None)
 
     @property
     def spawner(self) -> Executor:
@@ -177,7 +195,7 @@ class Supervisor:
             # Not an escapee: the sandbox's pid 1, which took its namespace with it.
             claimed.add(inner)
             self._reap_sandbox_child(inner, SANDBOX_CHILD_TRIES)
-        adopt_orphans(tree, claimed)
+        adopt_orphans(tree, claimed, self._newborn_since())
         if tree.unread:
             self._retry_unread(tree, UNREAD_TRIES)
         else:
@@ -214,7 +232,8 @@ class Supervisor:
         if self._closed or tree not in self._trees:
             return
         if settle_unread(tree) and tree.killed:
-            kill_trees([tree], list(self._trees))  # it escaped the kill: now it goes too
+            # it escaped the kill: now it goes too
+            kill_trees([tree], list(self._trees), self._newborn_since())
         if tree.unread and tries_left > 0:
             self._retry_unread(tree, tries_left)
             return
@@ -246,7 +265,7 @@ class Supervisor:
             # records the orphans we inherit, for reaping).
             tree.cgroup.kill()
         claimed = ClaimedPids(self._roots, self._trees, but=tree, also=self._own_helpers())
-        if kill_now(tree, claimed, self._inherited_this_round()) == 0:
+        if kill_now(tree, claimed, self._inherited_this_round(), self._newborn_since()) == 0:
             # A lone child: nothing could fork past the signals (a fork it made
             # just before is in its group, which was killed too).
             self._schedule(0.05)
@@ -277,7 +296,7 @@ class Supervisor:
         doomed = [t for t in self._doomed if t in self._trees]
         self._doomed.clear()
         if doomed:
-            kill_trees(doomed, list(self._trees))
+            kill_trees(doomed, list(self._trees), self._newborn_since())
         for tree in doomed:
             if tree.empty:
                 self._forget(tree)
@@ -374,7 +393,8 @@ class Supervisor:
             later[tree] = {pid: start for pid, start in tree.tracked.items() if pid not in known}
         for tree in list(self._trees):
             tree.refresh(table)
-        claim_unowned_children(list(self._trees), table)
+        newborn_since = self._newborn_since()
+        claim_unowned_children(list(self._trees), table, newborn_since)
         reap_orphans(self._trees, table)
         for tree, members in later.items():
             for pid, start in members.items():
@@ -387,6 +407,7 @@ class Supervisor:
             claimed_pids(self._trees) | self._spared(),
             self._stray_zombies,
             asyncio.get_running_loop().time(),
+            newborn_since,
         )
         for tree in [t for t in self._trees if t.empty]:
             self._forget(tree)

@@ -180,26 +180,33 @@ class ProcessTable:
         # A cancelled request never reads it: its failure must not be reported unread.
         registered.add_done_callback(_consume)
         self._starting[process_id] = registered
+        # Until the child is tracked the supervisor takes no new child for an escapee.
+        token = self._supervisor.spawn_began()
 
         def started(spawning: asyncio.Future[Spawned]) -> None:
             del self._starting[process_id]
-            if spawning.cancelled():  # the daemon is shutting down: it never ran
-                plan.close()
-                registered.cancel()
-                return
-            error = spawning.exception()
-            if error is not None:
-                registered.set_exception(error)
-                return
-            spawned = spawning.result()
             try:
-                tree = self._supervisor.track(spawned.pid, plan.env, sandbox_child=_child_of(plan))
-                proc = self._register(process_id, plan, spawned, tree, classify_denial, program)
-                on_started(proc)
-            except Exception as exc:
-                registered.set_exception(exc)
-            else:
-                registered.set_result(proc)
+                if spawning.cancelled():  # the daemon is shutting down: it never ran
+                    plan.close()
+                    registered.cancel()
+                    return
+                error = spawning.exception()
+                if error is not None:
+                    registered.set_exception(error)
+                    return
+                spawned = spawning.result()
+                try:
+                    tree = self._supervisor.track(
+                        spawned.pid, plan.env, sandbox_child=_child_of(plan)
+                    )
+                    proc = self._register(process_id, plan, spawned, tree, classify_denial, program)
+                    on_started(proc)
+                except Exception as exc:
+                    registered.set_exception(exc)
+                else:
+                    registered.set_result(proc)
+            finally:
+                self._supervisor.spawn_ended(token)
 
         spawning = loop.run_in_executor(self._supervisor.spawner, spawn, plan)
         spawning.add_done_callback(started)

@@ -32,6 +32,7 @@ import functools
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -46,6 +47,7 @@ __all__ = [
     "ProcTable",
     "ProcessTree",
     "adopt_orphans",
+    "boot_ticks",
     "claim_unowned_children",
     "claimed_pids",
     "descendants",
@@ -65,6 +67,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _PR_SET_CHILD_SUBREAPER = 36
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 class ProcInfo(NamedTuple):
@@ -82,6 +85,20 @@ def enable_subreaper() -> bool:
         return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
+
+
+def boot_ticks() -> int:
+    """Now, in the clock of ``ProcInfo.start``: the kernel counts a process's start
+    in clock ticks of CLOCK_BOOTTIME (fs/proc/array.c), rounded down, so a process
+    started after this call has a start at least this."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _TICKS_PER_S)
+
+
+def _newborn(info: ProcInfo, newborn_since: int | None) -> bool:
+    """Whether ``info`` may be a child the daemon is still spawning (started since
+    ``newborn_since``, the start of the oldest spawn under way): its pid is not known
+    yet, so no attribution may take it for an escapee."""
+    return newborn_since is not None and info.start >= newborn_since
 
 
 def read_stat(pid: int) -> ProcInfo | None:
@@ -243,7 +260,12 @@ def child_pids(pid: int) -> list[int]:
     return found
 
 
-def kill_now(tree: ProcessTree, claimed: Container[int], inherited: list[int] | None = None) -> int:
+def kill_now(
+    tree: ProcessTree,
+    claimed: Container[int],
+    inherited: list[int] | None = None,
+    newborn_since: int | None = None,
+) -> int:
     """SIGKILL the tree at once, reading only its own part of /proc (terminate is on
     the request path; a full /proc scan costs milliseconds per call).
 
@@ -253,7 +275,9 @@ def kill_now(tree: ProcessTree, claimed: Container[int], inherited: list[int] | 
     sweep (started after the root, outside our session, carrying its environment).
     ``claimed``: every pid some tree already owns (never taken from another tree).
     ``inherited``: ``inherited_children()``, when the caller has it (read this
-    event-loop round). Returns how many members besides the root were signalled.
+    event-loop round). ``newborn_since``: children started since are spared (they
+    may be the daemon's spawns under way: ``_newborn``). Returns how many members
+    besides the root were signalled.
     """
     targets: set[int] = set()
     stack = [tree.root] if tree.root_alive else []
@@ -274,6 +298,8 @@ def kill_now(tree: ProcessTree, claimed: Container[int], inherited: list[int] | 
         info = read_stat(pid)
         if info is None or info.start < tree.root_start or info.sid == my_sid:
             continue
+        if _newborn(info, newborn_since):
+            continue
         if info.state != "Z" and env_similarity(read_environ(pid), tree) >= MIN_ENV_SIMILARITY:
             targets.add(pid)
             tree.tracked[pid] = info.start
@@ -292,13 +318,15 @@ def kill_now(tree: ProcessTree, claimed: Container[int], inherited: list[int] | 
     return len(targets)
 
 
-def kill_trees(trees: list[ProcessTree], all_trees: list[ProcessTree]) -> None:
+def kill_trees(
+    trees: list[ProcessTree], all_trees: list[ProcessTree], newborn_since: int | None = None
+) -> None:
     """SIGKILL every member of ``trees``: a few rounds, one /proc scan per round for all
     of them (a member may fork between the snapshot and the signal). Orphans are
-    attributed among ``all_trees`` first."""
+    attributed among ``all_trees`` first (``claim_unowned_children``)."""
     for _ in range(3):
         table = read_proc_table()
-        claim_unowned_children(all_trees, table)
+        claim_unowned_children(all_trees, table, newborn_since)
         targets: list[int] = []
         for tree in trees:
             tree.refresh(table)
@@ -395,13 +423,16 @@ def claimed_pids(trees: Iterable[ProcessTree], but: ProcessTree | None = None) -
     return claimed
 
 
-def claim_unowned_children(trees: list[ProcessTree], table: ProcTable) -> None:
+def claim_unowned_children(
+    trees: list[ProcessTree], table: ProcTable, newborn_since: int | None = None
+) -> None:
     """Attribute children the daemon inherited as subreaper that no tree has recorded.
 
     Such an orphan escaped (setsid + parent exit) between two sweeps. Among the
     trees started before it, the one whose start environment it shares most
     (descendants inherit it) gets it; an orphan resembling none stays unclaimed
-    and is killed at daemon shutdown at the latest.
+    and is killed at daemon shutdown at the latest. One started since
+    ``newborn_since`` waits for a later sweep (``_newborn``).
     """
     me = os.getpid()
     my_sid = table[me].sid if me in table else os.getsid(0)
@@ -409,6 +440,8 @@ def claim_unowned_children(trees: list[ProcessTree], table: ProcTable) -> None:
     for pid in table.children.get(me, ()):
         info = table[pid]
         if pid in claimed or info.sid == my_sid or info.state == "Z":
+            continue
+        if _newborn(info, newborn_since):
             continue
         env = read_environ(pid)
         best: ProcessTree | None = None
@@ -438,7 +471,11 @@ def claim_unowned_children(trees: list[ProcessTree], table: ProcTable) -> None:
 
 
 def reap_stray_zombies(
-    table: ProcTable, claimed: set[int], seen: dict[int, tuple[int, float]], now: float
+    table: ProcTable,
+    claimed: set[int],
+    seen: dict[int, tuple[int, float]],
+    now: float,
+    newborn_since: int | None = None,
 ) -> tuple[dict[int, tuple[int, float]], bool]:
     """Reap the zombies among our children that nothing owns (``claimed``: every
     tree's root and members, and the daemon's own helpers) once they have been
@@ -463,7 +500,7 @@ def reap_stray_zombies(
         if pid in claimed:
             continue
         info = table[pid]
-        if info.sid == my_sid:
+        if info.sid == my_sid or _newborn(info, newborn_since):
             continue
         if info.state != "Z":
             running = True
@@ -484,14 +521,17 @@ def reap_stray_zombies(
 STRAY_ZOMBIE_GRACE_S = 1.0
 
 
-def adopt_orphans(tree: ProcessTree, claimed: Container[int]) -> None:
+def adopt_orphans(
+    tree: ProcessTree, claimed: Container[int], newborn_since: int | None = None
+) -> None:
     """Right after ``tree.root`` exited: its orphans are now our children; record them.
 
     A child we did not spawn as a managed root, that no other tree has recorded
     (``claimed``: every root, and the other trees' members), started after the
     root, in a session other than ours, and sharing the root's start
     environment, is an escapee of this tree (another service's helper would not
-    match all of these).
+    match all of these). One started since ``newborn_since`` is left to the sweeps
+    (``_newborn``).
     """
     my_sid = os.getsid(0)
     for pid in inherited_children():
@@ -499,6 +539,8 @@ def adopt_orphans(tree: ProcessTree, claimed: Container[int]) -> None:
             continue
         info = read_stat(pid)
         if info is None or info.start < tree.root_start or info.sid == my_sid:
+            continue
+        if _newborn(info, newborn_since):
             continue
         env = read_environ(pid)
         if not env and tree.env_entries and info.state != "Z":

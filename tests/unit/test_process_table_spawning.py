@@ -1,10 +1,13 @@
 """ProcessTable.start with the spawn in a thread (the event loop runs meanwhile):
 the id stays taken while its child starts, and a session closed meanwhile still
-kills that child."""
+kills that child, and a child started meanwhile is not taken for another tree's
+escapee."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -43,11 +46,11 @@ async def table() -> AsyncIterator[tuple[ProcessTable, Supervisor]]:
     await supervisor.aclose()
 
 
-def plan(script: str) -> LaunchPlan:
+def plan(script: str, env: dict[str, str] | None = None) -> LaunchPlan:
     return LaunchPlan(
         program="/bin/sh",
         argv=["sh", "-c", script],
-        env={"PATH": "/usr/bin:/bin"},
+        env=env if env is not None else {"PATH": "/usr/bin:/bin"},
         cwd="/tmp",
         tty=False,
         pipe_stdin=False,
@@ -79,3 +82,38 @@ async def test_a_session_closed_while_a_child_starts_still_kills_it(
     assert proc.pid > 0
     assert await wait_until(lambda: proc.exited, 10), "the child outlived its session"
     assert proc.exit_code == 137
+
+
+async def test_a_child_started_while_a_start_is_under_way_is_not_taken_for_an_escapee(
+    table: tuple[ProcessTable, Supervisor],
+) -> None:
+    """A spawn's child exists before its pid reaches the loop. Meanwhile a kill of
+    another tree must not take it for that tree's escapee, however alike their
+    environments (here a child we start ourselves stands for it)."""
+    processes, _ = table
+    env = {"PATH": "/usr/bin:/bin", "MARKER": "same"}
+    first = await processes.start("first", plan("sleep 30", env), None)
+    second = asyncio.ensure_future(processes.start("second", plan("sleep 30", env), None))
+    await asyncio.sleep(0)  # its spawn is under way in a thread
+    # Blocking on purpose, from here to the kill: the loop must not run the spawn's
+    # completion in between.
+    newborn = subprocess.Popen(  # noqa: ASYNC220
+        ["sh", "-c", "echo ready; exec sleep 30"],
+        env=env,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert newborn.stdout is not None
+    try:
+        assert newborn.stdout.readline() == b"ready\n"  # exec'd: its environment is readable
+        assert first.terminate() is True  # the kill's escapee search runs now
+        assert newborn.pid not in first.tree.tracked, "taken for the other tree's escapee"
+        # (Once the spawn has ended, a later sweep would rightly attribute this
+        # stand-in, which is no spawn's child: so no await before the check.)
+        time.sleep(0.1)  # noqa: ASYNC251 (the loop must not run: see above)
+        assert newborn.poll() is None, "a newborn child was killed as the other tree's escapee"
+    finally:
+        newborn.kill()
+        newborn.wait()
+        newborn.stdout.close()
+        await second

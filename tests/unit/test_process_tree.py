@@ -14,6 +14,7 @@ import pytest
 from execserver.processes.tree import (
     ClaimedPids,
     ProcessTree,
+    boot_ticks,
     claim_unowned_children,
     claimed_pids,
     descendants,
@@ -129,6 +130,7 @@ def test_escapee_of_an_exited_root_is_claimed_by_environment() -> None:
         proc.wait()
         proc.stdin.close()
         proc.stdout.close()
+        proc.stdout.close()
 
 
 def test_claimed_pids_built_lazily_answer_as_the_whole_set_does() -> None:
@@ -147,3 +149,30 @@ def test_claimed_pids_built_lazily_answer_as_the_whole_set_does() -> None:
     lazy = ClaimedPids(roots, trees, first)
     lazy.add(150)
     assert 150 in lazy and 101 not in lazy and 201 in lazy
+
+
+def test_a_child_started_during_a_spawn_under_way_is_left_to_a_later_sweep() -> None:
+    # The same orphan as above, but started after a spawn of the daemon's began: it
+    # may be that spawn's child, whose pid is not known yet, so no tree claims it.
+    env = {"PATH": "/usr/bin:/bin", "MARKER": "tree-a"}
+    since = boot_ticks()
+    proc = subprocess.Popen(
+        ["bash", "-c", "echo ready; read -r _"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        matching = ProcessTree(1, 0, frozenset(f"{k}={v}".encode() for k, v in env.items()))
+        claim_unowned_children([matching], read_proc_table(), newborn_since=since)
+        assert proc.pid not in matching.tracked
+        claim_unowned_children([matching], read_proc_table())  # once the spawn has ended
+        assert proc.pid in matching.tracked
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
