@@ -20,7 +20,10 @@ What subprocess does in the child, and how it is done here:
   CLOSE_RANGE_CLOEXEC, Linux 5.11). Python opens everything close-on-exec already
   (PEP 446); the call covers what a C library or the daemon's parent left
   inheritable. Rust's std, and so the reference server, relies on that flag
-  alone. Above the highest passed descriptor everything is closed as well;
+  alone. Above the highest passed descriptor everything is closed as well. (The
+  flag is the process's: code sharing the daemon's process that hands an
+  inheritable descriptor to a child of its own must name it, as subprocess's
+  pass_fds does, rather than rely on the flag it set);
 - a new session (POSIX_SPAWN_SETSID), the working directory (addchdir_np);
 - SIGPIPE and SIGXFSZ back to their defaults (Python ignores them; subprocess's
   ``restore_signals``), and an empty signal mask.

@@ -96,27 +96,53 @@ def test_the_child_gets_only_its_stdio_and_passed_descriptors(
     assert listed == [0, 1, 2, 3, passed]
 
 
-def test_no_signal_is_ignored_or_blocked_in_the_child_as_with_subprocess(
+def signal_mask(*signals: int) -> int:
+    return sum(1 << (sig - 1) for sig in signals)
+
+
+def status_masks(lines: list[str]) -> dict[str, int]:
+    """SigBlk/SigIgn of /proc/PID/status lines, as numbers."""
+    return {name: int(value, 16) for name, value in (line.split(":\t") for line in lines)}
+
+
+def test_the_child_blocks_nothing_and_ignores_what_subprocess_would_leave_ignored(
     spawner: ReleasedSpawner, tmp_path: Path
 ) -> None:
-    # Python ignores SIGPIPE; the spawning thread blocks one signal more. The
-    # program reads its own status (a shell's would show what it blocks itself
-    # around a fork).
+    # The daemon's ignored signals stay ignored across exec (subprocess and Rust's
+    # Command leave them so) but SIGPIPE and SIGXFSZ, which Python ignores itself
+    # (subprocess's restore_signals), and glibc's own 32 and 33, which its
+    # posix_spawn would otherwise set ignored. The spawning thread's blocked
+    # signals are not the child's. The program reads its own status (a shell's
+    # would show what it blocks itself around a fork).
     status = ["grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"]
     assert signal.getsignal(signal.SIGPIPE) is signal.SIG_IGN
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
+    hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        with output_pipe() as (read, write):
-            pid = spawner.spawn("/bin/grep", status, {}, str(tmp_path), stdout=write, stderr=write)
-            os.close(write)
-            ours = read_all(read).splitlines()
-        assert os.waitpid(pid, 0)[1] == 0
+        here = Path("/proc/self/status").read_text().splitlines()
+        ignored_here = status_masks([line for line in here if line.startswith("SigIgn")])
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])
+        try:
+            with output_pipe() as (read, write):
+                pid = spawner.spawn(
+                    "/bin/grep", status, {}, str(tmp_path), stdout=write, stderr=write
+                )
+                os.close(write)
+                ours = status_masks(read_all(read).splitlines())
+            assert os.waitpid(pid, 0)[1] == 0
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        theirs = status_masks(
+            subprocess.run(
+                status, capture_output=True, text=True, start_new_session=True, check=True
+            ).stdout.splitlines()
+        )
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-    theirs = subprocess.run(
-        status, capture_output=True, text=True, start_new_session=True, check=True
-    ).stdout.splitlines()
-    assert ours == theirs == ["SigBlk:\t0000000000000000", "SigIgn:\t0000000000000000"]
+        signal.signal(signal.SIGHUP, hangup)
+    restored = signal_mask(signal.SIGPIPE, signal.SIGXFSZ)
+    assert ours["SigBlk"] == theirs["SigBlk"] == 0
+    assert ours["SigIgn"] & signal_mask(signal.SIGHUP)
+    assert ours["SigIgn"] == ignored_here["SigIgn"] & ~restored & ~signal_mask(32, 33)
+    assert theirs["SigIgn"] == ignored_here["SigIgn"] & ~restored
 
 
 def test_the_child_starts_in_its_cwd_and_failures_are_subprocess_errors(
