@@ -78,6 +78,13 @@ STRAY_SWEEP_S = 2.0
 # the GIL, until its child has exec'd, which on a busy machine takes tens of
 # milliseconds, so a burst of starts needs several.
 SPAWN_THREADS = 8
+# When a spawn goes to those threads: once recent spawns (a moving average, each
+# weighing SPAWN_COST_WEIGHT) waited this long for their child's exec. On an idle
+# machine a spawn takes ~0.2 ms, less than the hop to a thread and back (~0.5-1 ms:
+# the thread's wake-up, the loop's); among busy commands the child waits for a CPU,
+# 15-90 ms, and in the loop's thread that wait stopped every session.
+SPAWN_OFF_LOOP_S = 0.001
+SPAWN_COST_WEIGHT = 0.25
 # "At once", for a sweep asked for while one was reading /proc.
 SWEEP_SOON_S = 0.001
 
@@ -140,6 +147,7 @@ class Supervisor:
         # Spawns under way, each with when it began (boot_ticks): their children exist
         # before their pids are known here, and no attribution may take them.
         self._spawning: dict[object, int] = {}
+        self._spawn_cost_s = 0.0
 
     def spawn_began(self) -> object:
         """A spawn is under way (its token for ``spawn_ended``): until then every child
@@ -151,6 +159,15 @@ class Supervisor:
     def spawn_ended(self, token: object) -> None:
         """The spawn of ``token`` failed or its child is tracked."""
         self._spawning.pop(token, None)
+
+    def spawn_took(self, seconds: float) -> None:
+        """A spawn waited ``seconds`` for its child's exec (``spawns_wait``)."""
+        self._spawn_cost_s += SPAWN_COST_WEIGHT * (seconds - self._spawn_cost_s)
+
+    def spawns_wait(self) -> bool:
+        """Whether spawns wait for a CPU these days: then they belong in ``spawner``,
+        not in the event loop's thread."""
+        return self._spawn_cost_s >= SPAWN_OFF_LOOP_S
 
     def _newborn_since(self) -> int | None:
         return min(self._spawning.values(), default=None)

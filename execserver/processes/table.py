@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -135,10 +136,13 @@ class ProcessTable:
         finally:
             if network is not None:
                 network.close()  # what the keeper did not take (all of it without one)
-        if self._containment is None and released_spawner() is not None:
-            return await self._start_off_loop(process_id, plan, classify_denial, program, announce)
         if self._containment is None:
-            spawned = spawn(plan)
+            if released_spawner() is not None and self._supervisor.spawns_wait():
+                return await self._start_off_loop(
+                    process_id, plan, classify_denial, program, announce
+                )
+            spawned, took = _timed_spawn(plan)
+            self._supervisor.spawn_took(took)
             tree = self._supervisor.track(spawned.pid, plan.env, sandbox_child=_child_of(plan))
         elif (group := self._shared_group()) is not None:
             containment = self._containment
@@ -172,9 +176,10 @@ class ProcessTable:
         program: str | None,
         on_started: Callable[[ManagedProcess], None],
     ) -> ManagedProcess:
-        """``start`` of a plain child in the supervisor's spawn threads, where
-        posix_spawn (processes/released_spawn.py) waits for the child's exec without
-        the GIL: the event loop runs meanwhile. The id counts as taken until then."""
+        """``start`` of a plain child in the supervisor's spawn threads, once spawns
+        wait for a CPU (``Supervisor.spawns_wait``): there posix_spawn
+        (processes/released_spawn.py) waits for the child's exec without the GIL,
+        and the event loop runs meanwhile. The id counts as taken until then."""
         loop = asyncio.get_running_loop()
         registered: asyncio.Future[ManagedProcess] = loop.create_future()
         # A cancelled request never reads it: its failure must not be reported unread.
@@ -183,7 +188,7 @@ class ProcessTable:
         # Until the child is tracked the supervisor takes no new child for an escapee.
         token = self._supervisor.spawn_began()
 
-        def started(spawning: asyncio.Future[Spawned]) -> None:
+        def started(spawning: asyncio.Future[tuple[Spawned, float]]) -> None:
             del self._starting[process_id]
             try:
                 if spawning.cancelled():  # the daemon is shutting down: it never ran
@@ -194,7 +199,8 @@ class ProcessTable:
                 if error is not None:
                     registered.set_exception(error)
                     return
-                spawned = spawning.result()
+                spawned, took = spawning.result()
+                self._supervisor.spawn_took(took)
                 try:
                     tree = self._supervisor.track(
                         spawned.pid, plan.env, sandbox_child=_child_of(plan)
@@ -208,7 +214,7 @@ class ProcessTable:
             finally:
                 self._supervisor.spawn_ended(token)
 
-        spawning = loop.run_in_executor(self._supervisor.spawner, spawn, plan)
+        spawning = loop.run_in_executor(self._supervisor.spawner, _timed_spawn, plan)
         spawning.add_done_callback(started)
         return await asyncio.shield(registered)
 
@@ -430,6 +436,13 @@ class ProcessTable:
         keepers = self._supervisor.keepers
         if keepers is not None:
             keepers.session_closed(self._session.id)
+
+
+def _timed_spawn(plan: LaunchPlan) -> tuple[Spawned, float]:
+    """``spawn(plan)`` and how long it waited for the child's exec."""
+    began = time.perf_counter()
+    spawned = spawn(plan)
+    return spawned, time.perf_counter() - began
 
 
 def _nothing(proc: ManagedProcess) -> None:

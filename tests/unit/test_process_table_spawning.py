@@ -22,6 +22,8 @@ from tests.support.procinfo import wait_until
 @pytest.fixture
 async def table() -> AsyncIterator[tuple[ProcessTable, Supervisor]]:
     supervisor = Supervisor()
+    supervisor.spawn_took(1.0)  # as after spawns that waited for a CPU: in threads now
+    assert supervisor.spawns_wait()
 
     class Session:
         id = "s"
@@ -117,3 +119,15 @@ async def test_a_child_started_while_a_start_is_under_way_is_not_taken_for_an_es
         newborn.wait()
         newborn.stdout.close()
         await second
+
+
+def test_spawns_move_to_threads_while_they_wait_for_a_cpu_and_back_when_they_do_not() -> None:
+    supervisor = Supervisor()
+    assert not supervisor.spawns_wait()  # an idle machine's spawn: ~0.2 ms, in the loop
+    supervisor.spawn_took(0.0002)
+    assert not supervisor.spawns_wait()
+    supervisor.spawn_took(0.040)  # a child that waited 40 ms for a CPU
+    assert supervisor.spawns_wait()
+    for _ in range(20):
+        supervisor.spawn_took(0.0002)
+    assert not supervisor.spawns_wait()
