@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 
 from benchmarks import fast_client
-from benchmarks.client import BenchClient
+from benchmarks.client import BenchClient, RpcFailure
 
 WORK = Path(tempfile.gettempdir())
 CWD = "file://" + str(WORK)
@@ -109,6 +109,67 @@ async def spawn_latency(url: str, n: int, sandboxed: bool) -> dict[str, float]:
     return {
         "p50_ms": statistics.median(times) * 1e3,
         "p99_ms": pct(times, 0.99) * 1e3,
+        "ops": n,
+    }
+
+
+BUSY_COMMAND = ["sh", "-c", "while :; do :; done"]
+LAG_PROBE_INTERVAL_S = 0.005
+
+
+async def spawn_among_busy_commands(url: str, busy: int, n: int) -> dict[str, float]:
+    """``busy`` CPU-bound commands started through the server (a devbox where builds
+    run), then ``n`` spawns of ``true`` one after another from another connection,
+    while a third sends a request both servers answer at once (``initialize`` on an
+    initialized connection) every 5 ms: how long a start takes, and how long any
+    session's request waits meanwhile (each command leads a session of its own, a
+    scheduling group of its own under autogroup, so a new child waits for a CPU)."""
+    hog, spawner, probe = [await BenchClient.connect(url) for _ in range(3)]
+    watcher = ProcessWatcher(spawner)
+    lags: list[float] = []
+    spawns: list[float] = []
+    spawning = True
+
+    async def probing() -> None:
+        while spawning:
+            start = time.perf_counter()
+            try:
+                await probe.call("initialize", {"clientName": "probe"})
+            except RpcFailure:
+                pass  # the expected answer: already initialized
+            lags.append(time.perf_counter() - start)
+            await asyncio.sleep(LAG_PROBE_INTERVAL_S)
+
+    try:
+        for i in range(busy):
+            command = {"processId": f"busy{i}", "argv": BUSY_COMMAND, "cwd": CWD, "env": ENV}
+            await hog.call("process/start", {**command, "tty": False})
+        await asyncio.sleep(0.5)  # every busy command running
+        prober = asyncio.ensure_future(probing())
+        try:
+            for i in range(n):
+                pid = f"s{i}"
+                done = watcher.expect(pid)
+                await timed_call(
+                    spawner,
+                    spawns,
+                    "process/start",
+                    {"processId": pid, "argv": ["true"], "cwd": CWD, "env": ENV, "tty": False},
+                )
+                await asyncio.wait_for(done, 30)
+        finally:
+            spawning = False
+            await prober
+        for i in range(busy):
+            await hog.call("process/terminate", {"processId": f"busy{i}"})
+    finally:
+        for client in (hog, spawner, probe):
+            await client.close()
+    return {
+        "start_p50_ms": statistics.median(spawns) * 1e3,
+        "start_p99_ms": pct(spawns, 0.99) * 1e3,
+        "lag_p50_ms": statistics.median(lags) * 1e3,
+        "lag_p99_ms": pct(lags, 0.99) * 1e3,
         "ops": n,
     }
 

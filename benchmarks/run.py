@@ -56,6 +56,15 @@ def build_figures(smoke: bool) -> list[Figure]:
             lambda srv: figures.spawn_latency(srv.url, 10 if s else 100, True),
             False,
         ),
+        # Starts while CPU-bound commands run: the latency of a start and how long
+        # another session's request waits meanwhile (the loop lag).
+        Figure(
+            "spawn_among_busy_commands",
+            lambda srv: figures.spawn_among_busy_commands(
+                srv.url, 4 if s else 16, 10 if s else 100
+            ),
+            False,
+        ),
         Figure(
             "concurrent_spawns_32",
             lambda srv: figures.concurrent_spawns(srv.url, 32, 2 if s else 10),
