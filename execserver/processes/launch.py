@@ -264,6 +264,15 @@ def _through_exec_as(
     return ExecAs(program, plan.credentials, fds, plan.executable, plan.argv, plan.env)
 
 
+def _terminal_name(slave: int) -> str | None:
+    """The path the child opens its terminal by; None where it has none (a devpts
+    the daemon cannot name: subprocess then hands the descriptor over)."""
+    try:
+        return os.ttyname(slave)
+    except OSError:
+        return None
+
+
 def _spawn_pty(plan: LaunchPlan, place: Placement | None) -> Spawned:
     def child_setup() -> None:  # pragma: no cover - runs in the forked child
         if place is not None:
@@ -277,15 +286,18 @@ def _spawn_pty(plan: LaunchPlan, place: Placement | None) -> Spawned:
     popen: subprocess.Popen[bytes] | None = None
     try:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", PTY_ROWS, PTY_COLS, 0, 0))
-        if released is not None and released.accepts(
-            plan.executable, plan.env, [master, slave, *plan.pass_fds]
+        terminal = _terminal_name(slave) if released is not None else None
+        if (
+            released is not None
+            and terminal is not None
+            and released.accepts(plan.executable, plan.env, [master, slave, *plan.pass_fds])
         ):
             pid = released.spawn(
                 plan.executable,
                 plan.argv,
                 plan.env,
                 plan.cwd,
-                terminal=os.ttyname(slave),
+                terminal=terminal,
                 pass_fds=plan.pass_fds,
             )
         else:
