@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import subprocess
 import time
@@ -99,14 +100,18 @@ def test_kill_now_walks_the_tree_without_a_sweep(
     assert _wait(lambda: _dead(job) and _dead(escapee))
 
 
-def test_escapee_of_an_exited_root_is_claimed_by_environment() -> None:
-    # An unrecorded child of ours in its own session stands for an orphan the daemon
-    # inherited as subreaper: it is attributed by the environment it started with.
-    env = {"PATH": "/usr/bin:/bin", "MARKER": "tree-a"}
-    # Popen returns once close-on-exec fds are closed, which is before the kernel has
-    # set up the new image's environment: /proc/PID/environ reads empty until then
-    # (and again during a second exec). "ready" is printed by the program itself, so
-    # its exec is complete and its environment readable when we look.
+ORPHAN_ENV = {"PATH": "/usr/bin:/bin", "MARKER": "tree-a"}
+
+
+@contextlib.contextmanager
+def unrecorded_child(env: dict[str, str]) -> Iterator[int]:
+    """An unrecorded child of ours in its own session, standing for an orphan the
+    daemon inherited as subreaper; its pid once its environment is readable.
+
+    Popen returns once close-on-exec fds are closed, which is before the kernel has
+    set up the new image's environment: /proc/PID/environ reads empty until then
+    (and again during a second exec). "ready" is printed by the program itself, so
+    its exec is complete and its environment readable when we look."""
     proc = subprocess.Popen(
         ["bash", "-c", "echo ready; read -r _"],
         env=env,
@@ -117,20 +122,22 @@ def test_escapee_of_an_exited_root_is_claimed_by_environment() -> None:
     assert proc.stdin is not None and proc.stdout is not None
     try:
         assert proc.stdout.readline() == b"ready\n"
-        info = read_stat(proc.pid)
-        assert info is not None
-        # A tree started before the orphan with the same environment claims it; one
-        # with a different environment does not.
-        matching = ProcessTree(1, 0, frozenset(f"{k}={v}".encode() for k, v in env.items()))
-        other = ProcessTree(2, 0, frozenset({b"PATH=/usr/bin:/bin", b"MARKER=tree-b", b"X=1"}))
-        claim_unowned_children([other, matching], read_proc_table())
-        assert proc.pid in matching.tracked and proc.pid not in other.tracked
+        yield proc.pid
     finally:
         proc.kill()
         proc.wait()
         proc.stdin.close()
         proc.stdout.close()
-        proc.stdout.close()
+
+
+def test_escapee_of_an_exited_root_is_claimed_by_environment() -> None:
+    # It is attributed by the environment it started with: a tree started before
+    # the orphan with the same environment claims it; one with another does not.
+    with unrecorded_child(ORPHAN_ENV) as pid:
+        matching = ProcessTree(1, 0, frozenset(f"{k}={v}".encode() for k, v in ORPHAN_ENV.items()))
+        other = ProcessTree(2, 0, frozenset({b"PATH=/usr/bin:/bin", b"MARKER=tree-b", b"X=1"}))
+        claim_unowned_children([other, matching], read_proc_table())
+        assert pid in matching.tracked and pid not in other.tracked
 
 
 def test_claimed_pids_built_lazily_answer_as_the_whole_set_does() -> None:
@@ -154,25 +161,10 @@ def test_claimed_pids_built_lazily_answer_as_the_whole_set_does() -> None:
 def test_a_child_started_during_a_spawn_under_way_is_left_to_a_later_sweep() -> None:
     # The same orphan as above, but started after a spawn of the daemon's began: it
     # may be that spawn's child, whose pid is not known yet, so no tree claims it.
-    env = {"PATH": "/usr/bin:/bin", "MARKER": "tree-a"}
     since = boot_ticks()
-    proc = subprocess.Popen(
-        ["bash", "-c", "echo ready; read -r _"],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        start_new_session=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        assert proc.stdout.readline() == b"ready\n"
-        matching = ProcessTree(1, 0, frozenset(f"{k}={v}".encode() for k, v in env.items()))
+    with unrecorded_child(ORPHAN_ENV) as pid:
+        matching = ProcessTree(1, 0, frozenset(f"{k}={v}".encode() for k, v in ORPHAN_ENV.items()))
         claim_unowned_children([matching], read_proc_table(), newborn_since=since)
-        assert proc.pid not in matching.tracked
+        assert pid not in matching.tracked
         claim_unowned_children([matching], read_proc_table())  # once the spawn has ended
-        assert proc.pid in matching.tracked
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdin.close()
-        proc.stdout.close()
+        assert pid in matching.tracked
