@@ -63,7 +63,7 @@ class ProcessTable:
         self._expiry: dict[str, asyncio.TimerHandle] = {}
         self._leftover_trees: list[ProcessTree] = []
         # Starts whose child is being spawned (ids taken meanwhile): _start_off_loop.
-        self._starting: dict[str, asyncio.Future[ManagedProcess]] = {}
+        self._starting: dict[str, asyncio.Future[None]] = {}
         self._closed = False
 
     def get(self, process_id: str) -> ManagedProcess | None:
@@ -181,42 +181,65 @@ class ProcessTable:
         (processes/released_spawn.py) waits for the child's exec without the GIL,
         and the event loop runs meanwhile. The id counts as taken until then."""
         loop = asyncio.get_running_loop()
-        registered: asyncio.Future[ManagedProcess] = loop.create_future()
-        # A cancelled request never reads it: its failure must not be reported unread.
-        registered.add_done_callback(_consume)
-        self._starting[process_id] = registered
+        # The child, once it runs. The request registers it when it resumes, in the
+        # step that queues its response, so that the response precedes the child's
+        # notifications (registered earlier, on the way back from the thread, its
+        # output and exit were sent first). A request cancelled meanwhile leaves that
+        # to the callback, or registers it as it unwinds.
+        outcome: asyncio.Future[Spawned] = loop.create_future()
+        # Set once the child is registered or the spawn failed: a closing session
+        # waits for it (aclose).
+        settled: asyncio.Future[None] = loop.create_future()
+        self._starting[process_id] = settled
         # Until the child is tracked the supervisor takes no new child for an escapee.
         token = self._supervisor.spawn_began()
 
-        def started(spawning: asyncio.Future[tuple[Spawned, float]]) -> None:
-            del self._starting[process_id]
+        def finish() -> None:
+            self._starting.pop(process_id, None)
+            self._supervisor.spawn_ended(token)
+            if not settled.done():
+                settled.set_result(None)
+
+        def adopt(spawned: Spawned) -> ManagedProcess:
             try:
-                if spawning.cancelled():  # the daemon is shutting down: it never ran
-                    plan.close()
-                    registered.cancel()
-                    return
-                error = spawning.exception()
-                if error is not None:
-                    registered.set_exception(error)
-                    return
-                spawned, took = spawning.result()
-                self._supervisor.spawn_took(took)
-                try:
-                    tree = self._supervisor.track(
-                        spawned.pid, plan.env, sandbox_child=_child_of(plan)
-                    )
-                    proc = self._register(process_id, plan, spawned, tree, classify_denial, program)
-                    on_started(proc)
-                except Exception as exc:
-                    registered.set_exception(exc)
-                else:
-                    registered.set_result(proc)
+                tree = self._supervisor.track(spawned.pid, plan.env, sandbox_child=_child_of(plan))
+                proc = self._register(process_id, plan, spawned, tree, classify_denial, program)
+                on_started(proc)
+                return proc
             finally:
-                self._supervisor.spawn_ended(token)
+                finish()
+
+        def started(spawning: asyncio.Future[tuple[Spawned, float]]) -> None:
+            if spawning.cancelled():  # the daemon is shutting down: it never ran
+                plan.close()
+                outcome.cancel()
+                finish()
+                return
+            error = spawning.exception()
+            if error is not None:
+                finish()
+                if not outcome.done():
+                    outcome.set_exception(error)
+                return
+            spawned, took = spawning.result()
+            self._supervisor.spawn_took(took)
+            if outcome.done():  # the request was cancelled: no one else will
+                try:
+                    adopt(spawned)
+                except Exception:
+                    log.exception("process %s: registering the child failed", process_id)
+                return
+            outcome.set_result(spawned)
 
         spawning = loop.run_in_executor(self._supervisor.spawner, _timed_spawn, plan)
         spawning.add_done_callback(started)
-        return await asyncio.shield(registered)
+        try:
+            spawned = await outcome
+        except asyncio.CancelledError:
+            if outcome.done() and not outcome.cancelled() and outcome.exception() is None:
+                adopt(outcome.result())  # it ran before the cancellation reached us
+            raise
+        return adopt(spawned)
 
     def _register(
         self,
@@ -447,11 +470,6 @@ def _timed_spawn(plan: LaunchPlan) -> tuple[Spawned, float]:
 
 def _nothing(proc: ManagedProcess) -> None:
     """No ``on_started``."""
-
-
-def _consume(done: asyncio.Future[ManagedProcess]) -> None:
-    if not done.cancelled():
-        done.exception()
 
 
 def _log_failure(done: asyncio.Future[None]) -> None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
+import uvloop
 
 from execserver.processes.supervisor import Supervisor
 from execserver.processes.table import ProcessTable
@@ -19,24 +21,30 @@ from execserver.wire.errors import RpcError
 from tests.support.procinfo import wait_until
 
 
+class RecordingSession:
+    """The session a table notifies: what it was sent, in order."""
+
+    id = "s"
+    attached = True
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Any]] = []
+
+    async def notify(self, method: str, params: Any) -> None:
+        self.sent.append((method, params))
+
+    async def notify_many(self, notes: Sequence[tuple[str, Any]]) -> None:
+        self.sent.extend(notes)
+
+
 @pytest.fixture
 async def table() -> AsyncIterator[tuple[ProcessTable, Supervisor]]:
     supervisor = Supervisor()
     supervisor.spawn_took(1.0)  # as after spawns that waited for a CPU: in threads now
     assert supervisor.spawns_wait()
 
-    class Session:
-        id = "s"
-        attached = True
-
-        async def notify(self, method: str, params: object) -> None:
-            pass
-
-        async def notify_many(self, notes: object) -> None:
-            pass
-
     processes = ProcessTable(
-        Session(),  # type: ignore[arg-type]
+        RecordingSession(),  # type: ignore[arg-type]
         supervisor,
         retention_s=60,
         retained_bytes=1 << 20,
@@ -86,6 +94,20 @@ async def test_a_session_closed_while_a_child_starts_still_kills_it(
     assert proc.exit_code == 137
 
 
+async def test_a_start_cancelled_while_its_child_spawns_still_registers_the_child(
+    table: tuple[ProcessTable, Supervisor],
+) -> None:
+    processes, _ = table
+    starting = asyncio.ensure_future(processes.start("orphan?", plan("sleep 30"), None))
+    await asyncio.sleep(0)  # the spawn is in its thread
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert await wait_until(lambda: processes.get("orphan?") is not None, 10), "never registered"
+    proc = processes.get("orphan?")
+    assert proc is not None and not proc.exited  # owned: the session's close kills it
+
+
 async def test_a_child_started_while_a_start_is_under_way_is_not_taken_for_an_escapee(
     table: tuple[ProcessTable, Supervisor],
 ) -> None:
@@ -131,3 +153,34 @@ def test_spawns_move_to_threads_while_they_wait_for_a_cpu_and_back_when_they_do_
     for _ in range(20):
         supervisor.spawn_took(0.0002)
     assert not supervisor.spawns_wait()
+
+
+def test_a_start_returns_before_any_notification_of_its_process() -> None:
+    """The request's response is queued when ``start`` returns: a command that
+    prints and exits at once must not have its output or exit sent before that.
+    On the daemon's loop, uvloop, which runs I/O callbacks in its poll phase, after
+    the callbacks already queued: that decides what may overtake the response."""
+
+    async def starts() -> None:
+        supervisor = Supervisor()
+        supervisor.spawn_took(1.0)  # spawns in threads
+        session = RecordingSession()
+        processes = ProcessTable(
+            session,  # type: ignore[arg-type]
+            supervisor,
+            retention_s=60,
+            retained_bytes=1 << 20,
+            drain_timeout_s=5,
+            limits=None,
+        )
+        try:
+            for i in range(20):
+                proc = await processes.start(f"quick{i}", plan("echo hi"), None)
+                early = [m for m, params in session.sent if params.process_id == f"quick{i}"]
+                assert early == [], f"sent before the start returned: {early}"
+                await proc.wait_closed(10)
+        finally:
+            await processes.aclose()
+            await supervisor.aclose()
+
+    uvloop.run(starts())
