@@ -23,7 +23,7 @@ from typing import Any
 
 from execserver.containment import Placement
 from execserver.processes.exec_as import EXEC_AS_PROGRAM, ExecAs
-from execserver.processes.released_spawn import released_spawner
+from execserver.processes.released_spawn import ReleasedSpawner, released_spawner
 from execserver.sandbox.plan import Credentials, LaunchPlan, LaunchRequest
 from execserver.sandbox.program import child_search_path, find_program
 from execserver.wire.errors import RpcError, os_error_text
@@ -184,14 +184,12 @@ def _spawn_pipes(plan: LaunchPlan, place: Placement | None, program: str | None)
         parent_fds.append(in_w)
         child_fds.append(in_r)
     shim = _through_exec_as(plan, place, program)
-    # posix_spawn for a child subprocess would vfork anyway: the daemon's own
-    # account, no cgroup to enter (exec-as, above, or subprocess do those).
-    plain = plan.credentials is None and place is None
-    released = released_spawner() if plain else None
-    if released is not None and released.accepts(
-        plan.executable, plan.env, [*parent_fds, *child_fds, *plan.pass_fds]
-    ):
-        try:
+    released = _released_spawner(plan, place)
+    popen: subprocess.Popen[bytes] | None = None
+    try:
+        if released is not None and released.accepts(
+            plan.executable, plan.env, [*parent_fds, *child_fds, *plan.pass_fds]
+        ):
             pid = released.spawn(
                 plan.executable,
                 plan.argv,
@@ -202,45 +200,39 @@ def _spawn_pipes(plan: LaunchPlan, place: Placement | None, program: str | None)
                 stderr=err_w,
                 pass_fds=plan.pass_fds,
             )
-        except BaseException:
-            _close_all(parent_fds + child_fds)
-            raise
-        _close_all(child_fds)
-        for fd in parent_fds:
-            os.set_blocking(fd, False)
-        return Spawned(pid, None, stdin_fd, [(out_r, "stdout"), (err_r, "stderr")], None)
-    # Through exec-as: its argv, and it enters the cgroups and switches the account;
-    # else subprocess does both (and forks instead of vforking).
-    argv, executable, pass_fds, switch = (
-        (shim.argv, shim.argv[0], (*plan.pass_fds, *shim.pass_fds), {})
-        if shim is not None
-        else (
-            plan.argv,
-            plan.executable,
-            plan.pass_fds,
-            {"preexec_fn": place.preexec if place is not None else None, **_identity(plan)},
-        )
-    )
-    try:
-        popen = subprocess.Popen(
-            argv,
-            executable=executable,
-            stdin=stdin_arg,
-            stdout=out_w,
-            stderr=err_w,
-            cwd=plan.cwd,
-            env=plan.env,
-            start_new_session=True,
-            pass_fds=pass_fds,
-            **switch,
-        )
+        else:
+            # Through exec-as: its argv, and it enters the cgroups and switches the
+            # account; else subprocess does both (and forks instead of vforking).
+            argv, executable, pass_fds, switch = (
+                (shim.argv, shim.argv[0], (*plan.pass_fds, *shim.pass_fds), {})
+                if shim is not None
+                else (
+                    plan.argv,
+                    plan.executable,
+                    plan.pass_fds,
+                    {"preexec_fn": place.preexec if place is not None else None, **_identity(plan)},
+                )
+            )
+            popen = subprocess.Popen(
+                argv,
+                executable=executable,
+                stdin=stdin_arg,
+                stdout=out_w,
+                stderr=err_w,
+                cwd=plan.cwd,
+                env=plan.env,
+                start_new_session=True,
+                pass_fds=pass_fds,
+                **switch,
+            )
+            pid = popen.pid
     except BaseException:
         if shim is not None:
             shim.close()
         _close_all(parent_fds + child_fds)
         raise
     _close_all(child_fds)
-    if shim is not None:
+    if shim is not None and popen is not None:
         failure = shim.outcome()
         if failure is not None:
             popen.wait()  # exec-as exited 127 without running anything
@@ -248,7 +240,15 @@ def _spawn_pipes(plan: LaunchPlan, place: Placement | None, program: str | None)
             raise failure
     for fd in parent_fds:
         os.set_blocking(fd, False)
-    return Spawned(popen.pid, popen, stdin_fd, [(out_r, "stdout"), (err_r, "stderr")], None)
+    return Spawned(pid, popen, stdin_fd, [(out_r, "stdout"), (err_r, "stderr")], None)
+
+
+def _released_spawner(plan: LaunchPlan, place: Placement | None) -> ReleasedSpawner | None:
+    """posix_spawn for a child subprocess would vfork anyway: the daemon's own
+    account, no cgroup to enter (exec-as or subprocess do those)."""
+    if plan.credentials is not None or place is not None:
+        return None
+    return released_spawner()
 
 
 def _through_exec_as(
@@ -280,9 +280,9 @@ def _spawn_pty(plan: LaunchPlan, place: Placement | None) -> Spawned:
         _acquire_controlling_tty()
 
     master, slave = os.openpty()
-    # posix_spawn as for pipes (_spawn_pipes); subprocess for an account switch or
-    # a cgroup, which it does in its pre-exec hook.
-    released = released_spawner() if plan.credentials is None and place is None else None
+    # posix_spawn as for pipes; subprocess for an account switch or a cgroup, which
+    # it does in its pre-exec hook.
+    released = _released_spawner(plan, place)
     popen: subprocess.Popen[bytes] | None = None
     try:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", PTY_ROWS, PTY_COLS, 0, 0))
