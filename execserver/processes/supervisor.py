@@ -32,6 +32,7 @@ from execserver.processes.tree import (
     read_own_children_table,
     read_proc_table,
     read_stat,
+    read_tracked_table,
     reap_orphans,
     reap_stray_zombies,
     settle_unread,
@@ -452,14 +453,16 @@ class Supervisor:
         for tree in list(self._trees):
             if tree.cgroup is not None:
                 tree.cgroup.kill()
-        kill_trees(list(self._trees), list(self._trees))
+        if self._trees:  # (each round of kill_trees reads the whole of /proc)
+            kill_trees(list(self._trees), list(self._trees))
         # Whatever it started that still runs (an escapee nobody could attribute)
         # dies too: nothing a session started may outlive the daemon.
         kill_all_descendants(self._spared())
         # Reap what we inherited; a SIGKILLed process dies within milliseconds.
         for _ in range(50):
-            table = read_proc_table()
-            reap_orphans(self._trees, table)
+            if all(not t.tracked for t in self._trees):
+                break
+            reap_orphans(self._trees, read_tracked_table(self._trees))
             if all(not t.tracked for t in self._trees):
                 break
             await asyncio.sleep(0.02)

@@ -56,9 +56,11 @@ __all__ = [
     "kill_all_descendants",
     "kill_now",
     "kill_trees",
+    "read_descendant_table",
     "read_own_children_table",
     "read_proc_table",
     "read_stat",
+    "read_tracked_table",
     "reap_orphans",
     "reap_stray_zombies",
     "settle_unread",
@@ -150,6 +152,24 @@ def read_own_children_table() -> ProcTable:
         info = read_stat(pid)
         if info is not None:
             table[pid] = info
+    return table
+
+
+def read_descendant_table(root: int) -> ProcTable:
+    """``root``'s descendants only, walked through /proc's children lists: what a
+    question about our own subtree needs (a whole /proc scan reads every process on
+    the host, thousands on a busy one). A child forked during the walk may be
+    missed, as it may by a scan."""
+    table = ProcTable()
+    stack = [root]
+    while stack:
+        for child in child_pids(stack.pop()):
+            if child in table:
+                continue
+            info = read_stat(child)
+            if info is not None:
+                table[child] = info
+                stack.append(child)
     return table
 
 
@@ -339,6 +359,18 @@ def kill_trees(
         for pid in targets:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def read_tracked_table(trees: Iterable[ProcessTree]) -> ProcTable:
+    """The /proc entries of the members ``trees`` have recorded: all that
+    ``reap_orphans`` looks at, without a scan of the whole host."""
+    table = ProcTable()
+    for tree in trees:
+        for pid in tree.tracked:
+            info = read_stat(pid)
+            if info is not None:
+                table[pid] = info
+    return table
 
 
 def reap_orphans(trees: Iterable[ProcessTree], table: dict[int, ProcInfo]) -> None:
@@ -586,7 +618,9 @@ def kill_all_descendants(spared: Iterable[int] = ()) -> None:
     my_sid = os.getsid(0)
     spared = set(spared)
     for _ in range(3):
-        table = read_proc_table()
+        # Only our subtree matters here (our children and theirs; the spared among
+        # them), so only it is read.
+        table = read_descendant_table(me)
         keep = spared | descendants(spared, table)
         left = [
             child

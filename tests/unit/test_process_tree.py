@@ -21,6 +21,7 @@ from execserver.processes.tree import (
     descendants,
     kill_now,
     kill_trees,
+    read_descendant_table,
     read_proc_table,
     read_stat,
 )
@@ -71,6 +72,18 @@ def test_stat_and_descendants(tree_root: tuple[subprocess.Popen[bytes], list[int
     assert {job, escapee} <= descendants([proc.pid], table)
     assert table.by_session[proc.pid].count(job) == 1
     assert escapee not in table.by_session.get(proc.pid, [])
+
+
+def test_the_descendant_table_is_the_subtree_of_the_whole_table(
+    tree_root: tuple[subprocess.Popen[bytes], list[int]],
+) -> None:
+    """Daemon shutdown reads only its own subtree; it must find what a whole scan
+    finds there (the setsid escapee included) and nothing else."""
+    proc, (job, escapee) = tree_root
+    mine = read_descendant_table(proc.pid)
+    assert set(mine) == descendants([proc.pid], read_proc_table()) == {job, escapee}
+    assert mine[escapee].sid == escapee and mine[job].sid == proc.pid
+    assert proc.pid in read_descendant_table(os.getpid())
 
 
 def test_kill_reaches_the_setsid_escapee(
