@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from execserver.server.metrics import CONTENT_TYPE
 from execserver.server.runtime import ServerRuntime
 
 __all__ = ["Admission", "Headers", "HttpRequest", "HttpResponse", "HttpSurface", "UpgradeCheck"]
@@ -97,8 +96,8 @@ class HttpSurface:
             refusal = self._first_refusal(self._metrics_checks, request)
             if refusal is not None:
                 return refusal
-            body = self._runtime.metrics.render()
-            return HttpResponse(200, body, {"Content-Type": CONTENT_TYPE})
+            metrics = self._runtime.metrics
+            return HttpResponse(200, metrics.render(), {"Content-Type": metrics.content_type()})
         # The reference answers unknown paths with an empty 404.
         return HttpResponse(404)
 

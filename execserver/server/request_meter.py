@@ -15,9 +15,10 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 __all__ = ["RequestMeter"]
 
@@ -37,9 +38,11 @@ class _MethodRow:
         self.ok = 0
 
 
-class RequestMeter(Collector):
+class RequestMeter:
     """execserver_requests_total{method,result}, execserver_request_duration_seconds{method}
-    and execserver_transport_bytes_total{direction}, exposed as prometheus_client would."""
+    and execserver_transport_bytes_total{direction}, exposed as prometheus_client would.
+    A collector a prometheus_client registry accepts (it only calls ``collect``);
+    prometheus_client itself is imported by the first ``collect``, at a scrape."""
 
     def __init__(self, buckets: Sequence[float]) -> None:
         self._bounds = tuple(float(b) for b in buckets)
@@ -74,6 +77,8 @@ class RequestMeter(Collector):
         row.sum += seconds
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
         requests = CounterMetricFamily(
             "execserver_requests",
             "JSON-RPC requests answered, by method and result (ok or the error code).",
