@@ -68,8 +68,8 @@ FINISH_KILL_DELAY_S = 0.02
 # a second is really empty (``env -i``), which the reading could never attribute.
 UNREAD_RETRY_S = 0.01
 UNREAD_TRIES = 50
-# A sandbox's pid 1 still exiting when its bwrap has gone: looked at again this
-# often, this many times (then the stray-zombie sweep reaps it).
+# A sandbox's pid 1 not named yet or still exiting when its bwrap has gone: looked
+# at again this often, this many times (then the stray-zombie sweep reaps it).
 SANDBOX_CHILD_RETRY_S = 0.02
 SANDBOX_CHILD_TRIES = 50
 # With no tree left, how often children nobody owns are looked at (while there are
@@ -208,31 +208,41 @@ class Supervisor:
     def root_exited(self, tree: ProcessTree) -> None:
         tree.root_alive = False
         claimed = ClaimedPids(self._roots, self._trees, but=tree, also=self._own_helpers())
-        inner = tree.sandbox_child() if tree.sandbox_child is not None else None
-        if inner is not None:
-            # Not an escapee: the sandbox's pid 1, which took its namespace with it.
-            claimed.add(inner)
-            self._reap_sandbox_child(inner, SANDBOX_CHILD_TRIES)
+        if tree.sandbox_child is not None:
+            inner = tree.sandbox_child()
+            if inner is not None:
+                # Not an escapee: the sandbox's pid 1, which took its namespace with it.
+                claimed.add(inner)
+            self._reap_sandbox_child(tree.sandbox_child, SANDBOX_CHILD_TRIES)
         adopt_orphans(tree, claimed, self._newborn_since())
         if tree.unread:
             self._retry_unread(tree, UNREAD_TRIES)
         else:
             self._keep_or_forget(tree)
 
-    def _reap_sandbox_child(self, pid: int, tries_left: int) -> None:
+    def _reap_sandbox_child(self, child: Callable[[], int | None], tries_left: int) -> None:
         """Reap bwrap's pid 1 of a sandbox whose root (bwrap) has exited. bwrap
         exits once its pid 1 has reported the command's status, without waiting
         for it, so every sandboxed command left its pid 1 to the daemon (the
         subreaper) as a zombie for the stray-zombie sweep, a second later. Every
         other root's exit read each of those zombies' /proc files meanwhile: at
-        1,000 agents that was a third of the event loop's time."""
-        try:
-            reaped, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return  # not the daemon's child (no subreaper), or reaped already
-        if reaped == 0 and tries_left > 0 and not self._closed:  # still exiting
+        1,000 agents that was a third of the event loop's time.
+
+        ``child`` names the pid 1 once the sandbox's watcher thread has read it
+        from bwrap's status pipe; on a loaded machine that thread may not have run
+        yet when the root's exit is handled, so an unnamed pid 1 is asked for again
+        as one still exiting is."""
+        pid = child()
+        if pid is not None:
+            try:
+                reaped, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return  # not the daemon's child (no subreaper), or reaped already
+            if reaped != 0:
+                return
+        if tries_left > 0 and not self._closed:  # not named yet, or still exiting
             asyncio.get_running_loop().call_later(
-                SANDBOX_CHILD_RETRY_S, self._reap_sandbox_child, pid, tries_left - 1
+                SANDBOX_CHILD_RETRY_S, self._reap_sandbox_child, child, tries_left - 1
             )
 
     def _keep_or_forget(self, tree: ProcessTree) -> None:

@@ -224,3 +224,41 @@ async def test_a_helper_not_yet_registered_is_nobodys_escapee() -> None:
         if root.stdout is not None:
             root.stdout.close()
         await supervisor.aclose()
+
+
+def _reaped(pid: int) -> bool:
+    """Whether our child ``pid`` is gone for good (reaped), without reaping it."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return False
+
+
+async def test_a_sandbox_pid_1_named_after_its_roots_exit_is_reaped_without_the_sweep() -> None:
+    """bwrap's status pipe is read by a thread of the sandbox's; on a loaded machine
+    the root's exit can be handled before that thread has named the sandbox's pid 1
+    (left to the daemon as a zombie). It is asked for again, and reaped within a
+    few retries, not a second or two later by the stray-zombie sweep."""
+    supervisor = Supervisor()
+    env = {"PATH": os.environ["PATH"], "EXECSERVER_TEST_TREE": "late-pid-1"}
+    root = _start_root(env, "exit 0")  # bwrap, which exits without waiting for its pid 1
+    pid_1 = _start_root(env, "exit 0")  # the pid 1: a child of ours, a zombie once it exits
+    named: list[int] = []
+    try:
+        tree = supervisor.track(root.pid, env, sandbox_child=lambda: named[0] if named else None)
+        await _root_exit(root.pid)
+        root.wait()
+        assert root.stdout is not None
+        root.stdout.close()
+        supervisor.root_exited(tree)
+        await asyncio.sleep(0.1)
+        assert not _reaped(pid_1.pid)
+        named.append(pid_1.pid)  # the watcher thread gets to it
+        assert await poll_until(lambda: _reaped(pid_1.pid), 0.5)
+    finally:
+        assert pid_1.stdout is not None
+        pid_1.stdout.close()
+        with contextlib.suppress(ChildProcessError):
+            pid_1.wait()
+        await supervisor.aclose()
