@@ -35,8 +35,6 @@ import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Final
 
-import psutil
-
 from execserver.config import ProcessLimitsConfig
 from execserver.containment.cgroupfs import member_pids, read_file, write_file
 from execserver.containment.host import (
@@ -398,6 +396,8 @@ def _remove_tree(directory: str, depth: int = 3) -> None:
 def _remove_stale(directory: str) -> None:
     """Empty cgroups a previous daemon (a pid no longer running) left behind when it
     was killed: its process cgroups, its tenants' groups and what is in them."""
+    import psutil  # here: a daemon without per-process limits never needs it
+
     with contextlib.suppress(OSError):
         for name in os.listdir(directory):
             match = _OURS.match(name)

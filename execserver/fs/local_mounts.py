@@ -15,8 +15,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import psutil
-
 __all__ = ["LOCAL_MOUNTS", "LocalMounts", "all_local", "mount_types"]
 
 RECHECK_S = 5.0
@@ -44,6 +42,10 @@ _SLOW_TYPES = (
 def mount_types() -> list[str]:
     """The file system type of each mount of this process's mount namespace (psutil
     reads /proc/self/mounts: ~0.3 ms, once per RECHECK_S)."""
+    # Imported here, by the first fs call: not every daemon makes one, and psutil is
+    # ~10 ms of a start.
+    import psutil
+
     return [partition.fstype for partition in psutil.disk_partitions(all=True)]
 
 
