@@ -138,10 +138,6 @@ class PrincipalSeries:
             ),
         )
 
-    def describe(self) -> Iterator[Metric]:
-        # Registration asks for the names only: the daemon's tables need not exist yet.
-        yield from self._families()
-
     def collect(self) -> Iterator[Metric]:
         live, sessions = self._live(), self._sessions()
         shown = set(self._principals())
