@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import json
 import os
 import stat
@@ -354,9 +355,12 @@ async def test_b_cannot_list_or_connect_to_as_proxy_sandboxed_or_not(
         assert [r for r in got["reached"] if (r[1], r[2]) == held] == [], (label, got)
     # On the host's loopback A's proxy takes no connection of another account: it
     # closes B's at once (a restricted sandbox has no inet socket, and a loopback of
-    # its own).
+    # its own). Without an answer either way: an end of stream when the proxy closes
+    # before B's request has arrived, ECONNRESET when it arrived first (the kernel
+    # resets a socket closed with unread data; the proxy's owner check runs in a
+    # thread, so on a loaded machine the request often wins).
     for port in ports:
-        assert found["unsandboxed"][f"tcp {port}"] == "closed", found
+        assert found["unsandboxed"][f"tcp {port}"] in ("closed", errno.ECONNRESET), found
         assert found["sandboxed"][f"tcp {port}"] in (1, 111), found  # EPERM, ECONNREFUSED
     # Unsandboxed, only the kernel's check on A's 0700 directory stops B.
     assert found["unsandboxed"][directory + " list"] == 13
