@@ -144,15 +144,20 @@ def read_proc_table() -> ProcTable:
     return table
 
 
-def read_own_children_table() -> ProcTable:
-    """Our direct children only: what a sweep needs when no tree is left (a whole
-    /proc scan costs milliseconds on a busy host; this reads a few files)."""
+def _stat_table(pids: Iterable[int]) -> ProcTable:
+    """The /proc entries of ``pids`` that still exist."""
     table = ProcTable()
-    for pid in own_children():
+    for pid in pids:
         info = read_stat(pid)
         if info is not None:
             table[pid] = info
     return table
+
+
+def read_own_children_table() -> ProcTable:
+    """Our direct children only: what a sweep needs when no tree is left (a whole
+    /proc scan costs milliseconds on a busy host; this reads a few files)."""
+    return _stat_table(own_children())
 
 
 def read_descendant_table(root: int) -> ProcTable:
@@ -364,13 +369,7 @@ def kill_trees(
 def read_tracked_table(trees: Iterable[ProcessTree]) -> ProcTable:
     """The /proc entries of the members ``trees`` have recorded: all that
     ``reap_orphans`` looks at, without a scan of the whole host."""
-    table = ProcTable()
-    for tree in trees:
-        for pid in tree.tracked:
-            info = read_stat(pid)
-            if info is not None:
-                table[pid] = info
-    return table
+    return _stat_table(pid for tree in trees for pid in tree.tracked)
 
 
 def reap_orphans(trees: Iterable[ProcessTree], table: dict[int, ProcInfo]) -> None:

@@ -236,8 +236,7 @@ class Distribution:
 
 class Metrics:
     def __init__(self) -> None:
-        # The same count as execserver_processes_live, readable without the registry
-        # (a drain waits for it to reach 0).
+        # execserver_processes_live, also what a drain waits on to reach 0.
         self.live_processes = 0
         self.no_live_processes = asyncio.Event()
         self.no_live_processes.set()
@@ -272,7 +271,6 @@ class Metrics:
         self.sessions_opened = Count()
         self.sessions_resumed = Count()
         self.sessions_expired = Count()
-        self.processes_live = Level()
         self.processes_started = Count()
         self.process_seconds = Distribution(_PROCESS_BUCKETS)
         self.sandbox_denials = Count()
@@ -319,12 +317,10 @@ class Metrics:
 
     def process_started(self) -> None:
         self.processes_started.value += 1
-        self.processes_live.value += 1
         self.live_processes += 1
         self.no_live_processes.clear()
 
     def process_exited(self, wall_s: float, sandbox_denied: bool) -> None:
-        self.processes_live.value -= 1
         self.live_processes -= 1
         if self.live_processes <= 0:
             self.no_live_processes.set()
@@ -401,7 +397,7 @@ class Metrics:
         yield GaugeMetricFamily(
             "execserver_processes_live",
             "Child processes currently running.",
-            value=self.processes_live.get(),
+            value=self.live_processes,
         )
         yield _counter(
             "execserver_processes_started", "Child processes started.", self.processes_started
