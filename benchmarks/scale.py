@@ -43,6 +43,7 @@ import psutil
 from benchmarks import figures, scale_plot, scale_profile
 from benchmarks.committed_tree import committed_daemon
 from benchmarks.figures import WORK, pct
+from benchmarks.proc_tree import niced_executor, sample_tree
 from benchmarks.scale_agent import OPERATIONS, prepare_workspace
 from benchmarks.server_cpu import tree_cpu_split
 from scripts.servers import PROJECT_ROOT, RunningServer, start_server
@@ -98,39 +99,17 @@ async def server(kind: str, tree: str | None) -> AsyncIterator[RunningServer]:
             yield running
 
 
-def server_processes(pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-    mine: list[psutil.Process] = []
-    for process in tree:
-        with contextlib.suppress(psutil.Error):
-            if process is root or process.name() not in AGENT_COMMANDS:
-                mine.append(process)
-    return mine
-
-
 def sample_server(pid: int) -> dict[str, float]:
     """RSS and fds of the server's own processes (without the agents' commands),
     and of its root process alone."""
-    rss = fds = 0
-    root_rss = root_fds = 0
-    processes = server_processes(pid)
-    for process in processes:
-        with contextlib.suppress(psutil.Error):
-            r, f = process.memory_info().rss, process.num_fds()
-            rss, fds = rss + r, fds + f
-            if process.pid == pid:
-                root_rss, root_fds = r, f
-    return {
-        "rss_MB": rss / 1e6,
-        "root_rss_MB": root_rss / 1e6,
-        "fds": float(fds),
-        "root_fds": float(root_fds),
-        "processes": float(len(processes)),
-    }
+    return sample_tree(pid, AGENT_COMMANDS)
+
+
+def _timed_sample(pid: int) -> tuple[dict[str, float], float]:
+    """A sample, and the CPU seconds it took."""
+    started = time.thread_time()
+    sample = sample_server(pid)
+    return sample, time.thread_time() - started
 
 
 async def probe_loop(
@@ -163,10 +142,15 @@ async def probe_loop(
 
 
 async def sample_loop(pid: int, samples: list[dict[str, float]], stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        samples.append(await asyncio.to_thread(sample_server, pid))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), SAMPLE_INTERVAL_S)
+    loop = asyncio.get_running_loop()
+    # At the agents' priority, and spaced so that it takes at most a tenth of a
+    # CPU (benchmarks/proc_tree.py says why).
+    with niced_executor(AGENTS_NICE) as sampler:
+        while not stop.is_set():
+            sample, spent = await loop.run_in_executor(sampler, _timed_sample, pid)
+            samples.append(sample)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(SAMPLE_INTERVAL_S, 10 * spent))
 
 
 class Crowd:
