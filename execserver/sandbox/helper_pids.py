@@ -29,6 +29,7 @@ __all__ = [
     "is_helper",
     "register_helper",
     "unregister_helper",
+    "unregistered",
 ]
 
 # Random per daemon: a command cannot name it to pass for a helper without reading
@@ -82,6 +83,12 @@ def unregister_helper(pid: int) -> None:
 def is_helper(pid: int) -> bool:
     """Whether ``pid`` is a registered helper (``helper_pids`` without the copy)."""
     return pid in _helpers
+
+
+def unregistered(pids: set[int]) -> set[int]:
+    """``pids`` without the registered helpers (``pids`` is emptied of them)."""
+    pids.difference_update(_helpers)
+    return pids
 
 
 def helper_environment(env: Mapping[str, str]) -> dict[str, str]:

@@ -3,6 +3,7 @@ sandboxType, the sandbox actually enforced, sandboxDenied on exit and in process
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +93,30 @@ async def test_a_sandboxed_command_leaves_no_zombie_behind_it(tmp_path: Path) ->
 
         # Well within the stray-zombie sweep's grace (1 s) and its period.
         assert await poll_until(lambda: not zombies(), timeout=0.4), zombies()
+
+
+async def test_a_sandboxed_commands_setsid_escapee_ends_with_its_sandbox(tmp_path: Path) -> None:
+    """What the supervisor relies on to skip the escapee search at a sandboxed
+    root's exit: a command's setsid'd background child cannot outlive the
+    sandbox, which is a pid namespace of its own (its orphans go to its pid 1 and
+    die with it), so it never becomes the daemon's to attribute."""
+    work = tmp_path / "ws"
+    work.mkdir()
+    marker = f"1000.{os.getpid()}{len(str(tmp_path))}"
+    sandbox = context_json(managed([ROOT_READ, entry(work, "write")]), cwd=uri(work))
+
+    def escapees() -> list[int]:
+        return [
+            process.pid
+            for process in psutil.process_iter(["cmdline"])
+            if process.info["cmdline"] == ["sleep", marker]
+        ]
+
+    async with start_server("execserver") as server, connect(server.url) as c:
+        script = f"setsid sleep {marker} </dev/null >/dev/null 2>&1 & sleep 0.3; echo started"
+        _, ev = await _run(c, "e", script, work, sandbox)
+        assert ev.output() == b"started\n"
+        assert await poll_until(lambda: not escapees(), timeout=5.0), escapees()
+        # Nothing of it came to the daemon either.
+        daemon = psutil.Process(server.process.pid)
+        assert all(child.name() != "sleep" for child in daemon.children(recursive=True))

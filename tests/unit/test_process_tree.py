@@ -25,6 +25,7 @@ from execserver.processes.tree import (
     read_proc_table,
     read_stat,
 )
+from execserver.sandbox.helper_pids import register_helper, unregister_helper
 
 
 def _dead(pid: int) -> bool:
@@ -169,6 +170,29 @@ def test_claimed_pids_built_lazily_answer_as_the_whole_set_does() -> None:
     lazy = ClaimedPids(roots, trees, first)
     lazy.add(150)
     assert 150 in lazy and 101 not in lazy and 201 in lazy
+
+
+def test_unclaimed_among_drops_only_what_is_claimed() -> None:
+    """The set operations a root's exit and a kill start with take out the roots,
+    the pids given besides and the helpers, and nothing else: every pid dropped is
+    claimed, and another tree's member is left for the whole set to decide."""
+    first = ProcessTree(100, 1, tracked={101: 1, 102: 1}, unread={103: 1})
+    second = ProcessTree(200, 1, tracked={201: 1})
+    trees = [first, second]
+    lazy = ClaimedPids(collections.Counter(t.root for t in trees), trees, first, also=[300])
+    helper = subprocess.Popen(["sleep", "30"])
+    register_helper(helper.pid)
+    try:
+        pids = [helper.pid, *range(400, 0, -1)]
+        left = lazy.unclaimed_among(pids)
+        assert left == sorted(left)
+        assert helper.pid not in left and not {100, 200, 300} & set(left)
+        assert {101, 103, 201, 1, 399} <= set(left)
+        assert all(pid in lazy for pid in pids if pid not in left)
+    finally:
+        unregister_helper(helper.pid)
+        helper.kill()
+        helper.wait()
 
 
 def test_a_child_started_during_a_spawn_under_way_is_left_to_a_later_sweep() -> None:
