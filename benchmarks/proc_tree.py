@@ -50,12 +50,18 @@ def _comm(pid: int) -> str | None:
         return None
 
 
-def _rss_and_fds(pid: int) -> tuple[int, int] | None:
+def _statm(pid: int) -> bytes | None:
     try:
         with open(f"/proc/{pid}/statm", "rb") as f:
-            resident = int(f.read().split()[1]) * PAGE
-        return resident, len(os.listdir(f"/proc/{pid}/fd"))
-    except (OSError, IndexError, ValueError):
+            return f.read()
+    except OSError:
+        return None
+
+
+def _fds(pid: int) -> int | None:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
         return None
 
 
@@ -63,18 +69,26 @@ def sample_tree(root: int, leave_out: Collection[str]) -> TreeSample:
     """RSS and fds of ``root`` and its descendants but those named in
     ``leave_out``, and of ``root`` alone."""
     rss = fds = root_rss = root_fds = processes = 0
+    root_name = _comm(root)
     frontier = [root]
     while frontier:
         pid = frontier.pop()
         frontier += _children(pid)
-        if pid != root and _comm(pid) in leave_out:
+        name = _comm(pid) if pid != root else root_name
+        if pid != root and name in leave_out:
             continue
-        sizes = _rss_and_fds(pid)
-        if sizes is None:
+        memory, open_fds = _statm(pid), _fds(pid)
+        if memory is None or open_fds is None:
             continue  # gone meanwhile
-        rss, fds, processes = rss + sizes[0], fds + sizes[1], processes + 1
+        if pid != root and name == root_name and memory == _statm(root):
+            # A child between its (v)fork and its exec, sharing the server's memory:
+            # the server's own RSS and fds counted again (a peak would depend on
+            # whether a sample caught one).
+            continue
+        resident = int(memory.split()[1]) * PAGE
+        rss, fds, processes = rss + resident, fds + open_fds, processes + 1
         if pid == root:
-            root_rss, root_fds = sizes
+            root_rss, root_fds = resident, open_fds
     return {
         "rss_MB": rss / 1e6,
         "root_rss_MB": root_rss / 1e6,

@@ -279,10 +279,15 @@ async def run_level(
         finally:
             await asyncio.gather(*(c.stop() for c in crowds), return_exceptions=True)
     stats = [agent for result in results for agent in result["agents"]]
+    own_lags = [lag for result in results for lag in result.get("own_lags", ())]
     report = summarise(
         stats, idle, samples, lags, elapsed, setup_s, (user1 - user0) + (system1 - system0)
     )
     report["warmed_agents"] = warm
+    # The agents' own processes' loop lag over the window (benchmarks/scale_crowd.py):
+    # every latency the agents measured includes a wait of this size.
+    report["agents_loop_lag_p50_ms"] = statistics.median(own_lags) * 1e3 if own_lags else None
+    report["agents_loop_lag_p99_ms"] = pct(own_lags, 0.99) * 1e3 if own_lags else None
     report["agent_processes"] = count
     report["agents_nice"] = nice
     report["probe_realtime"] = probe_info.get("realtime")
@@ -555,6 +560,7 @@ def print_level(kind: str, level: dict[str, Any]) -> None:
         f"N={level['agents']:5} {kind:10} {level['throughput_ops_per_s']:8.1f} ops/s "
         f"errors={level['errors_total']} unfinished={level['unfinished_total']} "
         f"warm={level['warmed_agents']} lag99={level['loop_lag_p99_ms'] or 0:.1f}ms "
+        f"agents-lag99={level.get('agents_loop_lag_p99_ms') or 0:.1f}ms "
         f"rss={level['peak']['rss_MB']:.0f}MB/session={level['rss_per_session_MB']:.2f}MB "
         f"fds={level['peak']['fds']:.0f} "
         f"cpu/1k={level['server_cpu_s_per_1k_ops'] or 0:.2f}s | {ops}",

@@ -37,6 +37,8 @@ from benchmarks.scale_agent import Agent, Window
 __all__ = ["main"]
 
 CONNECT_CONCURRENCY = 50
+# How often the crowd looks at its own event loop's lateness during the window.
+OWN_LAG_INTERVAL_S = 0.05
 
 
 async def _bounded(limit: asyncio.Semaphore, coro: Any) -> Any:
@@ -48,6 +50,16 @@ async def _line(reader: asyncio.StreamReader) -> str:
     return (await reader.readline()).decode().strip()
 
 
+async def _own_lag(lags: list[float]) -> None:
+    """How late this process's own loop wakes for a timer, until cancelled: an
+    agent's measured round trip includes this wait (the agents share the server's
+    CPUs), so a latency near it is the load generator's, not the server's."""
+    while True:
+        before = time.perf_counter()
+        await asyncio.sleep(OWN_LAG_INTERVAL_S)
+        lags.append(time.perf_counter() - before - OWN_LAG_INTERVAL_S)
+
+
 async def crowd(spec: dict[str, Any], commands: asyncio.StreamReader) -> dict[str, Any]:
     secret = Path(spec["secret"])
     agents = [
@@ -57,6 +69,8 @@ async def crowd(spec: dict[str, Any], commands: asyncio.StreamReader) -> dict[st
     window = Window()
     warmed = [asyncio.Event() for _ in agents]
     runs: list[asyncio.Task[None]] = []
+    own_lags: list[float] = []
+    watch: asyncio.Task[None] | None = None
     limit = asyncio.Semaphore(CONNECT_CONCURRENCY)
     try:
         await asyncio.gather(*(_bounded(limit, a.connect()) for a in agents))
@@ -76,6 +90,7 @@ async def crowd(spec: dict[str, Any], commands: asyncio.StreamReader) -> dict[st
         if await _line(commands) != "go":
             raise RuntimeError("the harness did not say go")
         window.open(spec["duration"])
+        watch = asyncio.ensure_future(_own_lag(own_lags))
         # No pass starts after the window; those under way get `grace` seconds.
         _, cut = await asyncio.wait(runs, timeout=spec["duration"] + spec["grace"])
         now = time.perf_counter()
@@ -85,11 +100,11 @@ async def crowd(spec: dict[str, Any], commands: asyncio.StreamReader) -> dict[st
             task.cancel()
         await asyncio.gather(*cut, return_exceptions=True)
     finally:
-        for task in runs:
+        for task in [*runs, *([watch] if watch else [])]:
             task.cancel()
-        await asyncio.gather(*runs, return_exceptions=True)
+        await asyncio.gather(*runs, *([watch] if watch else []), return_exceptions=True)
         await asyncio.gather(*(a.close() for a in agents), return_exceptions=True)
-    return {"agents": [asdict(agent.stats) for agent in agents]}
+    return {"agents": [asdict(agent.stats) for agent in agents], "own_lags": own_lags}
 
 
 async def _main() -> dict[str, Any]:
