@@ -20,26 +20,13 @@ import threading
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 
+from execserver.processes.tree import child_pids
+
 __all__ = ["TreeSample", "niced_executor", "sample_tree"]
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 TreeSample = dict[str, float]
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                found += [int(child) for child in f.read().split()]
-        except OSError:
-            continue
-    return found
 
 
 def _comm(pid: int) -> str | None:
@@ -73,7 +60,7 @@ def sample_tree(root: int, leave_out: Collection[str]) -> TreeSample:
     frontier = [root]
     while frontier:
         pid = frontier.pop()
-        frontier += _children(pid)
+        frontier += child_pids(pid)
         name = _comm(pid) if pid != root else root_name
         if pid != root and name in leave_out:
             continue
