@@ -456,9 +456,6 @@ class ClaimedPids:
         self._full: set[int] | None = None
         self._extra: set[int] = set(also)
 
-    def add(self, pid: int) -> None:
-        self._extra.add(pid)
-
     def unclaimed_among(self, pids: Iterable[int]) -> list[int]:
         """``pids`` without the roots, the pids claimed besides and the helpers,
         ascending; what is left may still be another tree's member (``in``)."""
