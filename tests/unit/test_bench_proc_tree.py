@@ -15,24 +15,36 @@ from benchmarks.proc_tree import niced_executor, sample_tree
 
 
 def test_the_tree_is_counted_without_the_named_commands() -> None:
-    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    command = subprocess.Popen(["sleep", "30"])
+    # A root of its own (the test's process may have other children: a worker's
+    # shared daemon): a python child, and a `sleep` to be left out.
+    script = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+        "subprocess.Popen(['sleep', '30'])\n"
+        "time.sleep(30)\n"
+    )
+    root = subprocess.Popen([sys.executable, "-c", script])
     try:
-        time.sleep(0.3)  # both exec'd
-        sample = sample_tree(os.getpid(), frozenset({"sleep"}))
-        mine = [psutil.Process(), psutil.Process(helper.pid)]
+        tree = psutil.Process(root.pid)
+        deadline = time.monotonic() + 10
+        exec_d = [["sleep", "30"], [sys.executable, "-c", "import time; time.sleep(30)"]]
+        while sorted(c.cmdline() for c in tree.children()) != sorted(exec_d):  # both exec'd
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        sample = sample_tree(root.pid, frozenset({"sleep"}))
+        mine = [tree, *(c for c in tree.children() if c.name() != "sleep")]
         assert sample["processes"] == 2
         assert sample["fds"] == sum(p.num_fds() for p in mine)
-        assert sample["root_fds"] == mine[0].num_fds()
-        # RSS moves between two reads; the helper's share is what must be there.
-        helper_rss = mine[1].memory_info().rss / 1e6
-        assert abs(sample["rss_MB"] - sample["root_rss_MB"] - helper_rss) < 1.0
-        counted_all = sample_tree(os.getpid(), frozenset())
-        assert counted_all["processes"] == 3
+        assert sample["root_fds"] == tree.num_fds()
+        # RSS moves between two reads; the child's share is what must be there.
+        child_rss = mine[1].memory_info().rss / 1e6
+        assert abs(sample["rss_MB"] - sample["root_rss_MB"] - child_rss) < 1.0
+        assert sample_tree(root.pid, frozenset())["processes"] == 3
     finally:
-        for child in (helper, command):
+        for child in tree.children():
             child.kill()
-            child.wait()
+        root.kill()
+        root.wait()
 
 
 def test_the_sampler_thread_runs_at_the_nice_it_was_given() -> None:
