@@ -43,6 +43,7 @@ from execserver.sandbox.hidden import use_private_dir
 from execserver.sandbox.keyring import isolate_session_keyring
 from execserver.server import auth, lifecycle
 from execserver.server.audit import AuditLog
+from execserver.server.gil_tuning import shorten_switch_interval
 from execserver.server.handover import (
     ControlServer,
     ControlSocketBusy,
@@ -343,6 +344,8 @@ class Server:
     async def run(self) -> int:
         # Before any large message: glibc keeps multi-megabyte buffers (memory_tuning).
         tune_malloc()
+        # The loop takes the GIL back from a busy worker thread within 1 ms (gil_tuning).
+        shorten_switch_interval()
         # Children must not inherit (possess) the keys of whoever started us.
         isolate_session_keyring()
         handlers = {signal.SIGTERM: self._on_sigterm, signal.SIGINT: self.stop}
