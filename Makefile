@@ -153,7 +153,7 @@ typecheck: $(BENCH_STAMP)
 # the allocator) rose past the bound (once in a quiet run: 68.1 MB against 67.6).
 # The crash storm, the faults, the fuzzers, the container image and the reference
 # interop check outcomes, not figures, and run with the rest. Each run lists its slowest tests (the suite's time has a
-# target: docs/development.md); the last line is the wall time of both.
+# target: docs/development.md); the last line is the wall time of all three.
 #
 # The suite runs with bytecode caching on, whatever PYTHONDONTWRITEBYTECODE says
 # (set on some CI machines and shells): without it every Python process the suite
