@@ -287,7 +287,7 @@ def child_pids(pid: int) -> list[int]:
 
 def escapee_candidates(
     tree: ProcessTree,
-    claimed: Container[int],
+    claimed: ClaimedPids,
     inherited: Iterable[int],
     skip: Container[int],
 ) -> Iterator[tuple[int, ProcInfo]]:
@@ -304,9 +304,7 @@ def escapee_candidates(
     that passes the stat tests is looked up among the other trees' members (the
     sandboxes' pid 1s waiting to be reaped are zombies)."""
     my_sid = os.getsid(0)
-    if isinstance(claimed, ClaimedPids):
-        inherited = claimed.unclaimed_among(inherited)
-    for pid in inherited:
+    for pid in claimed.unclaimed_among(inherited):
         if pid in skip:
             continue
         info = read_stat(pid)
@@ -319,7 +317,7 @@ def escapee_candidates(
 
 def kill_now(
     tree: ProcessTree,
-    claimed: Container[int],
+    claimed: ClaimedPids,
     inherited: list[int] | None = None,
     newborn_since: int | None = None,
 ) -> int:
@@ -585,7 +583,7 @@ STRAY_ZOMBIE_GRACE_S = 1.0
 
 
 def adopt_orphans(
-    tree: ProcessTree, claimed: Container[int], newborn_since: int | None = None
+    tree: ProcessTree, claimed: ClaimedPids, newborn_since: int | None = None
 ) -> None:
     """Right after ``tree.root`` exited: its orphans are now our children; record them.
 

@@ -109,7 +109,7 @@ def test_kill_now_walks_the_tree_without_a_sweep(
     start = read_stat(proc.pid)
     assert start is not None
     tree = ProcessTree(proc.pid, start.start)
-    assert kill_now(tree, {proc.pid}) >= 2
+    assert kill_now(tree, ClaimedPids(collections.Counter([proc.pid]), [tree])) >= 2
     proc.wait()
     assert _wait(lambda: _dead(job) and _dead(escapee))
 
