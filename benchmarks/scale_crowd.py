@@ -70,7 +70,7 @@ async def crowd(spec: dict[str, Any], commands: asyncio.StreamReader) -> dict[st
     warmed = [asyncio.Event() for _ in agents]
     runs: list[asyncio.Task[None]] = []
     own_lags: list[float] = []
-    watch: asyncio.Task[None] | None = None
+    watchers: list[asyncio.Task[None]] = []
     limit = asyncio.Semaphore(CONNECT_CONCURRENCY)
     try:
         await asyncio.gather(*(_bounded(limit, a.connect()) for a in agents))
@@ -90,7 +90,7 @@ async def crowd(spec: dict[str, Any], commands: asyncio.StreamReader) -> dict[st
         if await _line(commands) != "go":
             raise RuntimeError("the harness did not say go")
         window.open(spec["duration"])
-        watch = asyncio.ensure_future(_own_lag(own_lags))
+        watchers.append(asyncio.ensure_future(_own_lag(own_lags)))
         # No pass starts after the window; those under way get `grace` seconds.
         _, cut = await asyncio.wait(runs, timeout=spec["duration"] + spec["grace"])
         now = time.perf_counter()
@@ -100,9 +100,9 @@ async def crowd(spec: dict[str, Any], commands: asyncio.StreamReader) -> dict[st
             task.cancel()
         await asyncio.gather(*cut, return_exceptions=True)
     finally:
-        for task in [*runs, *([watch] if watch else [])]:
+        for task in [*runs, *watchers]:
             task.cancel()
-        await asyncio.gather(*runs, *([watch] if watch else []), return_exceptions=True)
+        await asyncio.gather(*runs, *watchers, return_exceptions=True)
         await asyncio.gather(*(a.close() for a in agents), return_exceptions=True)
     return {"agents": [asdict(agent.stats) for agent in agents], "own_lags": own_lags}
 
