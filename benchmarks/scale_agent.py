@@ -50,6 +50,9 @@ ENV = {"PATH": "/usr/bin:/bin", "TERM": "dumb"}
 # so 1,000 of them do not load the machine by themselves).
 LONG_COMMAND = ["sh", "-c", "seq 1 200; exec sleep 3600"]
 OP_TIMEOUT_S = 120.0
+# The longest pause that spreads the agents after their first pass (Agent._stagger):
+# below the fs helper pool's idle timeout (execserver/fs/sandboxed/pool.py, 30 s).
+STAGGER_MAX_S = 20.0
 
 
 def _uri(path: Path) -> str:
@@ -256,18 +259,37 @@ class Agent:
         """Passes over the mix, with a random pause of mean ``think_s`` between
         them (the model thinking). Operations that start before the window opens
         are the warm-up and are not recorded; ``warmed`` is set after the first
-        whole pass. The agent stops once the window has closed and it has made
-        one whole pass inside it: every operation of every agent is measured at
-        least once (or, cut off by the level's grace, counted unfinished)."""
+        whole pass and a random pause (``_stagger``). The agent stops once the
+        window has closed and it has made one whole pass inside it: every
+        operation of every agent is measured at least once (or, cut off by the
+        level's grace, counted unfinished)."""
         passes_inside = 0
         while not (window.closed() and passes_inside):
-            inside = window.records(time.perf_counter())
+            started = time.perf_counter()
+            inside = window.records(started)
             await self._one_pass(window)
             passes_inside += inside
-            if warmed is not None:
+            if warmed is not None and not warmed.is_set():
+                await self._stagger(window, time.perf_counter() - started)
                 warmed.set()
             if think_s and not window.closed():
                 await asyncio.sleep(random.uniform(0, 2 * think_s))
+
+    @staticmethod
+    async def _stagger(window: Window, first_pass_s: float) -> None:
+        """After the first pass, before the window opens: a random pause of up to
+        that pass's length. Agents that start together otherwise stay in
+        lock-step (a pass is mostly waiting in the same queues, and half a
+        second of thinking spreads nothing over a pass of twenty): at N = 1,000
+        all of them started their sandboxed command within a few seconds, then
+        all sent their fs/readFile at once, and that read waited 5.5 s at the
+        median against 0.8 s for the fs/writeFile right after it (docs/scale.md).
+        Real agents do not take turns in step; the pause spreads them over a
+        pass. At most STAGGER_MAX_S: a longer pause outlasts the fs helper pool's
+        idle timeout, and the agent's helper would be retired and started again
+        in the window (a first pass at N = 1,000 takes about 70 s)."""
+        if not window.records(time.perf_counter()):
+            await asyncio.sleep(random.uniform(0, min(first_pass_s, STAGGER_MAX_S)))
 
     def censor(self, now: float) -> None:
         """The operation still under way when the level's time ran out: recorded as

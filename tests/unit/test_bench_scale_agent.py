@@ -1,0 +1,86 @@
+"""The scale benchmark's agents leave their warm-up out of step (benchmarks/scale_agent.py
+``Agent._stagger``): agents that start together would otherwise keep taking the same
+step at the same moment for the whole level. The operations here are stand-ins (a
+fixed pause each): what is tested is the agents' own timing, not a server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from benchmarks.scale_agent import OPERATIONS, Agent, Window
+
+STEP_S = 0.05
+AGENTS = 30
+
+
+class SteppingAgent(Agent):
+    """An agent whose every operation is a pause of STEP_S."""
+
+    def operations(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        return [(name, self._step) for name in OPERATIONS]
+
+    async def _step(self) -> None:
+        await asyncio.sleep(STEP_S)
+
+
+def _agents(tmp_path: Path) -> list[SteppingAgent]:
+    return [
+        SteppingAgent("ws://127.0.0.1:9", i, tmp_path / f"a{i}", tmp_path / "secret")
+        for i in range(AGENTS)
+    ]
+
+
+async def _warm_times(agents: list[SteppingAgent], window: Window) -> tuple[float, list[float]]:
+    """When the agents, started together, each became warm (seconds after the start)."""
+    start = time.perf_counter()
+    warmed = [asyncio.Event() for _ in agents]
+    runs = [
+        asyncio.ensure_future(a.run(window, 0.0, w)) for a, w in zip(agents, warmed, strict=True)
+    ]
+    times: list[float] = []
+
+    async def note(event: asyncio.Event) -> None:
+        await event.wait()
+        times.append(time.perf_counter() - start)
+
+    try:
+        await asyncio.wait_for(asyncio.gather(*(note(w) for w in warmed)), 30)
+    finally:
+        for run in runs:
+            run.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
+    return start, times
+
+
+@pytest.mark.asyncio
+async def test_agents_started_together_are_spread_over_a_pass_when_warm(tmp_path: Path) -> None:
+    agents = _agents(tmp_path)
+    _, times = await _warm_times(agents, Window())
+    one_pass = len(OPERATIONS) * STEP_S
+    # Each waits a random part of its first pass after it: over 30 agents the
+    # spread is most of a pass; in lock-step it would be the loop's jitter.
+    assert max(times) - min(times) > 0.4 * one_pass, sorted(times)
+    assert all(t >= one_pass for t in times), sorted(times)
+    # The warm-up is not measured.
+    for agent in agents:
+        assert not any(agent.stats.latencies.values()), agent.stats
+
+
+@pytest.mark.asyncio
+async def test_no_pause_once_the_window_is_open(tmp_path: Path) -> None:
+    """A warm-up cut short by its bound (the window already open) adds no pause to
+    what is measured."""
+    window = Window()
+    window.open(60.0)
+    agents = _agents(tmp_path)
+    _, times = await _warm_times(agents, window)
+    one_pass = len(OPERATIONS) * STEP_S
+    assert max(times) - min(times) < 0.4 * one_pass, sorted(times)
+    # Inside the window the first pass is measured.
+    for agent in agents:
+        assert all(len(v) == 1 for v in agent.stats.latencies.values()), agent.stats
