@@ -17,12 +17,12 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from execserver.processes.tree import child_pids
 
-__all__ = ["TreeSample", "niced_executor", "sample_tree"]
+__all__ = ["TreeSample", "niced_executor", "pss_tree", "sample_tree"]
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -52,10 +52,9 @@ def _fds(pid: int) -> int | None:
         return None
 
 
-def sample_tree(root: int, leave_out: Collection[str]) -> TreeSample:
-    """RSS and fds of ``root`` and its descendants but those named in
-    ``leave_out``, and of ``root`` alone."""
-    rss = fds = root_rss = root_fds = processes = 0
+def _members(root: int, leave_out: Collection[str]) -> Iterator[tuple[int, bytes]]:
+    """``root`` and its descendants but those named in ``leave_out``, with their
+    statm line (a process gone meanwhile is skipped)."""
     root_name = _comm(root)
     frontier = [root]
     while frontier:
@@ -64,14 +63,25 @@ def sample_tree(root: int, leave_out: Collection[str]) -> TreeSample:
         name = _comm(pid) if pid != root else root_name
         if pid != root and name in leave_out:
             continue
-        memory, open_fds = _statm(pid), _fds(pid)
-        if memory is None or open_fds is None:
+        memory = _statm(pid)
+        if memory is None:
             continue  # gone meanwhile
         if pid != root and name == root_name and memory == _statm(root):
             # A child between its (v)fork and its exec, sharing the server's memory:
             # the server's own RSS and fds counted again (a peak would depend on
             # whether a sample caught one).
             continue
+        yield pid, memory
+
+
+def sample_tree(root: int, leave_out: Collection[str]) -> TreeSample:
+    """RSS and fds of ``root`` and its descendants but those named in
+    ``leave_out``, and of ``root`` alone."""
+    rss = fds = root_rss = root_fds = processes = 0
+    for pid, memory in _members(root, leave_out):
+        open_fds = _fds(pid)
+        if open_fds is None:
+            continue  # gone meanwhile
         resident = int(memory.split()[1]) * PAGE
         rss, fds, processes = rss + resident, fds + open_fds, processes + 1
         if pid == root:
@@ -83,6 +93,31 @@ def sample_tree(root: int, leave_out: Collection[str]) -> TreeSample:
         "root_fds": float(root_fds),
         "processes": float(processes),
     }
+
+
+def _pss_kB(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def pss_tree(root: int, leave_out: Collection[str]) -> float:
+    """The proportional set size (MB) of the same processes as ``sample_tree``'s:
+    each page shared by k processes counts 1/k in each. RSS counts it whole in
+    every one, so a server made of many processes running one program (execserver's
+    fs helpers: one interpreter each) pays its shared pages once per process in
+    RSS. Reading it walks every mapping's page tables, so it is read once per
+    level, not sampled."""
+    total = 0
+    for pid, _ in _members(root, leave_out):
+        pss = _pss_kB(pid)
+        total += pss or 0
+    return total * 1024 / 1e6
 
 
 def niced_executor(nice: int) -> ThreadPoolExecutor:

@@ -11,7 +11,7 @@ import time
 
 import psutil
 
-from benchmarks.proc_tree import niced_executor, sample_tree
+from benchmarks.proc_tree import niced_executor, pss_tree, sample_tree
 
 
 def test_the_tree_is_counted_without_the_named_commands() -> None:
@@ -40,6 +40,11 @@ def test_the_tree_is_counted_without_the_named_commands() -> None:
         child_rss = mine[1].memory_info().rss / 1e6
         assert abs(sample["rss_MB"] - sample["root_rss_MB"] - child_rss) < 1.0
         assert sample_tree(root.pid, frozenset())["processes"] == 3
+        # Two interpreters share their program's pages: PSS splits them, RSS
+        # counts them in each; the left-out `sleep` counts in neither.
+        pss = pss_tree(root.pid, frozenset({"sleep"}))
+        assert 0 < pss < sample_tree(root.pid, frozenset({"sleep"}))["rss_MB"]
+        assert pss < pss_tree(root.pid, frozenset())
     finally:
         for child in tree.children():
             child.kill()
