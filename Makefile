@@ -13,7 +13,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 LISTEN ?= ws://127.0.0.1:8765
 PYTEST_ARGS ?=
 
-.PHONY: run test lint format typecheck schema vectors interop bench bench-smoke bench-scale reliability system-deps venv clean image container-test lint-code lint-deploy
+.PHONY: run test lint format typecheck schema vectors interop bench bench-smoke bench-scale bench-scale-workers reliability system-deps venv clean image container-test lint-code lint-deploy
 
 # editable_mode=compat: the source tree goes on sys.path through a plain .pth
 # line. setuptools' default editable finder imports pathlib, re and
@@ -197,6 +197,11 @@ bench-smoke: $(BENCH_STAMP) $(NATIVE) system-deps
 BENCH_SCALE_ARGS ?=
 bench-scale: $(BENCH_STAMP) $(NATIVE) system-deps
 	$(BIN)/python -m benchmarks.scale $(BENCH_SCALE_ARGS)
+
+# 1,000 agents against two execserver daemons side by side and against one: the
+# best case of worker processes (docs/scale.md).
+bench-scale-workers: $(BENCH_STAMP) $(NATIVE) system-deps
+	$(BIN)/python -m benchmarks.scale_workers $(BENCH_SCALE_ARGS)
 
 # The full reliability suite (100k fuzz messages, 1,000-cycle storms, 1 GB
 # outputs, 10,000 processes, 10-minute soak); `make test` runs a bounded subset.

@@ -43,7 +43,7 @@ import psutil
 from benchmarks import figures, scale_plot, scale_profile
 from benchmarks.committed_tree import committed_daemon
 from benchmarks.figures import WORK, pct
-from benchmarks.proc_tree import niced_executor, sample_tree
+from benchmarks.proc_tree import niced_executor, pss_tree, sample_tree
 from benchmarks.scale_agent import OPERATIONS, prepare_workspace
 from benchmarks.server_cpu import tree_cpu_split
 from scripts.servers import PROJECT_ROOT, RunningServer, start_server
@@ -99,16 +99,33 @@ async def server(kind: str, tree: str | None) -> AsyncIterator[RunningServer]:
             yield running
 
 
-def sample_server(pid: int) -> dict[str, float]:
-    """RSS and fds of the server's own processes (without the agents' commands),
-    and of its root process alone."""
-    return sample_tree(pid, AGENT_COMMANDS)
+def sample_servers(pids: list[int]) -> dict[str, float]:
+    """RSS and fds of the servers' own processes (without the agents' commands),
+    and of their root processes alone, summed over the servers."""
+    samples = [sample_tree(pid, AGENT_COMMANDS) for pid in pids]
+    return {key: sum(sample[key] for sample in samples) for key in samples[0]}
 
 
-def _timed_sample(pid: int) -> tuple[dict[str, float], float]:
+def memory_now(pids: list[int]) -> dict[str, float]:
+    """The servers' RSS and PSS at one moment (PSS: shared pages split between the
+    processes that map them; benchmarks/proc_tree.py ``pss_tree``)."""
+    return {
+        "rss_MB": sample_servers(pids)["rss_MB"],
+        "pss_MB": sum(pss_tree(pid, AGENT_COMMANDS) for pid in pids),
+    }
+
+
+async def memory_mid_window(pids: list[int], after: float) -> dict[str, float]:
+    """``memory_now`` ``after`` seconds into the window, read at the agents' priority."""
+    await asyncio.sleep(after)
+    with niced_executor(AGENTS_NICE) as reader:
+        return await asyncio.get_running_loop().run_in_executor(reader, memory_now, pids)
+
+
+def _timed_sample(pids: list[int]) -> tuple[dict[str, float], float]:
     """A sample, and the CPU seconds it took."""
     started = time.thread_time()
-    sample = sample_server(pid)
+    sample = sample_servers(pids)
     return sample, time.thread_time() - started
 
 
@@ -141,13 +158,15 @@ async def probe_loop(
     probe_info["realtime"] = result["realtime"]
 
 
-async def sample_loop(pid: int, samples: list[dict[str, float]], stop: asyncio.Event) -> None:
+async def sample_loop(
+    pids: list[int], samples: list[dict[str, float]], stop: asyncio.Event
+) -> None:
     loop = asyncio.get_running_loop()
     # At the agents' priority, and spaced so that it takes at most a tenth of a
     # CPU (benchmarks/proc_tree.py says why).
     with niced_executor(AGENTS_NICE) as sampler:
         while not stop.is_set():
-            sample, spent = await loop.run_in_executor(sampler, _timed_sample, pid)
+            sample, spent = await loop.run_in_executor(sampler, _timed_sample, pids)
             samples.append(sample)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(SAMPLE_INTERVAL_S, 10 * spent))
@@ -211,13 +230,16 @@ async def run_level(
     grace: float = 30.0,
     nice: int = AGENTS_NICE,
     shards: int | None = None,
+    daemons: int = 1,
 ) -> dict[str, Any]:
     """One level: ``agents`` agents for ``duration`` seconds against a fresh server,
     after a warm-up of at most ``warmup`` seconds; passes under way when the
     window ends get ``grace`` seconds more. The agents run in ``shards``
     processes at ``nice`` (benchmarks/scale_crowd.py says why).
     ``on_window(pid)``: an async context manager entered for the measured window
-    (the profiler)."""
+    (the profiler). ``daemons``: that many servers side by side, shard ``i``
+    talking to server ``i % daemons`` (benchmarks/scale_workers.py); their
+    figures are summed (CPU, RSS, fds) or pooled (the probes' lags)."""
     base = WORK / "execserver-scale" / kind
     secret = WORK / "execserver-scale" / "secret"
     secret.mkdir(parents=True, exist_ok=True)
@@ -225,18 +247,21 @@ async def run_level(
     workspaces = [base / f"a{i}" for i in range(agents)]
     for workspace in workspaces:
         prepare_workspace(workspace)
-    count = shards_for(agents, shards)
-    async with server(kind, tree) as running:
-        pid = running.process.pid
+    # Every server gets a shard of its own.
+    count = min(agents, max(shards_for(agents, shards), daemons))
+    async with contextlib.AsyncExitStack() as servers:
+        running = [await servers.enter_async_context(server(kind, tree)) for _ in range(daemons)]
+        pids = [each.process.pid for each in running]
         await asyncio.sleep(0.2)
-        idle = sample_server(pid)
+        idle = sample_servers(pids)
+        idle_memory = memory_now(pids)
         crowds: list[Crowd] = []
         setup_start = time.perf_counter()
         try:
             for shard in range(count):
                 indices = list(range(shard, agents, count))
                 spec = {
-                    "url": running.url,
+                    "url": running[shard % daemons].url,
                     "workspaces": [str(workspaces[i]) for i in indices],
                     "indices": indices,
                     "secret": str(secret),
@@ -253,37 +278,50 @@ async def run_level(
                 assert word == "warm", word
                 warm += int(number)
             setup_s = time.perf_counter() - setup_start
-            lags: list[float] = []
+            lags: list[list[float]] = [[] for _ in running]
             samples: list[dict[str, float]] = []
             stop = asyncio.Event()
             probe_info: dict[str, Any] = {}
-            probe = asyncio.ensure_future(probe_loop(running.url, lags, stop, probe_info))
-            sampler = asyncio.ensure_future(sample_loop(pid, samples, stop))
+            watchers: list[asyncio.Future[Any]] = [
+                asyncio.ensure_future(probe_loop(each.url, own, stop, probe_info))
+                for each, own in zip(running, lags, strict=True)
+            ]
+            watchers.append(asyncio.ensure_future(sample_loop(pids, samples, stop)))
             try:
-                window_cm = on_window(pid) if on_window else contextlib.nullcontext()
+                window_cm = on_window(pids[0]) if on_window else contextlib.nullcontext()
                 async with contextlib.AsyncExitStack() as stack:
                     if on_window:
                         await stack.enter_async_context(window_cm)
-                    user0, system0 = tree_cpu_split(pid)
-                    main0 = main_thread_schedstat(pid)
+                    cpu0 = [sum(tree_cpu_split(pid)) for pid in pids]
+                    main0 = [main_thread_schedstat(pid) for pid in pids]
                     start = time.perf_counter()
                     for crowd in crowds:
                         crowd.send("go")
+                    middle = asyncio.ensure_future(memory_mid_window(pids, duration / 2))
+                    watchers.append(middle)
                     results = [json.loads(await crowd.read()) for crowd in crowds]
                     elapsed = time.perf_counter() - start
-                    main1 = main_thread_schedstat(pid)
-                    user1, system1 = tree_cpu_split(pid)
+                    main1 = [main_thread_schedstat(pid) for pid in pids]
+                    cpu1 = [sum(tree_cpu_split(pid)) for pid in pids]
             finally:
                 stop.set()
-                await asyncio.gather(probe, sampler)
+                await asyncio.gather(*watchers)
+            mid_memory = middle.result()
         finally:
             await asyncio.gather(*(c.stop() for c in crowds), return_exceptions=True)
     stats = [agent for result in results for agent in result["agents"]]
     own_lags = [lag for result in results for lag in result.get("own_lags", ())]
-    report = summarise(
-        stats, idle, samples, lags, elapsed, setup_s, (user1 - user0) + (system1 - system0)
-    )
+    all_lags = [lag for own in lags for lag in own]
+    report = summarise(stats, idle, samples, all_lags, elapsed, setup_s, sum(cpu1) - sum(cpu0))
     report["warmed_agents"] = warm
+    # RSS counts a page shared by k processes k times, PSS once: both at the
+    # window's middle, against before the agents connected.
+    report["memory_mid_window"] = mid_memory
+    report["memory_idle"] = idle_memory
+    report["pss_per_session_MB"] = (mid_memory["pss_MB"] - idle_memory["pss_MB"]) / agents
+    report["rss_per_session_mid_window_MB"] = (
+        mid_memory["rss_MB"] - idle_memory["rss_MB"]
+    ) / agents
     # The agents' own processes' loop lag over the window (benchmarks/scale_crowd.py):
     # every latency the agents measured includes a wait of this size.
     report["agents_loop_lag_p50_ms"] = statistics.median(own_lags) * 1e3 if own_lags else None
@@ -291,10 +329,23 @@ async def run_level(
     report["agent_processes"] = count
     report["agents_nice"] = nice
     report["probe_realtime"] = probe_info.get("realtime")
+    shares = [
+        {
+            "running_share": (after[0] - before[0]) / 1e9 / elapsed,
+            "waiting_for_cpu_share": (after[1] - before[1]) / 1e9 / elapsed,
+        }
+        for before, after in zip(main0, main1, strict=True)
+    ]
+    # One server's main thread, or the mean of the servers' (each is one loop).
     report["main_thread"] = {
-        "running_share": (main1[0] - main0[0]) / 1e9 / elapsed,
-        "waiting_for_cpu_share": (main1[1] - main0[1]) / 1e9 / elapsed,
+        key: statistics.fmean(share[key] for share in shares) for key in shares[0]
     }
+    if daemons > 1:
+        report["daemons"] = daemons
+        report["main_thread_by_daemon"] = shares
+        report["loop_lag_p99_ms_by_daemon"] = [
+            pct(own, 0.99) * 1e3 if own else None for own in lags
+        ]
     return report
 
 
@@ -562,6 +613,7 @@ def print_level(kind: str, level: dict[str, Any]) -> None:
         f"warm={level['warmed_agents']} lag99={level['loop_lag_p99_ms'] or 0:.1f}ms "
         f"agents-lag99={level.get('agents_loop_lag_p99_ms') or 0:.1f}ms "
         f"rss={level['peak']['rss_MB']:.0f}MB/session={level['rss_per_session_MB']:.2f}MB "
+        f"pss/session={level.get('pss_per_session_MB') or 0:.2f}MB "
         f"fds={level['peak']['fds']:.0f} "
         f"cpu/1k={level['server_cpu_s_per_1k_ops'] or 0:.2f}s | {ops}",
         flush=True,
