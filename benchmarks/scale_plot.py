@@ -60,18 +60,27 @@ def plot(report: dict[str, Any], stem: Path) -> list[Path]:
     written.append(path)
 
     panels = [
-        ("throughput", "ops/s", lambda lv: lv["throughput_ops_per_s"]),
-        ("server CPU per 1,000 ops", "CPU s", lambda lv: lv["server_cpu_s_per_1k_ops"]),
-        ("server RSS (own processes, peak)", "MB", lambda lv: lv["peak"]["rss_MB"]),
-        ("RSS per session", "MB", lambda lv: max(lv["rss_per_session_MB"], 1e-3)),
-        ("fds (own processes, peak)", "fds", lambda lv: lv["peak"]["fds"]),
-        ("loop lag p99 (initialize probe)", "ms", lambda lv: lv["loop_lag_p99_ms"]),
+        ("throughput", "ops/s", lambda lv: lv["throughput_ops_per_s"], None),
+        ("server CPU per 1,000 ops", "CPU s", lambda lv: lv["server_cpu_s_per_1k_ops"], None),
+        ("server RSS (own processes, peak)", "MB", lambda lv: lv["peak"]["rss_MB"], None),
+        (
+            "memory per session (RSS solid, PSS dashed)",
+            "MB",
+            lambda lv: max(lv["rss_per_session_MB"], 1e-3),
+            # Runs before the PSS was read have none (_series leaves them out).
+            lambda lv: lv.get("pss_per_session_MB"),
+        ),
+        ("fds (own processes, peak)", "fds", lambda lv: lv["peak"]["fds"], None),
+        ("loop lag p99 (initialize probe)", "ms", lambda lv: lv["loop_lag_p99_ms"], None),
     ]
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
-    for ax, (title, unit, pick) in zip(axes.flat, panels, strict=True):
+    for ax, (title, unit, pick, dashed) in zip(axes.flat, panels, strict=True):
         for kind, colour in COLOURS.items():
             xs, ys = _series(report, kind, pick)
             ax.plot(xs, ys, marker="o", color=colour, label=kind)
+            if dashed is not None:
+                xs, ys = _series(report, kind, dashed)
+                ax.plot(xs, ys, "--", marker="o", color=colour)
         _axes_log(ax, title, unit)
     axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
