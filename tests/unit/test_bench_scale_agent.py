@@ -35,7 +35,7 @@ def _agents(tmp_path: Path) -> list[SteppingAgent]:
     ]
 
 
-async def _warm_times(agents: list[SteppingAgent], window: Window) -> tuple[float, list[float]]:
+async def _warm_times(agents: list[SteppingAgent], window: Window) -> list[float]:
     """When the agents, started together, each became warm (seconds after the start)."""
     start = time.perf_counter()
     warmed = [asyncio.Event() for _ in agents]
@@ -54,13 +54,13 @@ async def _warm_times(agents: list[SteppingAgent], window: Window) -> tuple[floa
         for run in runs:
             run.cancel()
         await asyncio.gather(*runs, return_exceptions=True)
-    return start, times
+    return times
 
 
 @pytest.mark.asyncio
 async def test_agents_started_together_are_spread_over_a_pass_when_warm(tmp_path: Path) -> None:
     agents = _agents(tmp_path)
-    _, times = await _warm_times(agents, Window())
+    times = await _warm_times(agents, Window())
     one_pass = len(OPERATIONS) * STEP_S
     # Each waits a random part of its first pass after it: over 30 agents the
     # spread is most of a pass; in lock-step it would be the loop's jitter.
@@ -78,7 +78,7 @@ async def test_no_pause_once_the_window_is_open(tmp_path: Path) -> None:
     window = Window()
     window.open(60.0)
     agents = _agents(tmp_path)
-    _, times = await _warm_times(agents, window)
+    times = await _warm_times(agents, window)
     one_pass = len(OPERATIONS) * STEP_S
     assert max(times) - min(times) < 0.4 * one_pass, sorted(times)
     # Inside the window the first pass is measured.
