@@ -91,7 +91,9 @@ async def crowd(spec: dict[str, Any], commands: asyncio.StreamReader) -> dict[st
             raise RuntimeError("the harness did not say go")
         window.open(spec["duration"])
         watchers.append(asyncio.ensure_future(_own_lag(own_lags)))
-        # No pass starts after the window; those under way get `grace` seconds.
+        # After the window an agent starts no pass but the one whole pass it still
+        # owes (its pass under way at the opening ended after the closing); the
+        # passes under way get `grace` seconds.
         _, cut = await asyncio.wait(runs, timeout=spec["duration"] + spec["grace"])
         now = time.perf_counter()
         for agent in agents:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.committed_tree import committed_daemon
-from benchmarks.scale import RESULTS, raise_fd_limit, run_level, settle
+from benchmarks.scale import GRACE_S, RESULTS, raise_fd_limit, run_level, settle
 
 __all__ = ["main"]
 
@@ -106,7 +106,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per level")
     parser.add_argument("--think", type=float, default=0.5)
     parser.add_argument("--warmup", type=float, default=120.0)
-    parser.add_argument("--grace", type=float, default=30.0)
+    parser.add_argument("--grace", type=float, default=GRACE_S)
     parser.add_argument("--settle", type=float, default=120.0)
     parser.add_argument("--out", type=Path, default=RESULTS / "scale_workers.json")
     parser.add_argument(
