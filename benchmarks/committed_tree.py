@@ -14,7 +14,7 @@ from pathlib import Path
 
 from scripts.servers import PROJECT_ROOT
 
-__all__ = ["NATIVE_PROGRAMS", "committed_daemon"]
+__all__ = ["NATIVE_PROGRAMS", "committed_daemon", "daemon_tree"]
 
 
 @contextlib.contextmanager
@@ -35,6 +35,18 @@ def committed_daemon() -> Iterator[tuple[str, str]]:
         subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
         _add_native_programs(Path(tree))
         yield tree, commit
+
+
+@contextlib.contextmanager
+def daemon_tree(working_tree: bool) -> Iterator[tuple[str | None, str]]:
+    """The daemon's code a benchmark serves: the working tree's (None: the
+    project's own, as imported) when asked, else the committed one
+    (``committed_daemon``). Yields (directory, commit)."""
+    if working_tree:
+        yield None, "working tree"
+        return
+    with committed_daemon() as committed:
+        yield committed
 
 
 # The C programs `make` builds (gitignored, so not in the archive), by their source.

@@ -41,7 +41,7 @@ from typing import Any
 import psutil
 
 from benchmarks import figures, scale_plot, scale_profile
-from benchmarks.committed_tree import committed_daemon
+from benchmarks.committed_tree import daemon_tree
 from benchmarks.figures import WORK, pct
 from benchmarks.proc_tree import niced_executor, pss_tree, sample_tree
 from benchmarks.scale_agent import OPERATIONS, prepare_workspace
@@ -670,11 +670,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     raise_fd_limit()
-    with contextlib.ExitStack() as stack:
-        if args.working_tree:
-            tree, commit = None, "working tree"
-        else:
-            tree, commit = stack.enter_context(committed_daemon())
+    with daemon_tree(args.working_tree) as (tree, commit):
         report = asyncio.run(run(args, tree, commit))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import statistics
 import sys
@@ -28,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.committed_tree import committed_daemon
+from benchmarks.committed_tree import daemon_tree
 from benchmarks.scale import GRACE_S, RESULTS, raise_fd_limit, run_level, settle
 
 __all__ = ["main"]
@@ -123,11 +122,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     raise_fd_limit()
-    with contextlib.ExitStack() as stack:
-        if args.working_tree:
-            tree, commit = None, "working tree"
-        else:
-            tree, commit = stack.enter_context(committed_daemon())
+    with daemon_tree(args.working_tree) as (tree, commit):
         report = asyncio.run(run(args, tree, commit))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
