@@ -5,8 +5,9 @@ URL, the agents' workspaces and the level's timing), then talks with the
 harness in lines:
 
 * it connects its agents and starts them; they warm up (their operations are
-  not recorded) until each has made one whole pass or ``warmup`` seconds have
-  passed; then it prints ``warm N`` (N agents made their pass);
+  not recorded) until each has made one whole pass and the random pause after
+  it (``Agent._stagger``), or ``warmup`` seconds have passed; then it prints
+  ``warm N`` (N agents made their pass);
 * on ``go`` from the harness it opens the measured window for ``duration``
   seconds, gives the operations under way at its end ``grace`` seconds, counts
   the rest as unfinished, and prints one JSON line: every agent's statistics.
