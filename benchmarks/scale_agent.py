@@ -241,7 +241,11 @@ class Agent:
             record = window.records(start)
             self.in_flight = (name, start, record)
             try:
-                await asyncio.wait_for(operation(), OP_TIMEOUT_S)
+                # Not asyncio.wait_for: on Python 3.11 it returns the operation's
+                # result when the operation ends just as the agent is cancelled,
+                # and the agent, its cancellation lost, went on with its pass.
+                async with asyncio.timeout(OP_TIMEOUT_S):
+                    await operation()
             except Exception as exc:  # counted, and the agent goes on
                 if record:
                     self.stats.errors[name] += 1

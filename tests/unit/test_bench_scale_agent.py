@@ -35,40 +35,57 @@ def _agents(tmp_path: Path) -> list[SteppingAgent]:
     ]
 
 
-async def _warm_times(agents: list[SteppingAgent], window: Window) -> list[float]:
-    """When the agents, started together, each became warm (seconds after the start)."""
+def _close(window: Window) -> None:
+    """Close the window now (opening it first if it never was)."""
+    now = time.perf_counter()
+    if window.start is None:
+        window.start = now
+    window.end = now
+
+
+async def _warm_times(
+    agents: list[SteppingAgent], window: Window
+) -> tuple[list[float], list[dict[str, int]]]:
+    """When the agents, started together, each became warm (seconds after the
+    start), and what each had recorded then (operations by name). Then they are
+    ended as a level ends them: the window closes and each stops after a pass."""
     start = time.perf_counter()
     warmed = [asyncio.Event() for _ in agents]
     runs = [
         asyncio.ensure_future(a.run(window, 0.0, w)) for a, w in zip(agents, warmed, strict=True)
     ]
     times: list[float] = []
+    recorded: list[dict[str, int]] = []
 
-    async def note(event: asyncio.Event) -> None:
+    async def note(agent: SteppingAgent, event: asyncio.Event) -> None:
         await event.wait()
         times.append(time.perf_counter() - start)
+        recorded.append({name: len(v) for name, v in agent.stats.latencies.items()})
 
     try:
-        await asyncio.wait_for(asyncio.gather(*(note(w) for w in warmed)), 30)
+        async with asyncio.timeout(30):
+            await asyncio.gather(*(note(a, w) for a, w in zip(agents, warmed, strict=True)))
+        _close(window)
+        async with asyncio.timeout(30):
+            await asyncio.gather(*runs)
     finally:
         for run in runs:
             run.cancel()
         await asyncio.gather(*runs, return_exceptions=True)
-    return times
+    return times, recorded
 
 
 @pytest.mark.asyncio
 async def test_agents_started_together_are_spread_over_a_pass_when_warm(tmp_path: Path) -> None:
     agents = _agents(tmp_path)
-    times = await _warm_times(agents, Window())
+    times, recorded = await _warm_times(agents, Window())
     one_pass = len(OPERATIONS) * STEP_S
     # Each waits a random part of its first pass after it: over 30 agents the
     # spread is most of a pass; in lock-step it would be the loop's jitter.
     assert max(times) - min(times) > 0.4 * one_pass, sorted(times)
     assert all(t >= one_pass for t in times), sorted(times)
     # The warm-up is not measured.
-    for agent in agents:
-        assert not any(agent.stats.latencies.values()), agent.stats
+    assert all(not any(counts.values()) for counts in recorded), recorded
 
 
 @pytest.mark.asyncio
@@ -78,9 +95,8 @@ async def test_no_pause_once_the_window_is_open(tmp_path: Path) -> None:
     window = Window()
     window.open(60.0)
     agents = _agents(tmp_path)
-    times = await _warm_times(agents, window)
+    times, recorded = await _warm_times(agents, window)
     one_pass = len(OPERATIONS) * STEP_S
     assert max(times) - min(times) < 0.4 * one_pass, sorted(times)
     # Inside the window the first pass is measured.
-    for agent in agents:
-        assert all(len(v) == 1 for v in agent.stats.latencies.values()), agent.stats
+    assert all(set(counts.values()) == {1} for counts in recorded), recorded
