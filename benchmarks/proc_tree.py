@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from execserver.processes.tree import child_pids
 
-__all__ = ["TreeSample", "niced_executor", "pss_tree", "sample_tree"]
+__all__ = ["TreeSample", "memory_tree", "niced_executor", "sample_tree"]
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -106,18 +106,18 @@ def _pss_kB(pid: int) -> int | None:
     return None
 
 
-def pss_tree(root: int, leave_out: Collection[str]) -> float:
-    """The proportional set size (MB) of the same processes as ``sample_tree``'s:
-    each page shared by k processes counts 1/k in each. RSS counts it whole in
-    every one, so a server made of many processes running one program (execserver's
-    fs helpers: one interpreter each) pays its shared pages once per process in
-    RSS. Reading it walks every mapping's page tables, so it is read once per
-    level, not sampled."""
-    total = 0
-    for pid, _ in _members(root, leave_out):
-        pss = _pss_kB(pid)
-        total += pss or 0
-    return total * 1024 / 1e6
+def memory_tree(root: int, leave_out: Collection[str]) -> TreeSample:
+    """RSS and proportional set size (MB) of the same processes as
+    ``sample_tree``'s, in one walk: in PSS each page shared by k processes counts
+    1/k in each, where RSS counts it whole in every one, so a server made of many
+    processes running one program (execserver's fs helpers: one interpreter each)
+    pays its shared pages once per process in RSS. Reading PSS walks every
+    mapping's page tables, so it is read once per level, not sampled."""
+    rss = pss = 0
+    for pid, memory in _members(root, leave_out):
+        rss += int(memory.split()[1]) * PAGE
+        pss += (_pss_kB(pid) or 0) * 1024
+    return {"rss_MB": rss / 1e6, "pss_MB": pss / 1e6}
 
 
 def niced_executor(nice: int) -> ThreadPoolExecutor:

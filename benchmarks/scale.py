@@ -43,7 +43,7 @@ import psutil
 from benchmarks import figures, scale_plot, scale_profile
 from benchmarks.committed_tree import daemon_tree
 from benchmarks.figures import WORK, pct
-from benchmarks.proc_tree import niced_executor, pss_tree, sample_tree
+from benchmarks.proc_tree import memory_tree, niced_executor, sample_tree
 from benchmarks.scale_agent import OPERATIONS, prepare_workspace
 from benchmarks.server_cpu import tree_cpu_split
 from scripts.servers import PROJECT_ROOT, RunningServer, start_server
@@ -114,11 +114,9 @@ def sample_servers(pids: list[int]) -> dict[str, float]:
 
 def memory_now(pids: list[int]) -> dict[str, float]:
     """The servers' RSS and PSS at one moment (PSS: shared pages split between the
-    processes that map them; benchmarks/proc_tree.py ``pss_tree``)."""
-    return {
-        "rss_MB": sample_servers(pids)["rss_MB"],
-        "pss_MB": sum(pss_tree(pid, AGENT_COMMANDS) for pid in pids),
-    }
+    processes that map them; benchmarks/proc_tree.py ``memory_tree``)."""
+    trees = [memory_tree(pid, AGENT_COMMANDS) for pid in pids]
+    return {key: sum(tree[key] for tree in trees) for key in ("rss_MB", "pss_MB")}
 
 
 async def memory_mid_window(pids: list[int], after: float) -> dict[str, float]:

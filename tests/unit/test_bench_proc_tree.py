@@ -11,7 +11,7 @@ import time
 
 import psutil
 
-from benchmarks.proc_tree import niced_executor, pss_tree, sample_tree
+from benchmarks.proc_tree import memory_tree, niced_executor, sample_tree
 
 
 def test_the_tree_is_counted_without_the_named_commands() -> None:
@@ -42,9 +42,10 @@ def test_the_tree_is_counted_without_the_named_commands() -> None:
         assert sample_tree(root.pid, frozenset())["processes"] == 3
         # Two interpreters share their program's pages: PSS splits them, RSS
         # counts them in each; the left-out `sleep` counts in neither.
-        pss = pss_tree(root.pid, frozenset({"sleep"}))
-        assert 0 < pss < sample_tree(root.pid, frozenset({"sleep"}))["rss_MB"]
-        assert pss < pss_tree(root.pid, frozenset())
+        memory = memory_tree(root.pid, frozenset({"sleep"}))
+        assert 0 < memory["pss_MB"] < memory["rss_MB"]
+        assert abs(memory["rss_MB"] - sample_tree(root.pid, frozenset({"sleep"}))["rss_MB"]) < 1.0
+        assert memory["pss_MB"] < memory_tree(root.pid, frozenset())["pss_MB"]
     finally:
         for child in tree.children():
             child.kill()
