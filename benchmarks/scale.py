@@ -309,7 +309,12 @@ async def run_level(
                     cpu1 = [sum(tree_cpu_split(pid)) for pid in pids]
             finally:
                 stop.set()
-                await asyncio.gather(*watchers)
+                # Every watcher ends (the probes and the sampler on `stop`, the memory
+                # reading on its own) before a failure of one is raised.
+                ended = await asyncio.gather(*watchers, return_exceptions=True)
+            for outcome in ended:
+                if isinstance(outcome, BaseException):
+                    raise outcome
             mid_memory = middle.result()
         finally:
             await asyncio.gather(*(c.stop() for c in crowds), return_exceptions=True)
