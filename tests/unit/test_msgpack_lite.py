@@ -163,7 +163,8 @@ def test_what_msgpack_cannot_hold_is_refused_on_writing() -> None:
     with pytest.raises(TypeError):
         encode(object())
     with pytest.raises(UnicodeEncodeError):
-        encode("\udcff")  # msgspec refuses it too
+        msgspec.msgpack.encode("\udcff")  # msgspec refuses it: the daemon carries it
+    assert encode("\udcff") == b"\xc7\x01\x01\xff"  # as FS_BYTES_EXT (protocol.py)
 
 
 @pytest.mark.parametrize(
@@ -172,7 +173,7 @@ def test_what_msgpack_cannot_hold_is_refused_on_writing() -> None:
         b"",
         b"\xc1",  # never used
         b"\xc7\x01\x05x",  # ext 8
-        b"\xd4\x01\x00",  # fixext 1
+        b"\xd4\x02\x00",  # fixext 1 of a type other than FS_BYTES_EXT
         b"\xd6\xff\x00\x00\x00\x00",  # timestamp 32
         b"\xa5abc",  # str cut short
         b"\xc4\x05ab",  # bin cut short
@@ -225,3 +226,47 @@ def test_random_bytes_decode_or_fail_cleanly(data: bytes) -> None:
         return
     # Whatever decodes is what msgspec makes of it too.
     assert same(value, msgspec.msgpack.decode(data))
+
+
+# File names as Python holds the bytes of one that is not UTF-8: lone surrogates
+# (os.fsdecode), of every length form around the extension's boundaries.
+fs_names = st.builds(
+    lambda raw, size: ((raw * size)[: size - 1] + b"\xff").decode("utf-8", "surrogateescape"),
+    st.binary(min_size=1, max_size=8),
+    st.sampled_from([1, 2, 4, 8, 16, 17, 255, 256, 65535, 65536]),
+)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(fs_names)
+def test_a_file_name_that_is_not_utf8_crosses_both_ways_unchanged(name: str) -> None:
+    with pytest.raises(UnicodeEncodeError):
+        name.encode()
+    # Daemon to helper: a request's argument (msgspec picks the fixext forms too).
+    request = frames.Request(1, "read_file", frames.carry_fs_bytes({"path": name, "n": 3}))
+    decoded = program.decode_request(frames.frame(request)[HEADER.size :])
+    assert decoded.args == {"path": name, "n": 3}
+    # Helper to daemon: a result holding it, at any depth.
+    value = {"entries": [{"fileName": name}], "path": name}
+    ours = program.Response(7, OK, value, 0, "")
+    back = frames.response_decoder.decode(program.frame(ours)[HEADER.size :])
+    assert back.value == value
+
+
+def test_a_message_holding_a_name_that_is_not_utf8_is_sent_as_utf8() -> None:
+    name = b"bad\xff.txt".decode("utf-8", "surrogateescape")
+    ours = program.Response(7, OS_ERROR, None, 2, f"cannot read {name}")
+    back = frames.response_decoder.decode(program.frame(ours)[HEADER.size :])
+    assert back.message == "cannot read bad\ufffd.txt"
+
+
+@pytest.mark.parametrize("kind", [0, 2, -1, 127])
+def test_an_extension_of_another_type_fails_cleanly(kind: int) -> None:
+    for body in (
+        b"\xd4" + struct.pack(">b", kind) + b"x",
+        b"\xc7\x03" + struct.pack(">b", kind) + b"abc",
+    ):
+        with pytest.raises(DecodeError, match="extension type"):
+            decode(body)
+    with pytest.raises(DecodeError, match="truncated"):
+        decode(b"\xc7\x05\x01abc")

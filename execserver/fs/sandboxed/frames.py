@@ -13,9 +13,16 @@ from typing import Any, Final
 
 import msgspec
 
-from execserver.fs.sandboxed.protocol import HEADER, MAX_FRAME
+from execserver.fs.sandboxed.protocol import FS_BYTES_EXT, HEADER, MAX_FRAME
 
-__all__ = ["Request", "Response", "frame", "request_decoder", "response_decoder"]
+__all__ = [
+    "Request",
+    "Response",
+    "carry_fs_bytes",
+    "frame",
+    "request_decoder",
+    "response_decoder",
+]
 
 
 class Request(msgspec.Struct, array_like=True):
@@ -32,9 +39,31 @@ class Response(msgspec.Struct, array_like=True):
     message: str = ""
 
 
+def _fs_bytes(code: int, data: memoryview) -> str:
+    """A str that is not UTF-8, from its ``FS_BYTES_EXT`` extension (``protocol.py``)."""
+    if code != FS_BYTES_EXT:
+        raise ValueError(f"unsupported msgpack extension type {code}")
+    return bytes(data).decode("utf-8", "surrogateescape")
+
+
+def _carried(value: Any) -> Any:
+    if type(value) is str and not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:  # msgspec writes UTF-8 only
+            return msgspec.msgpack.Ext(FS_BYTES_EXT, value.encode("utf-8", "surrogateescape"))
+    return value
+
+
+def carry_fs_bytes(args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` with each str that is not UTF-8 (a file name's bytes) as its
+    ``FS_BYTES_EXT`` extension; the operations' arguments are flat."""
+    return {name: _carried(value) for name, value in args.items()}
+
+
 _encoder = msgspec.msgpack.Encoder()
-request_decoder: Final = msgspec.msgpack.Decoder(Request)
-response_decoder: Final = msgspec.msgpack.Decoder(Response)
+request_decoder: Final = msgspec.msgpack.Decoder(Request, ext_hook=_fs_bytes)
+response_decoder: Final = msgspec.msgpack.Decoder(Response, ext_hook=_fs_bytes)
 
 
 def frame(message: Request | Response) -> bytes:

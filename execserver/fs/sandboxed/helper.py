@@ -26,7 +26,13 @@ import msgspec
 
 from execserver.aio.tasks import TaskSet
 from execserver.containment import ProcessCgroups
-from execserver.fs.sandboxed.frames import Request, Response, frame, response_decoder
+from execserver.fs.sandboxed.frames import (
+    Request,
+    Response,
+    carry_fs_bytes,
+    frame,
+    response_decoder,
+)
 from execserver.fs.sandboxed.protocol import HEADER, OK, OS_ERROR, RPC_ERROR, STALE
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.launch import (
@@ -127,6 +133,9 @@ class FsHelper:
         if self._failure is not None or not self._accepting:
             raise HelperDied
         request_id = next(self._ids)
+        # Framed before the call is registered: a request that cannot be framed
+        # raises here and leaves no pending call behind.
+        data = frame(Request(request_id, op, carry_fs_bytes(args)))
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         now = time.monotonic()
         if not self._pending:
@@ -134,7 +143,7 @@ class FsHelper:
         self._pending[request_id] = future
         self.last_used = now
         try:
-            self._requests.write(frame(Request(request_id, op, args)))
+            self._requests.write(data)
             await self._requests.drain()
         except (ConnectionError, RuntimeError):
             pass  # the reader sees the helper die and fails the future

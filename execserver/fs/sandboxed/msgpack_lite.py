@@ -13,12 +13,17 @@ Types: None, bool, int (-2**63 .. 2**64-1), float (written as float64), str,
 bytes (bytearray and memoryview written as bytes), list and tuple (read back as
 list), dict (keys: str, int, bytes, bool, None or float). Each is written in
 the shortest form, which is also msgspec's choice (tests/unit/test_msgpack_lite.py
-checks both against msgspec). No extension types.
+checks both against msgspec). One extension type, ``FS_BYTES_EXT``
+(``protocol.py``): a str that is not UTF-8 (a file name's bytes, carried as
+``os.fsdecode`` carries them: lone surrogates) is written as that extension
+holding its bytes, and read back as the same str; no other extension type is read.
 """
 
 from __future__ import annotations
 
 import struct
+
+from execserver.fs.sandboxed.protocol import FS_BYTES_EXT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -119,7 +124,11 @@ _MAP = b"\x00\xde\xdf"
 def _encode(value: Any, out: list[bytes]) -> None:
     kind = type(value)
     if kind is str:
-        data = value.encode()
+        try:
+            data = value.encode()
+        except UnicodeEncodeError:  # a file name that is not UTF-8
+            _encode_fs_bytes(value, out)
+            return
         size = len(data)
         if size < 32:
             out.append(_FIXSTR[size])
@@ -167,6 +176,21 @@ def _encode(value: Any, out: list[bytes]) -> None:
         _encode(dict(value), out)
     else:
         raise TypeError(f"Encoding objects of type {kind.__name__} is unsupported")
+
+
+def _encode_fs_bytes(value: str, out: list[bytes]) -> None:
+    """``value``'s bytes (UTF-8 with surrogateescape) as the extension
+    ``FS_BYTES_EXT``, in its 8-, 16- or 32-bit length form."""
+    data = value.encode("utf-8", "surrogateescape")
+    size = len(data)
+    if size < 0x100:
+        header = b"\xc7" + _u8.pack(size)
+    elif size < 0x10000:
+        header = b"\xc8" + _u16.pack(size)
+    else:
+        header = b"\xc9" + _u32.pack(size)
+    out.append(header + _i8.pack(FS_BYTES_EXT))
+    out.append(data)
 
 
 def encode_into(value: object, out: list[bytes]) -> None:
@@ -221,6 +245,20 @@ _NUMBER = {
     0xD0: _i8, 0xD1: _i16, 0xD2: _i32, 0xD3: _i64,
 }  # fmt: skip
 _KEY_TYPES = (str, int, bytes, bool, float, type(None))
+# Extension types: fixext 1, 2, 4, 8, 16 (their data's size) and ext 8, 16, 32
+# (a length first).
+_FIXEXT = {0xD4: 1, 0xD5: 2, 0xD6: 4, 0xD7: 8, 0xD8: 16}
+_EXT_LENGTH = {0xC7: _u8, 0xC8: _u16, 0xC9: _u32}
+
+
+def _decode_ext(data: bytes, pos: int, size: int) -> tuple[str, int]:
+    """The extension at ``pos`` (its type byte, then ``size`` bytes): only
+    ``FS_BYTES_EXT`` is read."""
+    end = _take(data, pos, 1 + size)
+    (kind,) = _i8.unpack_from(data, pos)
+    if kind != FS_BYTES_EXT:
+        raise DecodeError(f"malformed msgpack: unsupported extension type {kind}")
+    return data[pos + 1 : end].decode("utf-8", "surrogateescape"), end
 
 
 def _decode(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
@@ -248,6 +286,13 @@ def _decode(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
         return False, pos
     if code == 0xC3:
         return True, pos
+    fixed = _FIXEXT.get(code)
+    if fixed is not None:
+        return _decode_ext(data, pos, fixed)
+    ext_length = _EXT_LENGTH.get(code)
+    if ext_length is not None:
+        end = _take(data, pos, ext_length.size)
+        return _decode_ext(data, end, ext_length.unpack_from(data, pos)[0])
     number = _NUMBER.get(code)
     if number is not None:
         end = pos + number.size

@@ -164,7 +164,12 @@ def frame(response: Response) -> bytes:
     parts = [b"", b"\x95", encode_int(response.id), encode_int(response.kind)]
     encode_into(response.value, parts)
     parts.append(encode_int(response.code))
-    encode_into(response.message, parts)
+    # The message is UTF-8 (protocol.py): a file name's undecodable bytes in it
+    # become U+FFFD.
+    message = response.message
+    if not message.isascii():
+        message = message.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    encode_into(message, parts)
     size = sum(map(len, parts))
     if size > MAX_FRAME:
         raise ValueError(f"fs helper frame too large ({size} bytes)")

@@ -12,6 +12,12 @@ request — never a second time for the helper.
   message]``: the request's id, one of the kinds below, the operation's result
   (``OK``), the error's code (errno for ``OS_ERROR``) and its text.
 
+A str that is not UTF-8 — a file name's bytes, which Python carries as lone
+surrogates (``os.fsdecode``), the reference serves such names and a ``file:``
+URI can name them (``%FF``) — crosses as the msgpack extension ``FS_BYTES_EXT``
+holding its bytes (UTF-8 with surrogateescape), and is read back as the same
+str; a response's ``message`` is always UTF-8.
+
 Requests may be pipelined; responses carry the request id and can come back
 in any order (the helper runs requests on a few threads, so one slow or stuck
 operation does not hold up the others).
@@ -31,10 +37,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["FAILED", "HEADER", "MAX_FRAME", "OK", "OS_ERROR", "RPC_ERROR", "STALE"]
+__all__ = ["FAILED", "FS_BYTES_EXT", "HEADER", "MAX_FRAME", "OK", "OS_ERROR", "RPC_ERROR", "STALE"]
 
 HEADER: Final = struct.Struct(">I")
 MAX_FRAME: Final = (1 << 32) - 1
+# The msgpack extension type of a str that is not UTF-8 (above).
+FS_BYTES_EXT: Final = 1
 
 # Response kinds.
 OK: Final = 0
