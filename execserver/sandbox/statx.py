@@ -1,13 +1,20 @@
-"""statx(2) through ctypes: the one binding of it in the daemon.
+"""statx(2) through ctypes' C core: the one binding of it in the daemon.
 
 Python 3.11's ``os.stat`` has no birth time on Linux; both the fs service
 (``createdAtMs``, as the reference reports it) and the fs helper pool (an
 identity a later file cannot take over) need it.
+
+The binding is made from ``_ctypes`` (the C module under the ``ctypes``
+package) with the few C types it needs declared here, as ``ctypes`` declares
+them: the sandboxed fs helper imports this module, one interpreter per sandbox
+policy, and the ``ctypes`` package (its type zoo and ``_endian``) added 0.13 MB
+of RSS and ~1.5 ms of start to each (tests/unit/test_fs_helper_imports.py keeps
+it out). ``_ctypes`` has been the package's core since Python 2.5.
 """
 
 from __future__ import annotations
 
-import ctypes
+import _ctypes
 import os
 import struct
 
@@ -30,15 +37,56 @@ _INO: Final = 32  # u64 stx_ino
 _BTIME: Final = 80  # stx_btime {i64 tv_sec; u32 tv_nsec; i32 pad}
 _DEV: Final = 136  # u32 stx_dev_major, u32 stx_dev_minor
 
-# The process's own symbols, libc's among them. ctypes.util.find_library("c") ran
-# `/sbin/ldconfig -p` and imported subprocess, shutil and tempfile: ~12-19 ms at
-# every start of the daemon and of each sandboxed fs helper, where the policy's
-# view may not even hold ldconfig.
-_libc = ctypes.CDLL(None, use_errno=True)
-_statx: Any = getattr(_libc, "statx", None)
-if _statx is not None:
-    _statx.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
-    _statx.restype = ctypes.c_int
+
+# The C types statx takes, as ctypes/__init__.py declares c_int, c_uint,
+# c_char_p, c_char and a char array. (The type: ignores: typeshed describes
+# these classes as the ctypes package uses them, generic and taking a CDLL.)
+class _Int(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "i"
+
+
+class _UInt(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "I"
+
+
+class _CharPointer(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "z"
+
+
+class _Char(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "c"
+
+
+class _StatxBuffer(_ctypes.Array):  # type: ignore[type-arg]
+    _type_ = _Char
+    _length_ = _BUFSIZE
+
+
+class _CFunction(_ctypes.CFuncPtr):
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+    _restype_ = _Int
+
+
+class _OwnSymbols:
+    """The process's own symbols, libc's among them (``ctypes.CDLL(None)``).
+    ctypes.util.find_library("c") ran `/sbin/ldconfig -p` and imported
+    subprocess, shutil and tempfile: ~12-19 ms at every start of the daemon and
+    of each sandboxed fs helper, where the policy's view may not even hold
+    ldconfig."""
+
+    _handle = _ctypes.dlopen(None, _ctypes.RTLD_LOCAL)  # type: ignore[arg-type]
+
+
+def _bind_statx() -> Any:
+    try:
+        function: Any = _CFunction(("statx", _OwnSymbols))  # type: ignore[arg-type]
+    except AttributeError:  # this libc has no statx
+        return None
+    function.argtypes = [_Int, _CharPointer, _Int, _UInt, _StatxBuffer]
+    return function
+
+
+_statx: Any = _bind_statx()
 
 
 class Statx:
@@ -75,12 +123,12 @@ def statx(path: str, *, dir_fd: int | None = None, follow_symlinks: bool = True)
     at (or this libc has no statx)."""
     if _statx is None:
         return None
-    buf = ctypes.create_string_buffer(_BUFSIZE)
+    buf = _StatxBuffer()
     flags = 0 if follow_symlinks else _AT_SYMLINK_NOFOLLOW
     fd = _AT_FDCWD if dir_fd is None else dir_fd
     if _statx(fd, os.fsencode(path), flags, _STATX_INO | _STATX_BTIME, buf) != 0:
         return None
-    raw = buf.raw
+    raw = bytes(buf)  # (not buf.raw: mypy 2.4 fails internally on it)
     (mask,) = struct.unpack_from("<I", raw, _MASK)
     (ino,) = struct.unpack_from("<Q", raw, _INO)
     major, minor = struct.unpack_from("<II", raw, _DEV)

@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from execserver.fs import ops_read
 from execserver.fs.dispatch import run_sandboxed
-from execserver.fs.operations import READ_FILE, WRITE_FILE
+from execserver.fs.operations import READ_DIRECTORY, READ_FILE, WRITE_FILE
 from execserver.fs.sandboxed.client import SandboxedFs
 from execserver.fs.sandboxed.pool import HelperPool
 from execserver.sandbox.fs_helper.runtime import PRIVATE_DIR
@@ -172,6 +172,32 @@ async def test_contents_round_trip_and_errors_keep_the_reference_codes(
     assert not (outside / "x").exists()
 
 
+async def test_a_file_name_that_is_not_utf8_is_served_in_the_sandbox_as_outside_it(
+    execserver: RunningServer, tmp_path: Path
+) -> None:
+    """A ``file:`` URI names any bytes (``%FF``), and the reference serves such a
+    file with a sandbox as without one; so does the helper (its frames carry the
+    name's bytes: execserver/fs/sandboxed/protocol.py)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    name = os.fsdecode(b"bad\xff.txt")
+    (ws / name).write_bytes(b"x")
+    at = uri(ws) + "/bad%FF.txt"
+    box = sandbox([ROOT_READ, entry(ws, "write")])
+    async with connect(execserver.url) as client:
+        for params in ({}, {"sandbox": box}):
+            read = await client.ok("fs/readFile", {"path": at, **params})
+            assert unb64(read["dataBase64"]) == b"x", params
+            meta = await client.ok("fs/getMetadata", {"path": at, **params})
+            assert meta["isFile"], params
+            listing = await client.ok("fs/readDirectory", {"path": uri(ws), **params})
+            assert [e["fileName"] for e in listing["entries"]] == ["bad\ufffd.txt"], params
+        await client.ok("fs/writeFile", {"path": at, "dataBase64": b64("y"), "sandbox": box})
+        assert (ws / name).read_bytes() == b"y"
+        # The daemon still serves the sandbox after it (nothing was left broken).
+        assert await _read(client, ws / name.replace("\udcff", "_"), box) == NOT_FOUND
+
+
 async def test_one_helper_per_resolved_policy(tmp_path: Path, fs: SandboxedFs) -> None:
     ws, other = tmp_path / "ws", tmp_path / "other"
     ws.mkdir()
@@ -215,6 +241,33 @@ async def test_a_helper_is_its_sandboxs_pid_1_with_no_process_between_it_and_bwr
     # Still ended by its bwrap's death (SIGKILL, as the daemon ends a helper).
     helper.process.kill()
     assert await wait_until(lambda: is_zombie_or_gone(inner), 10)
+
+
+async def test_a_helper_in_the_c_locale_serves_every_file_name_as_the_daemon_does(
+    tmp_path: Path, fs: SandboxedFs
+) -> None:
+    """The helper runs in the C locale with Python's UTF-8 mode (no locale archive
+    mapped, once per policy): names in UTF-8 and names that are not come back as
+    the daemon itself lists them, and a name read back reaches the same file."""
+    names = ["é sp%.txt", os.fsdecode(b"bad\xff.txt"), "plain"]
+    for number, name in enumerate(names):
+        (tmp_path / name).write_text(str(number))
+    ctx = context(managed([entry(tmp_path, "read")]))
+    listed = await run_sandboxed(ctx, READ_DIRECTORY, {"path": str(tmp_path)}, fs)
+
+    def by_name(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted(entries, key=lambda each: str(each["fileName"]))
+
+    assert by_name(listed) == by_name(READ_DIRECTORY.local(str(tmp_path)))
+    assert {each["fileName"] for each in listed} >= {"é sp%.txt", "plain"}
+    for number, name in enumerate(names):
+        data = await run_sandboxed(ctx, READ_FILE, {"path": str(tmp_path / name)}, fs)
+        assert data == b64(str(number)), name
+    (helper,) = fs.pool.live()
+    (inner,) = _helper_children(helper.process.pid)
+    mapped = _mapped_files(inner)
+    assert mapped, "the helper's mappings were read"
+    assert not [path for path in mapped if "/locale/" in path or "/gconv/" in path]
 
 
 async def test_host_removing_a_protected_mount_point_retires_the_helper(
@@ -295,6 +348,12 @@ def _nspid(pid: int) -> list[str]:
     """``pid``'s pid in each pid namespace it is in, the host's first."""
     with open(f"/proc/{pid}/status") as status:
         return next(line.split()[1:] for line in status if line.startswith("NSpid:"))
+
+
+def _mapped_files(pid: int) -> set[str]:
+    """The files ``pid`` has mapped."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return {line.split()[-1] for line in maps if "/" in line}
 
 
 def _is_python(pid: int) -> bool:

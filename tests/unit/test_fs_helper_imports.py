@@ -17,6 +17,7 @@ import pytest
 import execserver
 from execserver.fs.sandboxed import program
 from execserver.sandbox.fs_helper.as_main import BOOTSTRAP
+from execserver.sandbox.fs_helper.runtime import LEAN_HELPER_ENV
 
 # Each of these, with what it imports, cost the helper 0.5-4.4 MB PSS.
 FORBIDDEN = (
@@ -38,6 +39,7 @@ FORBIDDEN = (
     "subprocess",
     "asyncio",
     "logging",
+    "ctypes",  # the package; statx is bound on its C core, _ctypes (sandbox/statx.py)
 )
 # The helper's imports over a bare interpreter's: 1.0 MB when this was written
 # (6.2 MB before), ctypes (statx) the largest part.
@@ -52,8 +54,8 @@ def _env() -> dict[str, str]:
     return {
         "PYTHONPATH": f"{PACKAGE_ROOT}:{DEPS_ROOT}",
         "PATH": "/usr/bin:/bin",
-        "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
+        **LEAN_HELPER_ENV,
     }
 
 

@@ -38,9 +38,20 @@ from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.as_main import BOOTSTRAP
 from execserver.sandbox.policy import ResolvedPolicy
 
-__all__ = ["PRIVATE_DIR", "HelperRuntime", "elf_interpreter", "helper_runtime", "serves_policy"]
+__all__ = [
+    "LEAN_HELPER_ENV",
+    "PRIVATE_DIR",
+    "HelperRuntime",
+    "elf_interpreter",
+    "helper_runtime",
+    "serves_policy",
+]
 
 PRIVATE_DIR: Final = "/dev/.execserver-fs-helper"
+# One interpreter per sandbox policy, so this is paid once per agent: the C
+# locale with Python's UTF-8 mode (file names encoded as under C.UTF-8: UTF-8
+# with surrogateescape) maps no locale archive, 0.15 MB of each helper's RSS.
+LEAN_HELPER_ENV: Final = {"LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "1"}
 _PT_INTERP: Final = 3
 
 
@@ -156,7 +167,7 @@ def helper_runtime(module: str) -> HelperRuntime | None:
         "PYTHONHOME": f"{PRIVATE_DIR}/home",
         "PYTHONPATH": ":".join(dict.fromkeys(import_path)),
         "PATH": "/usr/bin:/bin",
-        "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
+        **LEAN_HELPER_ENV,
     }
     return HelperRuntime(argv=argv, env=env, binds=tuple(binds.binds))
