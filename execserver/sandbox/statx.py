@@ -67,6 +67,12 @@ class _CFunction(_ctypes.CFuncPtr):
     _restype_ = _Int
 
 
+class _CFunctionHoldingGil(_ctypes.CFuncPtr):
+    # As ctypes.PyDLL's functions: the GIL stays taken during the call.
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_PYTHONAPI
+    _restype_ = _Int
+
+
 class _OwnSymbols:
     """The process's own symbols, libc's among them (``ctypes.CDLL(None)``).
     ctypes.util.find_library("c") ran `/sbin/ldconfig -p` and imported
@@ -77,16 +83,17 @@ class _OwnSymbols:
     _handle = _ctypes.dlopen(None, _ctypes.RTLD_LOCAL)  # type: ignore[arg-type]
 
 
-def _bind_statx() -> Any:
+def _bind_statx(kind: type[_ctypes.CFuncPtr]) -> Any:
     try:
-        function: Any = _CFunction(("statx", _OwnSymbols))  # type: ignore[arg-type]
+        function: Any = kind(("statx", _OwnSymbols))  # type: ignore[arg-type]
     except AttributeError:  # this libc has no statx
         return None
     function.argtypes = [_Int, _CharPointer, _Int, _UInt, _StatxBuffer]
     return function
 
 
-_statx: Any = _bind_statx()
+_statx: Any = _bind_statx(_CFunction)
+_statx_holding_gil: Any = _bind_statx(_CFunctionHoldingGil)
 
 
 class Statx:
@@ -118,15 +125,28 @@ class Statx:
         return f"Statx(dev={self.dev!r}, ino={self.ino!r}, btime={self.btime!r})"
 
 
-def statx(path: str, *, dir_fd: int | None = None, follow_symlinks: bool = True) -> Statx | None:
+def statx(
+    path: str,
+    *,
+    dir_fd: int | None = None,
+    follow_symlinks: bool = True,
+    holding_gil: bool = False,
+) -> Statx | None:
     """Device, inode and birth time of ``path``; None when it cannot be looked
-    at (or this libc has no statx)."""
-    if _statx is None:
+    at (or this libc has no statx).
+
+    ``holding_gil``: the GIL stays taken during the system call (a few µs on a
+    cached path), for a caller on the event loop's thread. Released, the loop
+    would wait to take it back whenever a worker thread runs Python meanwhile
+    (execserver/server/gil_tuning.py). Not for a path that may block (a hung
+    network mount would stall every thread)."""
+    function = _statx_holding_gil if holding_gil else _statx
+    if function is None:
         return None
     buf = _StatxBuffer()
     flags = 0 if follow_symlinks else _AT_SYMLINK_NOFOLLOW
     fd = _AT_FDCWD if dir_fd is None else dir_fd
-    if _statx(fd, os.fsencode(path), flags, _STATX_INO | _STATX_BTIME, buf) != 0:
+    if function(fd, os.fsencode(path), flags, _STATX_INO | _STATX_BTIME, buf) != 0:
         return None
     raw = bytes(buf)  # (not buf.raw: mypy 2.4 fails internally on it)
     (mask,) = struct.unpack_from("<I", raw, _MASK)

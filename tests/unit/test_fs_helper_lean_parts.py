@@ -158,3 +158,18 @@ def test_statx_compares_and_hashes_by_value(tmp_path: Path) -> None:
     assert first is not None and first == second and hash(first) == hash(second)
     assert first != Statx(first.dev, first.ino + 1, first.btime)
     assert {first: 1}[Statx(first.dev, first.ino, first.btime)] == 1
+
+
+@pytest.mark.parametrize("holding_gil", [False, True])
+def test_statx_sees_what_stat_sees_with_the_gil_released_or_held(
+    tmp_path: Path, holding_gil: bool
+) -> None:
+    (tmp_path / "f").write_text("")
+    os.symlink("f", tmp_path / "link")
+    for path, follow in ((tmp_path / "f", True), (tmp_path / "link", False)):
+        found = statx(str(path), follow_symlinks=follow, holding_gil=holding_gil)
+        st = os.stat(path, follow_symlinks=follow)
+        assert found is not None
+        assert (os.makedev(*found.dev), found.ino) == (st.st_dev, st.st_ino)
+    assert statx(str(tmp_path / "missing"), holding_gil=holding_gil) is None
+    assert statx(str(tmp_path / "link"), holding_gil=holding_gil) == statx(str(tmp_path / "f"))

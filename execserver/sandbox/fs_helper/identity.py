@@ -26,7 +26,7 @@ def lasting_identity(path: str) -> object:
     lowest free number); a birth time is new with each file. Where the file
     system keeps no birth time the helper's own mount check is what catches a
     recycled number. None when nothing is there."""
-    found = statx(path, follow_symlinks=False)
+    found = statx(path, follow_symlinks=False, holding_gil=True)
     if found is not None:
         return found
     try:
