@@ -5,7 +5,9 @@ policy, so what it imports is memory and start time times the number of agents
 
 from __future__ import annotations
 
+import logging
 import os
+import py_compile
 import statistics
 import subprocess
 import sys
@@ -16,6 +18,7 @@ import pytest
 
 import execserver
 from execserver.fs.sandboxed import program
+from execserver.sandbox.fs_helper import runtime
 from execserver.sandbox.fs_helper.as_main import BOOTSTRAP
 from execserver.sandbox.fs_helper.runtime import LEAN_HELPER_ENV
 
@@ -168,3 +171,24 @@ def test_bootstrap_runs_a_module_as_python_m_does(tmp_path: Path) -> None:
         check=False,
     )
     assert missing.returncode == 1 and "No module named pkg.nothing" in missing.stderr
+
+
+def test_a_helper_program_without_bytecode_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a bytecode cache each helper compiles its modules itself (the helper
+    cannot write one): the daemon says so once, and only then."""
+    (tmp_path / "helper_prog_cached.py").write_text("X = 1\n")
+    (tmp_path / "helper_prog_source_only.py").write_text("X = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    py_compile.compile(str(tmp_path / "helper_prog_cached.py"), doraise=True)
+    assert runtime.has_bytecode("helper_prog_cached")
+    assert not runtime.has_bytecode("helper_prog_source_only")
+    with caplog.at_level(logging.WARNING, logger=runtime.__name__):
+        runtime.helper_runtime.cache_clear()
+        runtime.helper_runtime("helper_prog_cached")
+        assert caplog.messages == []
+        runtime.helper_runtime("helper_prog_source_only")
+    runtime.helper_runtime.cache_clear()
+    (message,) = caplog.messages
+    assert "helper_prog_source_only has no bytecode cache" in message
