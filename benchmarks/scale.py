@@ -193,6 +193,8 @@ class Crowd:
             cwd=PROJECT_ROOT,
             # The statistics come as one JSON line, megabytes at N = 1,000.
             limit=1 << 30,
+            # A session of its own, whose CPU priority it lowers (scale_crowd.py).
+            start_new_session=True,
         )
         crowd = cls(process)
         crowd.send(json.dumps(spec))
@@ -337,6 +339,7 @@ async def run_level(
     report["agents_loop_lag_p99_ms"] = pct(own_lags, 0.99) * 1e3 if own_lags else None
     report["agent_processes"] = count
     report["agents_nice"] = nice
+    report["agents_autogroup_niced"] = all(r.get("autogroup_niced") for r in results)
     report["probe_realtime"] = probe_info.get("realtime")
     shares = [
         {
