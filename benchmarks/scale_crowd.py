@@ -25,11 +25,15 @@ Where the kernel shares CPU time between sessions before threads (autogroup,
 sched(7): on when the tasks are in no CPU cgroup of their own, as on this VM), a
 nice value orders only the threads of one session, and every sandboxed command
 and helper of a server leads a session of its own: the agents' nice value then
-ranked them below the harness and nothing else. So each agents' process leads a
+ranked them below the harness and the server's own process (all in the
+harness's session), not below the server's helpers and commands, each a group
+of its own, one CPU share each. So each agents' process leads a
 session too (``Crowd.start``), and gives that session the same nice value
-(``lower_autogroup``). Measured at N = 1,000 (execserver alone, docs/scale.md):
-with the nice value alone, 134-160 operations/s and a loop lag p99 of 66-422 ms
-in four levels; with autogroup off altogether, 195 and 34 ms.
+(``lower_autogroup``). Measured at N = 1,000 (execserver alone, one level each,
+docs/scale.md): with the nice value alone, 134-160 operations/s and a loop lag
+p99 of 66-422 ms (three levels); with the session niced too, 129 and 56 ms (the
+agents, now below the servers' helpers and commands, send fewer requests); with
+autogroup off altogether, 195 and 34 ms.
 """
 
 from __future__ import annotations
