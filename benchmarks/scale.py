@@ -40,7 +40,7 @@ from typing import Any
 
 import psutil
 
-from benchmarks import figures, scale_plot, scale_profile
+from benchmarks import figures, machine_noise, scale_plot, scale_profile
 from benchmarks.committed_tree import daemon_tree
 from benchmarks.figures import WORK, pct
 from benchmarks.proc_tree import memory_tree, niced_executor, sample_tree
@@ -300,6 +300,7 @@ async def run_level(
                         await stack.enter_async_context(window_cm)
                     cpu0 = [sum(tree_cpu_split(pid)) for pid in pids]
                     main0 = [main_thread_schedstat(pid) for pid in pids]
+                    machine0 = await asyncio.to_thread(machine_noise.snapshot)
                     start = time.perf_counter()
                     for crowd in crowds:
                         crowd.send("go")
@@ -308,6 +309,7 @@ async def run_level(
                     results = [json.loads(await crowd.read()) for crowd in crowds]
                     elapsed = time.perf_counter() - start
                     main1 = [main_thread_schedstat(pid) for pid in pids]
+                    machine1 = await asyncio.to_thread(machine_noise.snapshot)
                     cpu1 = [sum(tree_cpu_split(pid)) for pid in pids]
             finally:
                 stop.set()
@@ -341,6 +343,11 @@ async def run_level(
     report["agents_nice"] = nice
     report["agents_autogroup_niced"] = all(r.get("autogroup_niced") for r in results)
     report["probe_realtime"] = probe_info.get("realtime")
+    # What else ran meanwhile (kernel threads, system daemons), in CPUs: the
+    # harness's own tree (servers, agents, probes) left out.
+    report["machine_other_cpu"] = machine_noise.other_cpu(
+        machine0, machine1, elapsed, [os.getpid()]
+    )
     shares = [
         {
             "running_share": (after[0] - before[0]) / 1e9 / elapsed,
@@ -627,9 +634,19 @@ def print_level(kind: str, level: dict[str, Any]) -> None:
         f"rss={level['peak']['rss_MB']:.0f}MB/session={level['rss_per_session_MB']:.2f}MB "
         f"pss/session={level.get('pss_per_session_MB') or 0:.2f}MB "
         f"fds={level['peak']['fds']:.0f} "
-        f"cpu/1k={level['server_cpu_s_per_1k_ops'] or 0:.2f}s | {ops}",
+        f"cpu/1k={level['server_cpu_s_per_1k_ops'] or 0:.2f}s "
+        f"others={_others(level)} | {ops}",
         flush=True,
     )
+
+
+def _others(level: dict[str, Any]) -> str:
+    """The machine's other CPU use, e.g. ``0.71(kdamond.0:0.58,kworker:0.07)``."""
+    other = level.get("machine_other_cpu") or {}
+    named = ",".join(
+        f"{name}:{cpus:.2f}" for name, cpus in list(other.get("by_name", {}).items())[:3]
+    )
+    return f"{other.get('total', 0.0):.2f}({named})"
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
