@@ -571,6 +571,7 @@ async def run(args: argparse.Namespace, tree: str | None, commit: str) -> dict[s
             "platform": platform.platform(),
             "python": platform.python_version(),
             "fd_limit": raise_fd_limit(),
+            "page_fault_us": round(machine_noise.page_fault_us(), 2),
         },
         "mode": "smoke" if args.smoke else "full",
         "daemon_commit": commit,

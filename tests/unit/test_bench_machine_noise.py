@@ -1,16 +1,19 @@
 """benchmarks/machine_noise.py: a scale level's record of what else the machine
 ran finds a busy process outside the benchmark, by its name (even one holding
-") (" and "/"), and leaves the benchmark's own tree out."""
+") (" and "/"), and leaves the benchmark's own tree out; a page fault's cost is
+measured, not made up."""
 
 from __future__ import annotations
 
+import mmap
 import os
+import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.machine_noise import other_cpu, snapshot
+from benchmarks.machine_noise import other_cpu, page_fault_us, snapshot
 
 # A process name as awkward as /proc/PID/stat allows (15 characters at most).
 NAME = "x) (noise/1"
@@ -66,3 +69,13 @@ def test_a_process_that_started_or_ended_between_the_snapshots_is_not_counted() 
     result = other_cpu(before, after, 0.3, leave_out=[])
     assert isinstance(result["by_name"], dict)
     assert "x) (noise" not in result["by_name"], result
+
+
+def test_a_page_faults_cost_is_what_touching_fresh_pages_took() -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    cost = page_fault_us(size=8 << 20, rounds=3)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    # Every page of the three mappings faulted once (so the time is a fault's).
+    assert faults >= 3 * (8 << 20) // mmap.PAGESIZE
+    # Above Python's loop alone, below a millisecond a page.
+    assert 0.05 < cost < 1000.0
