@@ -13,7 +13,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 LISTEN ?= ws://127.0.0.1:8765
 PYTEST_ARGS ?=
 
-.PHONY: run test lint format typecheck schema vectors interop bench bench-smoke bench-scale bench-scale-workers reliability system-deps venv clean image container-test lint-code lint-deploy
+.PHONY: run test lint format typecheck schema vectors interop bench bench-smoke bench-scale bench-scale-workers reliability system-deps container-deps venv clean image container-test lint-code lint-deploy
 
 # editable_mode=compat: the source tree goes on sys.path through a plain .pth
 # line. setuptools' default editable finder imports pathlib, re and
@@ -173,7 +173,7 @@ TEST_WORKERS ?= 3
 PYTEST := $(WITH_BYTECODE) $(BIN)/pytest
 SERIAL_TESTS := tests/reliability/test_memory.py tests/reliability/test_disconnect_storm.py
 ALONE_TESTS := tests/reliability/test_soak.py
-test: $(STAMP) $(NATIVE) $(LINT_STAMP) system-deps lint-code typecheck
+test: $(STAMP) $(NATIVE) $(LINT_STAMP) system-deps container-deps lint-code typecheck
 	@start=$$(date +%s); status=0; \
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --durations=15 \
 	  $(SERIAL_TESTS:%=--ignore=%) $(ALONE_TESTS:%=--ignore=%) $(PYTEST_ARGS) || status=$$?; \
@@ -223,11 +223,22 @@ IMAGE ?= localhost/execserver:dev
 image:
 	deploy/image/build.sh $(IMAGE)
 
+# Podman for the container tests (make test runs them with the rest; without podman
+# they skip, saying so): installed with apt when missing and we may (root + apt).
+container-deps:
+	@if ! command -v podman >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing podman (the container tests)"; \
+	    (apt-get install -y -qq podman runc debootstrap >/dev/null 2>&1 || \
+	     (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq podman runc debootstrap >/dev/null 2>&1)) || \
+	     echo "warning: could not install podman; the container tests will skip"; \
+	  else \
+	    echo "warning: podman not found; the container tests will skip (install podman)"; \
+	  fi; \
+	fi
+
 # Builds the image and runs it with the documented security options (tests/container).
-container-test: $(STAMP) $(NATIVE) system-deps
-	@command -v podman >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
-	  (apt-get install -y -qq podman runc debootstrap >/dev/null 2>&1 || \
-	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq podman runc debootstrap >/dev/null 2>&1)); } || true
+container-test: $(STAMP) $(NATIVE) system-deps container-deps
 	$(BIN)/pytest -m container tests/container $(PYTEST_ARGS)
 
 clean:
