@@ -38,6 +38,7 @@ from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.launch import (
     SpawnedHelper,
     confined_plan,
+    kill_helper,
     policy_view,
     runtime_plan,
     spawn_helper_process,
@@ -170,8 +171,7 @@ class FsHelper:
             pass
         except Exception as exc:  # a garbled frame: this helper cannot be trusted further
             self._stderr += f"\nbad frame from fs helper: {exc}".encode()
-            with contextlib.suppress(ProcessLookupError):
-                self.process.kill()
+            kill_helper(self.process)
         await self._died()
 
     async def _collect_stderr(self) -> None:
@@ -183,9 +183,10 @@ class FsHelper:
         try:
             await asyncio.wait_for(self.process.wait(), _EXIT_GRACE)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.kill()
+            kill_helper(self.process)
             await self.process.wait()
+        # Whatever its group still holds (kill_helper says what that can be).
+        kill_helper(self.process)
         unregister_helper(self.process.pid)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._stderr_task), _EXIT_GRACE)
@@ -219,8 +220,7 @@ class FsHelper:
         await self._tasks.aclose()
 
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self.process.kill()
+        kill_helper(self.process)
 
 
 def _unwrap(response: Response) -> Any:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import signal
 import socket
 import sys
 from contextlib import AsyncExitStack
@@ -41,6 +42,7 @@ from execserver.sandbox.policy import MINIMAL_READ_PATHS, ResolvedPolicy
 __all__ = [
     "SpawnedHelper",
     "confined_plan",
+    "kill_helper",
     "policy_view",
     "runtime_plan",
     "spawn_helper_process",
@@ -179,8 +181,7 @@ async def spawn_helper_process(
             streams = await asyncio.open_unix_connection(sock=channel)
             error_streams = await asyncio.open_unix_connection(sock=errors)
         except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
+            kill_helper(process)
             await asyncio.shield(process.wait())
             unregister_helper(process.pid)
             raise
@@ -190,3 +191,25 @@ async def spawn_helper_process(
         await resources.aclose()
         raise
     return SpawnedHelper(process, streams, error_streams, resources)
+
+
+def kill_helper(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL a helper's process group, not only its bwrap; also after bwrap has
+    exited, to end what its group still holds.
+
+    bwrap's child in the new pid namespace waits (on an eventfd) for bwrap to
+    write its uid map, and only then ties itself to bwrap's life
+    (``--die-with-parent``). A bwrap killed in between left the child blocked on
+    that read for good, re-parented to init: seen at the end of a 100-agent
+    benchmark level, whose server stopped while a helper was starting (the
+    reference's bwrap children stayed behind the same way). Until it calls
+    ``setsid`` (``--new-session``) the child is in the helper's process group,
+    which ``start_new_session`` made the helper's own; a group id stays reserved
+    while a member lives, so the pid cannot name someone else's group."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    except PermissionError:  # not ours to signal as a group: bwrap alone, as before
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
