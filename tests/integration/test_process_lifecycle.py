@@ -265,7 +265,7 @@ async def test_interrupt(any_server: RunningServer, tty: bool, script: str, expe
     # A unique sleep, signalled once it runs: between bash's fork and sleep's exec
     # the child still has bash's SIGINT handler, which takes the signal and goes on
     # to exec sleep, and bash, whose child then does not die of SIGINT, goes on too
-    # (a lost interrupt, on either server; seen once in a loaded suite).
+    # (a lost interrupt, on either server; seen once in a run of the whole suite).
     marker = sleep_marker()
     async with connect(any_server.url) as c:
         argv = ["bash", "--norc", "--noprofile", "-c", script.format(sleep=marker)]
