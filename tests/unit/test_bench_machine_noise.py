@@ -11,27 +11,30 @@ import resource
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from benchmarks.machine_noise import other_cpu, page_fault_us, snapshot
 
-# A process name as awkward as /proc/PID/stat allows (15 characters at most).
-NAME = "x) (noise/1"
-SPINNER = f"open('/proc/self/comm', 'w').write({NAME!r})\nwhile True: pass\n"
 
-
-def _spinning() -> subprocess.Popen[bytes]:
-    child = subprocess.Popen([sys.executable, "-c", SPINNER])
+def _spinning() -> tuple[subprocess.Popen[bytes], str]:
+    """A busy child named as awkwardly as /proc/PID/stat allows (15 characters at
+    most), unique to the test (the suite's other workers may run this file's other
+    test at the same time); and the name it is grouped under (up to its "/")."""
+    group = f"x) ({uuid.uuid4().hex[:6]}"
+    name = f"{group}/1"
+    spinner = f"open('/proc/self/comm', 'w').write({name!r})\nwhile True: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", spinner])
     comm = Path(f"/proc/{child.pid}/comm")
     deadline = time.monotonic() + 10
-    while comm.read_text().rstrip("\n") != NAME:
+    while comm.read_text().rstrip("\n") != name:
         assert time.monotonic() < deadline, "the child never renamed itself"
         time.sleep(0.01)
-    return child
+    return child, group
 
 
 def test_a_busy_process_outside_is_named_and_one_inside_is_not() -> None:
-    child = _spinning()
+    child, group = _spinning()
     try:
         before = snapshot()
         start = time.monotonic()
@@ -47,18 +50,18 @@ def test_a_busy_process_outside_is_named_and_one_inside_is_not() -> None:
     by_name = outside["by_name"]
     assert isinstance(by_name, dict)
     # Grouped by the name up to its first "/".
-    assert by_name.get("x) (noise", 0.0) > 0.05, outside
-    assert isinstance(outside["total"], float) and outside["total"] >= by_name["x) (noise"]
+    assert by_name.get(group, 0.0) > 0.05, outside
+    assert isinstance(outside["total"], float) and outside["total"] >= by_name[group]
 
     # The same child as part of the benchmark's tree (the test's process).
     inside = other_cpu(before, after, elapsed, leave_out=[os.getpid()])
     assert isinstance(inside["by_name"], dict)
-    assert "x) (noise" not in inside["by_name"], inside
+    assert group not in inside["by_name"], inside
 
 
 def test_a_process_that_started_or_ended_between_the_snapshots_is_not_counted() -> None:
     before = snapshot()
-    child = _spinning()
+    child, group = _spinning()
     try:
         time.sleep(0.3)
         after = snapshot()
@@ -68,7 +71,7 @@ def test_a_process_that_started_or_ended_between_the_snapshots_is_not_counted() 
     assert child.pid in after and child.pid not in before
     result = other_cpu(before, after, 0.3, leave_out=[])
     assert isinstance(result["by_name"], dict)
-    assert "x) (noise" not in result["by_name"], result
+    assert group not in result["by_name"], result
 
 
 def test_a_page_faults_cost_is_what_touching_fresh_pages_took() -> None:
