@@ -146,7 +146,10 @@ class ParamsDecoder(Generic[T]):
 
     def _decode_unit(self, data: bytes) -> Any:
         """Methods without params accept null, {} (and nothing else)."""
-        value = decode_json_value(data)
+        try:
+            value = decode_json_value(data)
+        except RecursionError:
+            raise RpcError.invalid_params("recursion limit exceeded") from None
         if value is None or value == {}:
             return self._decoder.decode(b"{}")
         raise RpcError.invalid_params(serde.invalid_type(value, "unit", arbitrary_precision=True))

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from execserver.wire.base import Empty
 from execserver.wire.decode import ParamsDecoder
 from execserver.wire.errors import RpcError
 from execserver.wire.fs import OpenParams, ReadBlockParams, ReadFileParams, WalkParams
@@ -133,3 +134,14 @@ def test_a_number_past_a_doubles_range_in_an_unknown_member_is_ignored() -> None
         msgspec.Raw(b'{"path":"file:///etc/hostname","x":-1E400}')
     )
     assert decoded.path == "file:///etc/hostname"
+
+
+@pytest.mark.parametrize("type_", [Empty, ReadParams])
+def test_params_nested_past_the_parsers_limit_are_invalid_params(type_: type) -> None:
+    # Found by tests/reliability/test_protocol_fuzz.py: environment/info (no params)
+    # with {"extra": [[[...]]]} 983 deep answered "internal error".
+    deep = "[" * 5000 + "0" + "]" * 5000
+    raw = msgspec.Raw(('{"extra": ' + deep + "}").encode())
+    with pytest.raises(RpcError) as refused:
+        ParamsDecoder(type_).decode(raw)
+    assert (refused.value.code, refused.value.message) == (-32602, "recursion limit exceeded")
