@@ -206,10 +206,8 @@ def kill_helper(process: asyncio.subprocess.Process) -> None:
     ``setsid`` (``--new-session``) the child is in the helper's process group,
     which ``start_new_session`` made the helper's own; a group id stays reserved
     while a member lives, so the pid cannot name someone else's group."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    except PermissionError:  # not ours to signal as a group: bwrap alone, as before
-        with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except PermissionError:  # not ours to signal as a group: bwrap alone, as before
             process.kill()
