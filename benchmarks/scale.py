@@ -45,6 +45,7 @@ from benchmarks.committed_tree import daemon_tree
 from benchmarks.figures import WORK, pct
 from benchmarks.proc_tree import memory_tree, niced_executor, sample_tree
 from benchmarks.scale_agent import OPERATIONS, prepare_workspace
+from benchmarks.server_cgroup import server_cgroup
 from benchmarks.server_cpu import tree_cpu_split
 from scripts.servers import PROJECT_ROOT, RunningServer, start_server
 
@@ -86,6 +87,14 @@ SETTLE_CPU_PERCENT = 25.0
 GRACE_S = 60.0
 
 
+def autogroup_enabled() -> bool:
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as flag:
+            return flag.read().strip() == "1"
+    except OSError:
+        return False
+
+
 def raise_fd_limit() -> int:
     """The soft fd limit up to the hard one; the servers inherit it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -95,14 +104,32 @@ def raise_fd_limit() -> int:
 
 
 @contextlib.asynccontextmanager
-async def server(kind: str, tree: str | None) -> AsyncIterator[RunningServer]:
-    if kind == "execserver" and tree is not None:
-        env = {**os.environ, "PYTHONPATH": tree}
-        async with start_server(kind, extra=OUR_FLAGS, env=env, cwd=tree) as running:
+async def server(
+    kind: str, tree: str | None, in_cgroup: bool = True
+) -> AsyncIterator[RunningServer]:
+    """A fresh server of ``kind``; with ``in_cgroup``, in a CPU cgroup of its own
+    where one can be made (benchmarks/server_cgroup.py says why)."""
+    with server_cgroup(f"bench-{kind}") if in_cgroup else contextlib.nullcontext("off") as cg:
+        wrapper = [] if isinstance(cg, str) else cg.wrapper
+        extra = OUR_FLAGS if kind == "execserver" else []
+        if kind == "execserver" and tree is not None:
+            env = {**os.environ, "PYTHONPATH": tree}
+            started = start_server(kind, extra=extra, env=env, cwd=tree, wrapper=wrapper)
+        else:
+            started = start_server(kind, extra=extra, wrapper=wrapper)
+        async with started as running:
             yield running
-    else:
-        async with start_server(kind, extra=OUR_FLAGS if kind == "execserver" else []) as running:
-            yield running
+
+
+def cpu_cgroup_of(pid: int) -> str:
+    """The CPU cgroup ``pid`` runs in ("/" for the root), from /proc/PID/cgroup."""
+    with open(f"/proc/{pid}/cgroup") as lines:
+        entries = [line.rstrip("\n").split(":", 2) for line in lines]
+    for _, controllers, path in entries:
+        if "cpu" in controllers.split(","):
+            return path
+    # cgroup v2 alone: one line, "0::/path".
+    return next((path for number, _, path in entries if number == "0"), "/")
 
 
 def sample_servers(pids: list[int]) -> dict[str, float]:
@@ -237,6 +264,7 @@ async def run_level(
     nice: int = AGENTS_NICE,
     shards: int | None = None,
     daemons: int = 1,
+    in_cgroup: bool = True,
 ) -> dict[str, Any]:
     """One level: ``agents`` agents for ``duration`` seconds against a fresh server,
     after a warm-up of at most ``warmup`` seconds; passes under way when the
@@ -245,7 +273,9 @@ async def run_level(
     ``on_window(pid)``: an async context manager entered for the measured window
     (the profiler). ``daemons``: that many servers side by side, shard ``i``
     talking to server ``i % daemons`` (benchmarks/scale_workers.py); their
-    figures are summed (CPU, RSS, fds) or pooled (the probes' lags)."""
+    figures are summed (CPU, RSS, fds) or pooled (the probes' lags).
+    ``in_cgroup``: each server in a CPU cgroup of its own where one can be made
+    (benchmarks/server_cgroup.py)."""
     base = WORK / "execserver-scale" / kind
     secret = WORK / "execserver-scale" / "secret"
     secret.mkdir(parents=True, exist_ok=True)
@@ -256,8 +286,11 @@ async def run_level(
     # Every server gets a shard of its own.
     count = min(agents, max(shards_for(agents, shards), daemons))
     async with contextlib.AsyncExitStack() as servers:
-        running = [await servers.enter_async_context(server(kind, tree)) for _ in range(daemons)]
+        running = [
+            await servers.enter_async_context(server(kind, tree, in_cgroup)) for _ in range(daemons)
+        ]
         pids = [each.process.pid for each in running]
+        cgroups = [cpu_cgroup_of(pid) for pid in pids]
         await asyncio.sleep(0.2)
         idle = sample_servers(pids)
         idle_memory = memory_now(pids)
@@ -327,6 +360,10 @@ async def run_level(
     all_lags = [lag for own in lags for lag in own]
     report = summarise(stats, idle, samples, all_lags, elapsed, setup_s, sum(cpu1) - sum(cpu0))
     report["warmed_agents"] = warm
+    # Where the servers ran: a cgroup of their own, or the root ("/"), where
+    # autogroup (if on) makes each of their commands a scheduling group.
+    report["server_cpu_cgroups"] = cgroups
+    report["autogroup_enabled"] = autogroup_enabled()
     # RSS counts a page shared by k processes k times, PSS once: both at the
     # window's middle, against before the agents connected.
     report["memory_mid_window"] = mid_memory
@@ -514,7 +551,9 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def side_figures(tree: str | None, rounds: int, smoke: bool) -> dict[str, Any]:
+async def side_figures(
+    tree: str | None, rounds: int, smoke: bool, in_cgroup: bool = True
+) -> dict[str, Any]:
     """32 concurrent clients' spawns and idle RSS, interleaved, medians over ``rounds``."""
     out: dict[str, Any] = {}
     named: dict[str, Callable[[RunningServer], Awaitable[dict[str, float]]]] = {
@@ -527,7 +566,7 @@ async def side_figures(tree: str | None, rounds: int, smoke: bool) -> dict[str, 
         samples: dict[str, list[dict[str, float]]] = {k: [] for k in SERVERS}
         for r in range(rounds):
             for kind in SERVERS if r % 2 == 0 else tuple(reversed(SERVERS)):
-                async with server(kind, tree) as running:
+                async with server(kind, tree, in_cgroup) as running:
                     result = await run_figure(running)
                 result.pop("ops", None)
                 samples[kind].append(result)
@@ -585,6 +624,7 @@ async def run(args: argparse.Namespace, tree: str | None, commit: str) -> dict[s
             "settle_max_s": args.settle,
             "probe_interval_s": PROBE_INTERVAL_S,
             "operations": list(OPERATIONS),
+            "servers_in_own_cpu_cgroup": args.server_cgroup,
         },
         "load_before": _load(),
         "levels": {},
@@ -595,14 +635,23 @@ async def run(args: argparse.Namespace, tree: str | None, commit: str) -> dict[s
         for kind in order:
             settled = await settle(args.settle)
             entry[kind] = await run_level(
-                kind, n, args.duration, args.think, tree, warmup=args.warmup, grace=args.grace
+                kind,
+                n,
+                args.duration,
+                args.think,
+                tree,
+                warmup=args.warmup,
+                grace=args.grace,
+                in_cgroup=args.server_cgroup,
             )
             entry[kind]["settled_before"] = settled
             entry[kind]["load_after"] = _load()
             print_level(kind, entry[kind])
         entry["ratio"] = ratios(entry["execserver"], entry["reference"])
         report["levels"][str(n)] = entry
-    report["figures"] = await side_figures(tree, 1 if args.smoke else 3, args.smoke)
+    report["figures"] = await side_figures(
+        tree, 1 if args.smoke else 3, args.smoke, args.server_cgroup
+    )
     report["knee"] = {kind: knee(report["levels"], kind) for kind in SERVERS}
     report["targets"] = targets(report)
     if args.profile:
@@ -612,7 +661,13 @@ async def run(args: argparse.Namespace, tree: str | None, commit: str) -> dict[s
             args.duration,
             args.think,
             lambda pid_window: run_level(
-                "execserver", at, args.duration, args.think, tree, pid_window
+                "execserver",
+                at,
+                args.duration,
+                args.think,
+                tree,
+                pid_window,
+                in_cgroup=args.server_cgroup,
             ),
             # Next to the JSON (a test's run writes its own directory, not the tree's).
             args.out.with_name(args.out.stem + "_profile.txt"),
@@ -674,6 +729,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=None, help="the JSON (PNGs next to it)")
     parser.add_argument("--no-profile", dest="profile", action="store_false")
+    parser.add_argument(
+        "--no-server-cgroup",
+        dest="server_cgroup",
+        action="store_false",
+        help="run the servers where the harness runs, not each in a CPU cgroup of its own",
+    )
     parser.add_argument(
         "--working-tree",
         action="store_true",
