@@ -224,8 +224,8 @@ def _add_auth_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_ops_flags(p: argparse.ArgumentParser) -> None:
-    """Limits (0 = unlimited), audit log, log format, metrics."""
-    from execserver.config import LimitsConfig
+    """Limits (0 = unlimited), audit log, log format, metrics, children's priority."""
+    from execserver.config import DEFAULT_CHILD_NICE, LimitsConfig
     from execserver.kernel.limits import LIMIT_FLAGS
 
     defaults = LimitsConfig()
@@ -269,6 +269,17 @@ def _add_ops_flags(p: argparse.ArgumentParser) -> None:
         "without downtime); with none running there, start as usual",
     )
     p.add_argument(
+        "--child-nice",
+        type=_child_nice,
+        default=DEFAULT_CHILD_NICE,
+        metavar="STEPS",
+        help=(
+            "run the commands and helpers the daemon starts STEPS nice steps below it, "
+            f"so that its event loop answers first when they keep the CPUs busy (0-19, "
+            f"default {DEFAULT_CHILD_NICE}; 0: at the daemon's priority, as the reference)"
+        ),
+    )
+    p.add_argument(
         "--drain-timeout",
         type=float,
         default=0.0,
@@ -279,6 +290,16 @@ def _add_ops_flags(p: argparse.ArgumentParser) -> None:
             "(default 0: stop at once)"
         ),
     )
+
+
+def _child_nice(text: str) -> int:
+    try:
+        steps = int(text)
+    except ValueError:
+        steps = -1
+    if not 0 <= steps <= 19:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of nice steps from 0 to 19")
+    return steps
 
 
 def config_from_args(
@@ -321,6 +342,7 @@ def config_from_args(
         ),
         sandbox=sandbox_config_from(env),
         drain_timeout_s=max(0.0, args.drain_timeout),
+        child_nice=args.child_nice,
         tenants_file=args.tenants,
         state_dir=args.state_dir,
         take_over=args.take_over,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "DEFAULT_CGROUP_ROOT",
+    "DEFAULT_CHILD_NICE",
     "DEFAULT_EXITED_RETENTION_S",
     "DEFAULT_GLOB_SCAN_LIMIT",
     "DEFAULT_HTTP_HEAD_TIMEOUT_S",
@@ -49,6 +50,11 @@ PING_INTERVAL_S = 30.0
 # plain connection from the previous answer (server/http_plain_heads.py).
 DEFAULT_HTTP_HEAD_TIMEOUT_S = 30.0
 
+
+# What the daemon starts (commands, fs helpers, keepers) runs this many nice steps
+# below its event loop (execserver/processes/priority.py says why); 0 keeps them at
+# the daemon's own, as the reference does. Five: a third of the loop's weight.
+DEFAULT_CHILD_NICE = 5
 
 # --ws-max-clock-skew-seconds default of the reference.
 DEFAULT_WS_MAX_CLOCK_SKEW_S = 30
@@ -158,6 +164,8 @@ class ServerConfig:
     # --tenants: the tenants file (TOML; execserver.tenancy). None: one tenant, the
     # daemon's own uid, every token equal (the single-tenant behaviour).
     tenants_file: str | None = None
+    # --child-nice: nice steps below the daemon for what it starts.
+    child_nice: int = DEFAULT_CHILD_NICE
     # --state-dir: where sessions and process keepers' journals live so that
     # processes outlive the daemon (execserver.keeper). None: they die with it.
     state_dir: str | None = None

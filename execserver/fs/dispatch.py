@@ -102,6 +102,7 @@ def sandboxed_fs(ctx: RequestContext) -> SandboxedFs:
             server.resources.get(SandboxBackend),
             server.config.sandbox,
             server.resources.get(ProcessCgroups),
+            server.config.child_nice,
         ),
     )
 

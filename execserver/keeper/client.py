@@ -62,16 +62,17 @@ class Zygote:
     warm keeper costs a message; forking one from the zygote about a millisecond
     (and a fresh interpreter ~15 ms)."""
 
-    def __init__(self, log_path: str | None = None) -> None:
+    def __init__(self, log_path: str | None = None, nice: int = 0) -> None:
         """``log_path``: where the zygote and its keepers write why one of them
-        failed (appended, 0600; they outlive the daemon, so not its stderr)."""
+        failed (appended, 0600; they outlive the daemon, so not its stderr).
+        ``nice``: steps below the daemon for the keepers and what they run."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         log = subprocess.DEVNULL
         if log_path is not None:
             log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             self._popen = subprocess.Popen(
-                [sys.executable, "-I", "-S", PROGRAM, "zygote", str(theirs.fileno())],
+                [sys.executable, "-I", "-S", PROGRAM, "zygote", str(theirs.fileno()), str(nice)],
                 pass_fds=(theirs.fileno(),),
                 # Not the daemon's stdout/stderr: keepers outlive it, and its pipes
                 # (a supervisor's, a test's) must end with it.

@@ -1304,7 +1304,11 @@ def _receive_request(link: socket.socket) -> tuple[dict[str, Any], list[int]] | 
     return request, list(fds)
 
 
-def zygote(ctl_fd: int) -> None:
+def zygote(ctl_fd: int, nice: int = 0) -> None:
+    """Fork a keeper on each request; ``nice``: steps below the daemon for the
+    zygote, so for every keeper and what it runs (processes/priority.py)."""
+    if nice > 0:
+        os.nice(nice)
     ctl = socket.socket(fileno=ctl_fd)
     _prctl(PR_SET_DUMPABLE, 0)
     # What every keeper inherits stays shared: no collection touches (copies) it.
@@ -1353,10 +1357,10 @@ def _reap_keepers() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 2 and argv[0] == "zygote":
-        zygote(int(argv[1]))
+    if len(argv) in (2, 3) and argv[0] == "zygote":
+        zygote(int(argv[1]), int(argv[2]) if len(argv) == 3 else 0)
         return 0
-    sys.stderr.write("usage: program.py zygote FD\n")
+    sys.stderr.write("usage: program.py zygote FD [NICE]\n")
     return 2
 
 

@@ -165,7 +165,13 @@ class KeeperHost:
     """The daemon's keepers: the zygote, the session files, re-adoption."""
 
     def __init__(
-        self, state_dir: str, *, ttl_s: float, drain_timeout_s: float, retained_bytes: int
+        self,
+        state_dir: str,
+        *,
+        ttl_s: float,
+        drain_timeout_s: float,
+        retained_bytes: int,
+        child_nice: int = 0,
     ) -> None:
         self.state_dir = os.path.abspath(state_dir)
         claim_private(self.state_dir)
@@ -173,7 +179,7 @@ class KeeperHost:
         self._ttl_s = ttl_s
         self._drain_timeout_s = drain_timeout_s
         self._budget = retained_bytes + JOURNAL_SLACK_BYTES
-        self._zygote = Zygote(os.path.join(self.state_dir, KEEPERS_LOG))
+        self._zygote = Zygote(os.path.join(self.state_dir, KEEPERS_LOG), child_nice)
         self.leaving = False
         self._names = itertools.count(1)
         self._prefix = f"{time.time_ns():x}"

@@ -57,7 +57,9 @@ MAX_SNAPSHOT_SCOPE_BYTES = 256
 def _table(ctx: RequestContext) -> ProcessTable:
     session = ctx.session
     config = ctx.server.config
-    supervisor = ctx.server.state.get(Supervisor, lambda: server_supervisor(ctx.server.resources))
+    supervisor = ctx.server.state.get(
+        Supervisor, lambda: server_supervisor(ctx.server.resources, ctx.server.config.child_nice)
+    )
     return session.state.get(
         ProcessTable,
         lambda: ProcessTable(

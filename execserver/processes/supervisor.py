@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from execserver.processes.priority import lower_self
 from execserver.processes.tree import (
     ClaimedPids,
     ProcessTree,
@@ -90,13 +91,18 @@ SPAWN_COST_WEIGHT = 0.25
 SWEEP_SOON_S = 0.001
 
 
-def server_supervisor(resources: Resources) -> Supervisor:
+def server_supervisor(resources: Resources, child_nice: int = 0) -> Supervisor:
     """The daemon's Supervisor, made on first use from what start-up provided: the
-    keepers (--state-dir) and the orphan guard."""
+    keepers (--state-dir) and the orphan guard; its children ``child_nice`` nice
+    steps below the daemon (--child-nice)."""
     from execserver.processes.keepers import KeeperHost
     from execserver.processes.orphan_guard import OrphanGuard
 
-    return Supervisor(keepers=resources.get(KeeperHost), guard=resources.get(OrphanGuard))
+    return Supervisor(
+        keepers=resources.get(KeeperHost),
+        guard=resources.get(OrphanGuard),
+        child_nice=child_nice,
+    )
 
 
 class Supervisor:
@@ -105,7 +111,11 @@ class Supervisor:
         keepers: KeeperHost | None = None,
         read_table: Callable[[], ProcTable] = read_proc_table,
         guard: OrphanGuard | None = None,
+        child_nice: int = 0,
     ) -> None:
+        # Nice steps below the daemon for the processes it starts (processes/priority.py):
+        # they inherit them from the spawn threads, which alone start processes then.
+        self.child_nice = child_nice
         # With --state-dir: the process keepers (the processes they hold are theirs
         # to reap and kill; the supervisor only keeps its hands off them).
         self.keepers = keepers
@@ -166,9 +176,11 @@ class Supervisor:
         self._spawn_cost_s += SPAWN_COST_WEIGHT * (seconds - self._spawn_cost_s)
 
     def spawns_wait(self) -> bool:
-        """Whether spawns wait for a CPU these days: then they belong in ``spawner``,
-        not in the event loop's thread."""
-        return self._spawn_cost_s >= SPAWN_OFF_LOOP_S
+        """Whether spawns belong in ``spawner``, not in the event loop's thread: when
+        they wait for a CPU these days, and always when children run below the
+        daemon (a child takes the nice value of the thread that starts it, and the
+        loop's thread keeps the daemon's)."""
+        return self.child_nice > 0 or self._spawn_cost_s >= SPAWN_OFF_LOOP_S
 
     def _newborn_since(self) -> int | None:
         return min(self._spawning.values(), default=None)
@@ -177,7 +189,12 @@ class Supervisor:
     def spawner(self) -> Executor:
         """Where processes are started (made on first use, shut down by aclose)."""
         if self._spawner is None:
-            self._spawner = ThreadPoolExecutor(SPAWN_THREADS, thread_name_prefix="execserver-spawn")
+            self._spawner = ThreadPoolExecutor(
+                SPAWN_THREADS,
+                thread_name_prefix="execserver-spawn",
+                initializer=lower_self,
+                initargs=(self.child_nice,),
+            )
         return self._spawner
 
     def track(

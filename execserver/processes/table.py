@@ -137,7 +137,13 @@ class ProcessTable:
             if network is not None:
                 network.close()  # what the keeper did not take (all of it without one)
         if self._containment is None:
-            if released_spawner() is not None and self._supervisor.spawns_wait():
+            # In the spawn threads: the loop runs on while a child waits for a CPU
+            # before its exec (posix_spawn releases the GIL; subprocess does not),
+            # and a child takes those threads' lower priority (--child-nice).
+            supervisor = self._supervisor
+            if supervisor.spawns_wait() and (
+                released_spawner() is not None or supervisor.child_nice > 0
+            ):
                 return await self._start_off_loop(
                     process_id, plan, classify_denial, program, announce
                 )

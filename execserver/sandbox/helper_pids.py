@@ -22,6 +22,8 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 
+from execserver.processes.priority import NICE_ENV
+
 __all__ = [
     "HELPER_ENV_ENTRY",
     "helper_environment",
@@ -91,9 +93,11 @@ def unregistered(pids: set[int]) -> set[int]:
     return pids
 
 
-def helper_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` plus the helper marker: the environment to spawn a helper with."""
-    return {**env, _HELPER_ENV_NAME: _HELPER_ENV_VALUE}
+def helper_environment(env: Mapping[str, str], nice: int = 0) -> dict[str, str]:
+    """``env`` plus the helper marker, and the nice steps the helper takes when
+    ``nice`` (processes/priority.py): the environment to spawn a helper with."""
+    steps = {NICE_ENV: str(nice)} if nice > 0 else {}
+    return {**env, **steps, _HELPER_ENV_NAME: _HELPER_ENV_VALUE}
 
 
 def helper_pids() -> set[int]:

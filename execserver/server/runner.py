@@ -647,6 +647,7 @@ def open_keepers(runtime: ServerRuntime) -> KeeperHost | None:
         ttl_s=config.session_ttl_s,
         drain_timeout_s=config.process_drain_timeout_s,
         retained_bytes=config.process_retained_bytes,
+        child_nice=config.child_nice,
     )
     runtime.resources.provide(KeeperHost, host)
     # Shared by the daemons of this state directory: a kept process's proxy sockets
@@ -661,7 +662,9 @@ async def readopt_sessions(runtime: ServerRuntime) -> int:
     if host is None:
         return 0
     config = runtime.config
-    supervisor = runtime.state.get(Supervisor, lambda: server_supervisor(runtime.resources))
+    supervisor = runtime.state.get(
+        Supervisor, lambda: server_supervisor(runtime.resources, runtime.config.child_nice)
+    )
     restored = 0
     telemetry = runtime.telemetry
     tenants = runtime.resources.get(TenantDirectory)

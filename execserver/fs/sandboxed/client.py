@@ -65,8 +65,11 @@ class SandboxedFs:
         containment: ProcessCgroups | None = None,
         max_helpers: int | None = None,
         concurrency: int | None = None,
+        nice: int = 0,
     ) -> None:
         self.backend = backend
+        # Nice steps below the daemon for its helpers (processes/priority.py).
+        self.nice = nice
         # At most this many calls at once, daemon-wide, shared fairly between callers
         # (FairGate): past that, a call waits for a slot without taking loop time.
         self.gate = FairGate(concurrency or default_concurrency())
@@ -84,6 +87,7 @@ class SandboxedFs:
         backend: SandboxBackend | None,
         config: SandboxConfig,
         containment: ProcessCgroups | None = None,
+        nice: int = 0,
     ) -> SandboxedFs:
         """The server's; a server that never probed its backend refuses (fail closed)."""
         if backend is None:
@@ -95,6 +99,7 @@ class SandboxedFs:
             containment=containment,
             max_helpers=config.fs_helpers_max,
             concurrency=config.fs_concurrency,
+            nice=nice,
         )
 
     @property
@@ -102,7 +107,10 @@ class SandboxedFs:
         """The persistent helpers (made on first use: the daemon may never need one)."""
         if self._pool is None:
             self._pool = HelperPool(
-                module=self.module, containment=self.containment, max_helpers=self.max_helpers
+                module=self.module,
+                containment=self.containment,
+                max_helpers=self.max_helpers,
+                nice=self.nice,
             )
         return self._pool
 
@@ -144,7 +152,9 @@ class SandboxedFs:
     ) -> Any:
         """A confined helper for this call alone: it exits once the call is answered
         (the channel closes), and is killed if the caller goes first."""
-        helper = await spawn_confined_helper(policy, self.backend, module, self.containment)
+        helper = await spawn_confined_helper(
+            policy, self.backend, module, self.containment, self.nice
+        )
         try:
             return await helper.call(op, args)
         except HelperDied:

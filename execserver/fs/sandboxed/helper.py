@@ -240,6 +240,7 @@ async def spawn_helper(
     backend: SandboxBackend,
     runtime: HelperRuntime,
     containment: ProcessCgroups | None = None,
+    nice: int = 0,
 ) -> FsHelper | None:
     """Start a helper on the private ``runtime`` for ``policy``; None when the
     plan is not a bwrap plan (the caller then uses ``spawn_confined_helper``).
@@ -247,7 +248,7 @@ async def spawn_helper(
     plan = runtime_plan(policy, backend, runtime, contained=containment is not None)
     if plan is None:
         return None
-    return FsHelper(await spawn_helper_process(plan, containment))
+    return FsHelper(await spawn_helper_process(plan, containment, nice))
 
 
 _VIEW = msgspec.json.Encoder()
@@ -258,6 +259,7 @@ async def spawn_confined_helper(
     backend: SandboxBackend,
     module: str,
     containment: ProcessCgroups | None = None,
+    nice: int = 0,
 ) -> FsHelper:
     """Start ``python -m module confined <view>`` for ``policy``: the interpreter
     may read what it needs to start, and the program confines itself to the
@@ -268,7 +270,7 @@ async def spawn_confined_helper(
     plan = await off_loop(
         lambda: confined_plan(policy, backend, module, args, contained=contained), _close
     )
-    return FsHelper(await spawn_helper_process(plan, containment))
+    return FsHelper(await spawn_helper_process(plan, containment, nice))
 
 
 def _close(plan: LaunchPlan) -> None:

@@ -77,11 +77,14 @@ class HelperPool:
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         module: str = program.__name__,
         containment: ProcessCgroups | None = None,
+        nice: int = 0,
     ) -> None:
         # None: as many as the memory allows (capacity.py).
         self.max_helpers = default_max_helpers() if max_helpers is None else max_helpers
         # The daemon's per-process limits hold for its helpers too (None without them).
         self._containment = containment
+        # Nice steps below the daemon the helpers take (processes/priority.py).
+        self._nice = nice
         self.idle_seconds = idle_seconds
         self._runtime = helper_runtime(module)
         self._helpers: OrderedDict[ResolvedPolicy, FsHelper] = OrderedDict()
@@ -159,7 +162,7 @@ class HelperPool:
             # here and the mounts makes the next call's comparison fail (a retire,
             # never a stale view served).
             identity = rules_identity(policy)
-            helper = await spawn_helper(policy, backend, runtime, self._containment)
+            helper = await spawn_helper(policy, backend, runtime, self._containment, self._nice)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: waiters re-raise it, nobody else must

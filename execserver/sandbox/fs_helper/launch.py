@@ -143,11 +143,12 @@ class SpawnedHelper:
 
 
 async def spawn_helper_process(
-    plan: LaunchPlan, containment: ProcessCgroups | None = None
+    plan: LaunchPlan, containment: ProcessCgroups | None = None, nice: int = 0
 ) -> SpawnedHelper:
     """Start ``plan`` with a socket for stdin/stdout and one for stderr, in a cgroup
-    of ``containment``'s when the daemon has per-process limits. The plan is closed
-    here (its status pipe is watched until bwrap exits)."""
+    of ``containment``'s when the daemon has per-process limits; the helper program
+    takes ``nice`` steps below the daemon first thing (processes/priority.py). The
+    plan is closed here (its status pipe is watched until bwrap exits)."""
     # Sockets, not pipes: a request naming /proc/self/fd/0 or /1 cannot reopen a
     # socket (ENXIO), so it can neither read nor inject frames; a pipe it could.
     channel, channel_child = socket.socketpair()
@@ -161,7 +162,7 @@ async def spawn_helper_process(
                 place = await resources.enter_async_context(containment.helper_cgroup())
             process = await asyncio.create_subprocess_exec(
                 *plan.argv,
-                env=helper_environment(plan.env),
+                env=helper_environment(plan.env, nice),
                 pass_fds=plan.pass_fds,
                 cwd="/",
                 stdin=channel_child.fileno(),
