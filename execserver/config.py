@@ -52,7 +52,7 @@ DEFAULT_HTTP_HEAD_TIMEOUT_S = 30.0
 
 
 # What the daemon starts (commands, fs helpers, keepers) runs this many nice steps
-# below its event loop (execserver/processes/priority.py says why); 0 keeps them at
+# below its event loop (execserver/priority.py says why); 0 keeps them at
 # the daemon's own, as the reference does. Five: a third of the loop's weight.
 DEFAULT_CHILD_NICE = 5
 

@@ -1306,7 +1306,7 @@ def _receive_request(link: socket.socket) -> tuple[dict[str, Any], list[int]] | 
 
 def zygote(ctl_fd: int, nice: int = 0) -> None:
     """Fork a keeper on each request; ``nice``: steps below the daemon for the
-    zygote, so for every keeper and what it runs (processes/priority.py)."""
+    zygote, so for every keeper and what it runs (execserver/priority.py)."""
     if nice > 0:
         os.nice(nice)
     ctl = socket.socket(fileno=ctl_fd)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from execserver.processes.priority import lower_self
+from execserver.priority import lower_self
 from execserver.processes.tree import (
     ClaimedPids,
     ProcessTree,
@@ -113,7 +113,7 @@ class Supervisor:
         guard: OrphanGuard | None = None,
         child_nice: int = 0,
     ) -> None:
-        # Nice steps below the daemon for the processes it starts (processes/priority.py):
+        # Nice steps below the daemon for the processes it starts (execserver/priority.py):
         # they inherit them from the spawn threads, which alone start processes then.
         self.child_nice = child_nice
         # With --state-dir: the process keepers (the processes they hold are theirs

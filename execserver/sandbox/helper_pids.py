@@ -22,7 +22,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 
-from execserver.processes.priority import NICE_ENV
+from execserver.priority import NICE_ENV
 
 __all__ = [
     "HELPER_ENV_ENTRY",
@@ -95,7 +95,7 @@ def unregistered(pids: set[int]) -> set[int]:
 
 def helper_environment(env: Mapping[str, str], nice: int = 0) -> dict[str, str]:
     """``env`` plus the helper marker, and the nice steps the helper takes when
-    ``nice`` (processes/priority.py): the environment to spawn a helper with."""
+    ``nice`` (execserver/priority.py): the environment to spawn a helper with."""
     steps = {NICE_ENV: str(nice)} if nice > 0 else {}
     return {**env, **steps, _HELPER_ENV_NAME: _HELPER_ENV_VALUE}
 

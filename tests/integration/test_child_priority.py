@@ -1,7 +1,7 @@
 """What the daemon starts runs --child-nice steps below it (default 5): commands on
 pipes and on a terminal, sandboxed or not, kept ones (--state-dir), and the
 sandboxed fs helpers; the daemon's own event loop keeps its priority
-(execserver/processes/priority.py says why)."""
+(execserver/priority.py says why)."""
 
 from __future__ import annotations
 

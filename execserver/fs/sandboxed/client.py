@@ -68,7 +68,7 @@ class SandboxedFs:
         nice: int = 0,
     ) -> None:
         self.backend = backend
-        # Nice steps below the daemon for its helpers (processes/priority.py).
+        # Nice steps below the daemon for its helpers (execserver/priority.py).
         self.nice = nice
         # At most this many calls at once, daemon-wide, shared fairly between callers
         # (FairGate): past that, a call waits for a slot without taking loop time.

@@ -83,7 +83,7 @@ class HelperPool:
         self.max_helpers = default_max_helpers() if max_helpers is None else max_helpers
         # The daemon's per-process limits hold for its helpers too (None without them).
         self._containment = containment
-        # Nice steps below the daemon the helpers take (processes/priority.py).
+        # Nice steps below the daemon the helpers take (execserver/priority.py).
         self._nice = nice
         self.idle_seconds = idle_seconds
         self._runtime = helper_runtime(module)

@@ -58,7 +58,7 @@ from execserver.fs.sandboxed.protocol import (
     RPC_ERROR,
     STALE,
 )
-from execserver.processes.priority import NICE_ENV, lower_self, nice_from_env
+from execserver.priority import NICE_ENV, lower_self, nice_from_env
 from execserver.sandbox.fs_helper.confine import confine
 from execserver.sandbox.fs_helper.mount_watch import MountWatch
 from execserver.wire.errors import RpcError
@@ -349,7 +349,7 @@ def main(operations: Operations = OPERATIONS, argv: list[str] | None = None) -> 
     """``serve <private runtime dir>`` or ``confined <view as JSON>``. A test may run
     its own operations through the same program (its module calls ``main``)."""
     args = sys.argv[1:] if argv is None else argv
-    # Below the daemon's event loop, as its commands are (processes/priority.py).
+    # Below the daemon's event loop, as its commands are (execserver/priority.py).
     lower_self(nice_from_env(os.environ.get(NICE_ENV)))
     if len(args) != 2 or args[0] not in ("serve", "confined"):
         sys.stderr.write("usage: serve <private runtime dir> | confined <view as JSON>\n")

@@ -147,7 +147,7 @@ async def spawn_helper_process(
 ) -> SpawnedHelper:
     """Start ``plan`` with a socket for stdin/stdout and one for stderr, in a cgroup
     of ``containment``'s when the daemon has per-process limits; the helper program
-    takes ``nice`` steps below the daemon first thing (processes/priority.py). The
+    takes ``nice`` steps below the daemon first thing (execserver/priority.py). The
     plan is closed here (its status pipe is watched until bwrap exits)."""
     # Sockets, not pipes: a request naming /proc/self/fd/0 or /1 cannot reopen a
     # socket (ENXIO), so it can neither read nor inject frames; a pipe it could.
