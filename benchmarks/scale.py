@@ -45,7 +45,7 @@ from benchmarks.committed_tree import daemon_tree
 from benchmarks.figures import WORK, pct
 from benchmarks.proc_tree import memory_tree, niced_executor, sample_tree
 from benchmarks.scale_agent import OPERATIONS, prepare_workspace
-from benchmarks.server_cgroup import server_cgroup
+from benchmarks.server_cgroup import cpu_cgroup_of, server_cgroup
 from benchmarks.server_cpu import tree_cpu_split
 from scripts.servers import PROJECT_ROOT, RunningServer, start_server
 
@@ -119,17 +119,6 @@ async def server(
             started = start_server(kind, extra=extra, wrapper=wrapper)
         async with started as running:
             yield running
-
-
-def cpu_cgroup_of(pid: int) -> str:
-    """The CPU cgroup ``pid`` runs in ("/" for the root), from /proc/PID/cgroup."""
-    with open(f"/proc/{pid}/cgroup") as lines:
-        entries = [line.rstrip("\n").split(":", 2) for line in lines]
-    for _, controllers, path in entries:
-        if "cpu" in controllers.split(","):
-            return path
-    # cgroup v2 alone: one line, "0::/path".
-    return next((path for number, _, path in entries if number == "0"), "/")
 
 
 def sample_servers(pids: list[int]) -> dict[str, float]:

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ServerCgroup", "server_cgroup"]
+__all__ = ["ServerCgroup", "cpu_cgroup_of", "server_cgroup"]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -140,3 +140,14 @@ def server_cgroup(name: str, linger_s: float = 5.0) -> Iterator[ServerCgroup | s
         yield ServerCgroup(path, version)
     finally:
         _remove(path, linger_s)
+
+
+def cpu_cgroup_of(pid: int) -> str:
+    """The CPU cgroup ``pid`` runs in ("/" for the root), from /proc/PID/cgroup."""
+    with open(f"/proc/{pid}/cgroup") as lines:
+        entries = [line.rstrip("\n").split(":", 2) for line in lines]
+    for _, controllers, path in entries:
+        if "cpu" in controllers.split(","):
+            return path
+    # cgroup v2 alone: one line, "0::/path".
+    return next((path for number, _, path in entries if number == "0"), "/")

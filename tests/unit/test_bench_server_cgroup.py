@@ -8,8 +8,7 @@ import os
 import subprocess
 import time
 
-from benchmarks.scale import cpu_cgroup_of
-from benchmarks.server_cgroup import ServerCgroup, server_cgroup
+from benchmarks.server_cgroup import ServerCgroup, cpu_cgroup_of, server_cgroup
 
 
 def test_a_wrapped_server_and_its_session_leading_children_run_in_the_cgroup() -> None:
