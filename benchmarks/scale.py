@@ -71,13 +71,8 @@ OUR_FLAGS = [
 PROBE_INTERVAL_S = 0.1
 SAMPLE_INTERVAL_S = 0.5
 # The agents' processes run this much nicer than the servers
-# (benchmarks/scale_crowd.py says why). 10 until the servers ran in CPU cgroups of
-# their own with their children five steps below them (--child-nice): there, at
-# N = 1,000, execserver's agents lagged 113.5 ms at p99, more than the server's
-# loop (47.2 ms), and their lateness was most of every poll they timed (p99 90
-# ms); at 5 (one level of execserver), 36.9 ms, with the loop at 35.6 ms and polls
-# at 43 ms (docs/scale.md).
-AGENTS_NICE = 5
+# (benchmarks/scale_crowd.py says why).
+AGENTS_NICE = 10
 # Before each level the machine settles: the last level's processes (at N = 1,000,
 # the reference's thousand helpers and agents) can keep the CPUs busy for a minute
 # after it ends, and the next level would pay for them. At most --settle seconds (120;
