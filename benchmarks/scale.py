@@ -45,7 +45,7 @@ from benchmarks.committed_tree import daemon_tree
 from benchmarks.figures import WORK, pct
 from benchmarks.proc_tree import memory_tree, niced_executor, sample_tree
 from benchmarks.scale_agent import OPERATIONS, prepare_workspace
-from benchmarks.server_cgroup import cpu_cgroup_of, server_cgroup
+from benchmarks.server_cgroup import cpu_cgroup_of, make_server_cgroup
 from benchmarks.server_cpu import tree_cpu_split
 from scripts.servers import PROJECT_ROOT, RunningServer, start_server
 
@@ -109,16 +109,21 @@ async def server(
 ) -> AsyncIterator[RunningServer]:
     """A fresh server of ``kind``; with ``in_cgroup``, in a CPU cgroup of its own
     where one can be made (benchmarks/server_cgroup.py says why)."""
-    with server_cgroup(f"bench-{kind}") if in_cgroup else contextlib.nullcontext("off") as cg:
-        wrapper = [] if isinstance(cg, str) else cg.wrapper
-        extra = OUR_FLAGS if kind == "execserver" else []
-        if kind == "execserver" and tree is not None:
-            env = {**os.environ, "PYTHONPATH": tree}
-            started = start_server(kind, extra=extra, env=env, cwd=tree, wrapper=wrapper)
-        else:
-            started = start_server(kind, extra=extra, wrapper=wrapper)
+    cg = make_server_cgroup(f"bench-{kind}") if in_cgroup else "off"
+    wrapper = [] if isinstance(cg, str) else cg.wrapper
+    extra = OUR_FLAGS if kind == "execserver" else []
+    if kind == "execserver" and tree is not None:
+        env = {**os.environ, "PYTHONPATH": tree}
+        started = start_server(kind, extra=extra, env=env, cwd=tree, wrapper=wrapper)
+    else:
+        started = start_server(kind, extra=extra, wrapper=wrapper)
+    try:
         async with started as running:
             yield running
+    finally:
+        if not isinstance(cg, str):
+            # Off the loop: it waits for the server's last processes to go.
+            await asyncio.to_thread(cg.remove)
 
 
 def sample_servers(pids: list[int]) -> dict[str, float]:

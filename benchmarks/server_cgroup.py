@@ -25,11 +25,13 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ServerCgroup", "cpu_cgroup_of", "server_cgroup"]
+from execserver.containment.cgroupfs import read_file
+from execserver.containment.host import own_cgroups
+
+__all__ = ["ServerCgroup", "cpu_cgroup_of", "make_server_cgroup"]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -50,8 +52,10 @@ class ServerCgroup:
     def wrapper(self) -> list[str]:
         return ["/bin/sh", "-c", _ENTER, str(self.path / "cgroup.procs")]
 
-    def describe(self) -> dict[str, object]:
-        return {"path": str(self.path), "cgroup_version": self.version}
+    def remove(self, linger_s: float = 5.0) -> None:
+        """Once the server has stopped: rmdir, after what is still in it ``linger_s``
+        seconds later is killed. Blocks while it waits (call it off an event loop)."""
+        _remove(self.path, linger_s)
 
 
 def _cpu_hierarchy() -> tuple[Path, int] | str:
@@ -113,41 +117,28 @@ def _remove(path: Path, wait_s: float = 5.0) -> None:
         print(f"server_cgroup: cannot remove {path}: {error.strerror}", file=sys.stderr)
 
 
-@contextlib.contextmanager
-def server_cgroup(name: str, linger_s: float = 5.0) -> Iterator[ServerCgroup | str]:
-    """A fresh cpu cgroup ``<name>-<our pid>-<n>`` at the default weight, removed
-    afterwards (what is still in it ``linger_s`` seconds later is killed); or a
-    string saying why none could be made."""
+def make_server_cgroup(name: str) -> ServerCgroup | str:
+    """A fresh cpu cgroup ``<name>-<our pid>-<n>`` at the default weight (the
+    caller removes it: ``ServerCgroup.remove``), or a string saying why none could
+    be made."""
     found = _cpu_hierarchy()
     if isinstance(found, str):
-        yield found
-        return
+        return found
     root, version = found
     for attempt in range(100):
         path = root / f"{name}-{os.getpid()}-{attempt}"
         try:
             path.mkdir()
-            break
         except FileExistsError:
             continue
         except OSError as error:
-            yield f"cannot make a cgroup in {root}: {error.strerror}"
-            return
-    else:
-        yield f"no free cgroup name under {root}"
-        return
-    try:
-        yield ServerCgroup(path, version)
-    finally:
-        _remove(path, linger_s)
+            return f"cannot make a cgroup in {root}: {error.strerror}"
+        return ServerCgroup(path, version)
+    return f"no free cgroup name under {root}"
 
 
 def cpu_cgroup_of(pid: int) -> str:
-    """The CPU cgroup ``pid`` runs in ("/" for the root), from /proc/PID/cgroup."""
-    with open(f"/proc/{pid}/cgroup") as lines:
-        entries = [line.rstrip("\n").split(":", 2) for line in lines]
-    for _, controllers, path in entries:
-        if "cpu" in controllers.split(","):
-            return path
-    # cgroup v2 alone: one line, "0::/path".
-    return next((path for number, _, path in entries if number == "0"), "/")
+    """The CPU cgroup ``pid`` runs in ("/" for the root): its v1 cpu hierarchy's,
+    else its v2 one's (the daemon's /proc/PID/cgroup reader)."""
+    own = own_cgroups(read_file(f"/proc/{pid}/cgroup"))
+    return own.v1.get("cpu") or own.v2 or "/"

@@ -293,12 +293,16 @@ def _add_ops_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _child_nice(text: str) -> int:
+    from execserver.priority import MAX_NICE
+
     try:
         steps = int(text)
     except ValueError:
         steps = -1
-    if not 0 <= steps <= 19:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of nice steps from 0 to 19")
+    if not 0 <= steps <= MAX_NICE:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of nice steps from 0 to {MAX_NICE}"
+        )
     return steps
 
 

@@ -8,17 +8,18 @@ import os
 import subprocess
 import time
 
-from benchmarks.server_cgroup import ServerCgroup, cpu_cgroup_of, server_cgroup
+from benchmarks.server_cgroup import ServerCgroup, cpu_cgroup_of, make_server_cgroup
 
 
 def test_a_wrapped_server_and_its_session_leading_children_run_in_the_cgroup() -> None:
-    with server_cgroup("test-bench", linger_s=0.5) as cg:
-        if isinstance(cg, str):
-            # Only where cgroups cannot be made: the reason is one readable line.
-            assert cg and "\n" not in cg, cg
-            return
-        assert isinstance(cg, ServerCgroup)
-        path = cg.path
+    cg = make_server_cgroup("test-bench")
+    if isinstance(cg, str):
+        # Only where cgroups cannot be made: the reason is one readable line.
+        assert cg and "\n" not in cg, cg
+        return
+    assert isinstance(cg, ServerCgroup)
+    path = cg.path
+    try:
         # A "server" whose child leads a session of its own, as each command does.
         server = subprocess.Popen(
             [*cg.wrapper, "sh", "-c", "setsid sleep 30 & echo $!; wait"],
@@ -38,6 +39,8 @@ def test_a_wrapped_server_and_its_session_leading_children_run_in_the_cgroup() -
                 server.stdout.close()
         # The setsid'd sleep outlives its "server": it is what is left behind.
         assert child in [int(p) for p in (path / "cgroup.procs").read_text().split()]
+    finally:
+        cg.remove(linger_s=0.5)
     assert not path.exists()
     # Killed on the way out (init reaps it).
     deadline = time.monotonic() + 5
