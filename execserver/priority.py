@@ -14,11 +14,12 @@ On Linux a nice value is a thread's, and a child starts with the nice value of
 the thread that forked it. So the daemon's loop keeps its own, the threads that
 start commands (the supervisor's spawn threads) take ``steps`` more once, and a
 helper program the loop forks (the fs helpers, the keepers' zygote) lowers itself
-first thing. A nice value only orders tasks that share a scheduling group: where
-each command has a cgroup of its own (per-process limits, tenants' quotas) the
-cgroups' weights decide, and those commands, started in the loop's thread, keep
-the daemon's nice value; where the kernel groups by session (autogroup, on tasks
-in the root CPU cgroup) each command's session is a group of its own.
+first thing. A nice value only orders tasks that share a scheduling group: on
+cgroup v2 a command's own cgroup or its tenant's group is a sibling of the
+daemon's, so the daemon gives those cgroups the steps as a CPU weight
+(containment/factory.py ``_weight_files``); where the kernel groups by session
+(autogroup, on tasks in the root CPU cgroup) each command's session is a group
+of its own.
 """
 
 from __future__ import annotations

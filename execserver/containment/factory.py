@@ -102,6 +102,20 @@ def _limit_files(version: int, limits: ProcessLimitsConfig) -> list[tuple[str, s
     return files
 
 
+def _weight_files(
+    version: int, controllers: frozenset[str], child_nice: int
+) -> list[tuple[str, str, str]]:
+    """(controller, file, value) that give a cgroup made beside the daemon's own the
+    weight of ``child_nice`` nice steps (--child-nice). On v2 the processes' cgroups
+    and the principals' groups are siblings of the daemon's leaf, where a thread's
+    nice value does not reach: at the default weight each busy one would count as
+    much as the daemon's event loop. On v1 they all sit in one ``execserver-<pid>``
+    cgroup, which weighs as much as one of the daemon's threads already."""
+    if version != 2 or "cpu" not in controllers or child_nice <= 0:
+        return []
+    return [("cpu", "cpu.weight.nice", str(child_nice))]
+
+
 # Files that may be missing without weakening the limit the flag asked for
 # (swap accounting is off on many kernels: then there is no swap to escape into).
 _OPTIONAL_FILES: Final = {"memory.swap.max", "memory.memsw.limit_in_bytes"}
@@ -144,6 +158,7 @@ class ProcessCgroups:
         version: int,
         parents: dict[str, str],
         controllers: frozenset[str] = frozenset(),
+        child_nice: int = 0,
     ) -> None:
         self.limits = limits
         self.version = version
@@ -152,6 +167,8 @@ class ProcessCgroups:
         self._controllers = controllers
         self._counter = itertools.count(1)
         self._files = _limit_files(version, limits)
+        # Only for the cgroups made beside the daemon's (_weight_files).
+        self._weights = _weight_files(version, controllers, child_nice)
         # Per principal: the directories its processes' cgroups are made in.
         self._groups: dict[str, dict[str, str]] = {}
         self.group_limits: dict[str, ProcessLimitsConfig] = {}
@@ -228,6 +245,8 @@ class ProcessCgroups:
                 except OSError:
                     if name not in _OPTIONAL_FILES:
                         raise
+            if group is None:
+                _write_weights(cgroup.directory_of("cpu"), self._weights)
             return cgroup
         except BaseException:
             for directory in reversed(made):
@@ -280,6 +299,7 @@ class ProcessCgroups:
             except OSError:
                 if file not in _OPTIONAL_FILES:
                     raise
+        _write_weights(target["cpu"], self._weights)
         # The leaf its processes without a cgroup of their own share: on v2 a
         # group that passes controllers on may hold no process itself.
         _make_dirs(dirs, GROUP_MEMBERS, exist_ok=True)
@@ -321,6 +341,15 @@ class ProcessCgroups:
             if self.version == 1:
                 with contextlib.suppress(OSError):
                     os.rmdir(parent)
+
+
+def _write_weights(directory: str | None, files: list[tuple[str, str, str]]) -> None:
+    """The weight files (``_weight_files``); one the kernel refuses is skipped, as a
+    weight is a preference, not a limit anyone asked to be enforced."""
+    for _, name, value in files:
+        if directory is not None:
+            with contextlib.suppress(OSError):
+                write_file(os.path.join(directory, name), value)
 
 
 def _asked_by(limits: ProcessLimitsConfig, for_tenants: set[str]) -> str:
@@ -434,14 +463,18 @@ def _setup_v2(directory: str, needed: set[str]) -> None:
 
 
 def open_process_cgroups(
-    limits: ProcessLimitsConfig, quotas: Mapping[str, ProcessLimitsConfig] | None = None
+    limits: ProcessLimitsConfig,
+    quotas: Mapping[str, ProcessLimitsConfig] | None = None,
+    child_nice: int = 0,
 ) -> ProcessCgroups | None:
     """None without limits (nothing changes); raises ContainmentError when they cannot
     be applied. The daemon then refuses to start: fail closed, like the sandbox.
 
     ``quotas``: with --tenants, each principal's quota (an empty config for one
     without). Any quota set opens the factory even without per-process limits;
-    whenever it is open, every principal gets its group."""
+    whenever it is open, every principal gets its group. ``child_nice``: the
+    --child-nice steps, as a CPU weight where a nice value does not reach
+    (``_weight_files``)."""
     quotas = quotas or {}
     for_tenants = set().union(*map(needed_controllers, quotas.values()))
     if not limits.requested and not for_tenants:
@@ -456,7 +489,7 @@ def open_process_cgroups(
             wanted = needed | ({"cpu", "memory"} & host.v2_controllers)
             _remove_stale(host.v2_dir)
             _setup_v2(host.v2_dir, wanted)
-            cgroups = ProcessCgroups(limits, 2, {"": host.v2_dir}, frozenset(wanted))
+            cgroups = ProcessCgroups(limits, 2, {"": host.v2_dir}, frozenset(wanted), child_nice)
         elif host.v1_usable(needed):
             parents: dict[str, str] = {}
             for name in (*sorted(needed), *V1_OPTIONAL):
@@ -471,7 +504,7 @@ def open_process_cgroups(
                         raise
                     continue
                 parents[name] = parent
-            cgroups = ProcessCgroups(limits, 1, parents, frozenset(parents))
+            cgroups = ProcessCgroups(limits, 1, parents, frozenset(parents), child_nice)
         else:
             what = _missing_message(needed, host)
             if for_tenants:

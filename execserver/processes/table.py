@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from execserver.config import LimitsConfig
-from execserver.containment import ProcessCgroup, ProcessCgroups
+from execserver.containment import Placement, ProcessCgroup, ProcessCgroups
 from execserver.keeper.client import KeeperGone
 from execserver.kernel.limits import check_below
 from execserver.kernel.peer import SessionHandle
@@ -136,40 +136,61 @@ class ProcessTable:
         finally:
             if network is not None:
                 network.close()  # what the keeper did not take (all of it without one)
+        supervisor = self._supervisor
         if self._containment is None:
             # In the spawn threads: the loop runs on while a child waits for a CPU
             # before its exec (posix_spawn releases the GIL; subprocess does not),
             # and a child takes those threads' lower priority (--child-nice).
-            supervisor = self._supervisor
             if supervisor.spawns_wait() and (
                 released_spawner() is not None or supervisor.child_nice > 0
             ):
                 return await self._start_off_loop(
-                    process_id, plan, classify_denial, program, announce
+                    process_id, plan, classify_denial, program, announce, lambda: _timed_spawn(plan)
                 )
             spawned, took = _timed_spawn(plan)
-            self._supervisor.spawn_took(took)
-            tree = self._supervisor.track(spawned.pid, plan.env, sandbox_child=_child_of(plan))
+            supervisor.spawn_took(took)
+            tree = supervisor.track(spawned.pid, plan.env, sandbox_child=_child_of(plan))
         elif (group := self._shared_group()) is not None:
             containment = self._containment
             assert containment is not None
             place = _fail_closed(plan, lambda: containment.group_placement(group))
+            if supervisor.child_nice > 0:
+                # In the spawn threads too, for their priority (exec-as and
+                # subprocess's child inherit the forking thread's nice value).
+                return await self._start_off_loop(
+                    process_id,
+                    plan,
+                    classify_denial,
+                    program,
+                    announce,
+                    lambda: _timed_spawn_placed(plan, place),
+                    abandon=place.close,
+                )
             try:
                 spawned = spawn(plan, place)
             finally:
                 place.close()
-            tree = self._supervisor.track(spawned.pid, plan.env, sandbox_child=_child_of(plan))
+            tree = supervisor.track(spawned.pid, plan.env, sandbox_child=_child_of(plan))
         else:
             cgroup = self._new_cgroup(plan)
+            if supervisor.child_nice > 0:
+                return await self._start_off_loop(
+                    process_id,
+                    plan,
+                    classify_denial,
+                    program,
+                    announce,
+                    lambda: _timed_spawn_into(plan, cgroup),
+                    cgroup=cgroup,
+                )
             try:
                 with cgroup.placement() as place:
                     spawned = spawn(plan, place)
             except BaseException:
+                plan.close()
                 cgroup.remove()
                 raise
-            tree = self._supervisor.track(
-                spawned.pid, plan.env, cgroup, sandbox_child=_child_of(plan)
-            )
+            tree = supervisor.track(spawned.pid, plan.env, cgroup, sandbox_child=_child_of(plan))
         proc = self._register(process_id, plan, spawned, tree, classify_denial, program)
         announce(proc)
         return proc
@@ -181,11 +202,19 @@ class ProcessTable:
         classify_denial: DenialClassifier | None,
         program: str | None,
         on_started: Callable[[ManagedProcess], None],
+        launch: Callable[[], tuple[Spawned, float]],
+        *,
+        cgroup: ProcessCgroup | None = None,
+        abandon: Callable[[], None] | None = None,
     ) -> ManagedProcess:
-        """``start`` of a plain child in the supervisor's spawn threads, once spawns
-        wait for a CPU (``Supervisor.spawns_wait``): there posix_spawn
-        (processes/released_spawn.py) waits for the child's exec without the GIL,
-        and the event loop runs meanwhile. The id counts as taken until then."""
+        """``start`` of a child in the supervisor's spawn threads (``launch`` runs
+        there), once spawns wait for a CPU (``Supervisor.spawns_wait``) or with
+        --child-nice: there posix_spawn (processes/released_spawn.py) waits for the
+        child's exec without the GIL, the event loop runs meanwhile, and the child
+        takes the threads' lower priority. The id counts as taken until then.
+        ``cgroup``: the child's own, tracked with it (``launch`` removes it when the
+        spawn fails); ``abandon``: releases what ``launch`` would have, when it never
+        runs (the daemon shutting down)."""
         loop = asyncio.get_running_loop()
         # The child, once it runs. The request registers it when it resumes, in the
         # step that queues its response, so that the response precedes the child's
@@ -208,7 +237,9 @@ class ProcessTable:
 
         def adopt(spawned: Spawned) -> ManagedProcess:
             try:
-                tree = self._supervisor.track(spawned.pid, plan.env, sandbox_child=_child_of(plan))
+                tree = self._supervisor.track(
+                    spawned.pid, plan.env, cgroup, sandbox_child=_child_of(plan)
+                )
                 proc = self._register(process_id, plan, spawned, tree, classify_denial, program)
                 on_started(proc)
                 return proc
@@ -218,6 +249,10 @@ class ProcessTable:
         def started(spawning: asyncio.Future[tuple[Spawned, float]]) -> None:
             if spawning.cancelled():  # the daemon is shutting down: it never ran
                 plan.close()
+                if abandon is not None:
+                    abandon()
+                if cgroup is not None:
+                    cgroup.remove()
                 outcome.cancel()
                 finish()
                 return
@@ -237,7 +272,7 @@ class ProcessTable:
                 return
             outcome.set_result(spawned)
 
-        spawning = loop.run_in_executor(self._supervisor.spawner, _timed_spawn, plan)
+        spawning = loop.run_in_executor(self._supervisor.spawner, launch)
         spawning.add_done_callback(started)
         try:
             spawned = await outcome
@@ -467,11 +502,31 @@ class ProcessTable:
             keepers.session_closed(self._session.id)
 
 
-def _timed_spawn(plan: LaunchPlan) -> tuple[Spawned, float]:
-    """``spawn(plan)`` and how long it waited for the child's exec."""
+def _timed_spawn(plan: LaunchPlan, place: Placement | None = None) -> tuple[Spawned, float]:
+    """``spawn(plan, place)`` and how long it waited for the child's exec."""
     began = time.perf_counter()
-    spawned = spawn(plan)
+    spawned = spawn(plan, place)
     return spawned, time.perf_counter() - began
+
+
+def _timed_spawn_placed(plan: LaunchPlan, place: Placement) -> tuple[Spawned, float]:
+    """``_timed_spawn`` into a principal's shared leaf; ``place`` closed after."""
+    try:
+        return _timed_spawn(plan, place)
+    finally:
+        place.close()
+
+
+def _timed_spawn_into(plan: LaunchPlan, cgroup: ProcessCgroup) -> tuple[Spawned, float]:
+    """``_timed_spawn`` into the process's own cgroup, removed when the spawn fails
+    (``plan`` closed too: entering the cgroup can fail before the spawn closes it)."""
+    try:
+        with cgroup.placement() as place:
+            return _timed_spawn(plan, place)
+    except BaseException:
+        plan.close()
+        cgroup.remove()
+        raise
 
 
 def _nothing(proc: ManagedProcess) -> None:

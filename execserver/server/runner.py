@@ -106,7 +106,7 @@ def build_runtime(config: ServerConfig, tenants: TenantDirectory | None = None) 
     )
     # Raises ContainmentError when limits are set and cannot be applied; None
     # without --process-*-max limits. Closed by ServerRuntime.aclose.
-    cgroups = open_process_cgroups(config.process_limits, _quotas(tenants))
+    cgroups = open_process_cgroups(config.process_limits, _quotas(tenants), config.child_nice)
     if cgroups is not None:
         runtime.resources.provide(ProcessCgroups, cgroups)
     # --state-dir: the keeper zygote (processes then outlive the daemon).

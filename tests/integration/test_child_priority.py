@@ -1,7 +1,8 @@
 """What the daemon starts runs --child-nice steps below it (default 5): commands on
-pipes and on a terminal, sandboxed or not, kept ones (--state-dir), and the
-sandboxed fs helpers; the daemon's own event loop keeps its priority
-(execserver/priority.py says why)."""
+pipes and on a terminal, sandboxed or not, kept ones (--state-dir), commands in
+cgroups of their own (--process-*-max) or in a tenant's group, and the sandboxed
+fs helpers; the daemon's own event loop keeps its priority (execserver/priority.py
+says why)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.support.rpc import RpcClient, connect, uri
 from tests.support.sandbox import ROOT_READ, entry, managed
 from tests.support.servers import start_server
 from tests.support.state_dir import end_keepers, keepers, state_daemon
+from tests.support.tenants import TOKEN_B, output_of, start, tenant_host
 
 # Field 19 of /proc/PID/stat: the 17th after the command name's closing parenthesis.
 NICE_AFTER_NAME = 16
@@ -112,6 +114,42 @@ async def test_kept_commands_and_their_keepers_run_below_the_daemon_too(tmp_path
             assert _own_nice(server.process.pid) == base
     finally:
         await end_keepers(state)
+
+
+async def test_commands_in_cgroups_of_their_own_run_below_the_daemon_too(
+    tmp_path: Path,
+) -> None:
+    """--process-*-max: each command in a cgroup of its own, started through
+    exec-as (or subprocess's pre-exec hook) from the spawn threads."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    async with (
+        start_server("execserver", ["--process-pids-max", "200"]) as server,
+        connect(server.url) as client,
+    ):
+        base = _own_nice(server.process.pid)
+        assert await _commands_nice(client, workspace) == {min(base + DEFAULT_CHILD_NICE, 19)}
+        assert _own_nice(server.process.pid) == base
+
+
+@pytest.mark.parametrize("per_process", [False, True], ids=["group-leaf", "own-cgroup"])
+async def test_a_tenants_commands_in_its_cgroup_run_below_the_daemon_too(
+    per_process: bool,
+) -> None:
+    """A tenant with a quota: its commands go into its group's shared leaf, or, with
+    per-process limits, into cgroups of their own inside the group; either way as
+    its own account and the steps below the daemon."""
+    extra = ("--process-pids-max", "200") if per_process else ()
+    with tenant_host() as host:
+        host.write_tenants(alice={"sandbox": "optional"}, bob={"pids_max": 50})
+        async with host.serve(*extra) as server, connect(server.url, token=TOKEN_B) as bob:
+            base = _own_nice(server.process.pid)
+            ok, error = await start(bob, "stat", ["cat", "/proc/self/stat"], host.b)
+            assert ok, error
+            text, code = await output_of(bob, "stat")
+            assert code == 0
+            assert _nice_of(text) == min(base + DEFAULT_CHILD_NICE, 19)
+            assert _own_nice(server.process.pid) == base
 
 
 @pytest.mark.parametrize("value", ["20", "-1", "five"])

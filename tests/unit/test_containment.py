@@ -3,6 +3,7 @@ in tmp dirs; the real cgroups are exercised in tests/integration/test_process_li
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,37 @@ def test_a_prepared_cgroup_whose_directory_went_is_not_handed_out(tmp_path: Path
     fresh = cgroups.create()
     assert all(Path(d).is_dir() for d in fresh.directories)
     assert [Path(d).name for d in fresh.directories] != [gone.name]
+
+
+def test_cgroups_made_beside_the_daemons_leaf_weigh_the_child_nice_steps_on_v2(
+    tmp_path: Path,
+) -> None:
+    """On v2 a process's own cgroup and a principal's group are siblings of the
+    daemon's leaf, where nice values do not reach: they get --child-nice's steps as a
+    CPU weight (cpu.weight.nice). A process's cgroup inside a principal's group does
+    not: its siblings are the principal's own."""
+    cgroups = ProcessCgroups(ProcessLimitsConfig(), 2, {"": str(tmp_path)}, frozenset({"cpu"}), 5)
+    own = cgroups.create()
+    assert (Path(own.directories[0]) / "cpu.weight.nice").read_text() == "5"
+    cgroups.set_groups({"alice": ProcessLimitsConfig()})
+    group = tmp_path / f"tenant-{os.getpid()}-alice"
+    assert (group / "cpu.weight.nice").read_text() == "5"
+    inside = cgroups.create("alice")
+    assert Path(inside.directories[0]).parent == group
+    assert not (Path(inside.directories[0]) / "cpu.weight.nice").exists()
+
+
+@pytest.mark.parametrize(
+    ("version", "controllers", "steps"),
+    [(2, {"cpu"}, 0), (2, {"memory"}, 5), (1, {"cpu"}, 5)],
+    ids=["no-steps", "no-cpu-controller", "v1"],
+)
+def test_no_weight_is_written_without_steps_a_cpu_controller_or_on_v1(
+    tmp_path: Path, version: int, controllers: set[str], steps: int
+) -> None:
+    parents = {"": str(tmp_path)} if version == 2 else {"cpu": str(tmp_path)}
+    cgroups = ProcessCgroups(ProcessLimitsConfig(), version, parents, frozenset(controllers), steps)
+    made = cgroups.create()
+    assert made.directories
+    assert not any((Path(d) / "cpu.weight.nice").exists() for d in made.directories)
+    assert not any((Path(d) / "cpu.shares").exists() for d in made.directories)
