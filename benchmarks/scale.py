@@ -445,6 +445,7 @@ def summarise(
         }
     peak = {k: max(s[k] for s in samples) for k in samples[0]} if samples else idle
     first_errors = [e for a in stats for e in a["first_errors"]][:5]
+    stuck = [e for a in stats for e in a.get("stuck_in_warmup", [])]
     return {
         "agents": len(stats),
         "window_s": elapsed,
@@ -454,6 +455,10 @@ def summarise(
         "errors_total": errors,
         "unfinished_total": unfinished_total,
         "first_errors": first_errors,
+        # Not in the figures (started before the window), failures all the same.
+        "warmup_errors_total": sum(a.get("warmup_errors", 0) for a in stats),
+        "stuck_in_warmup": stuck[:5],
+        "stuck_in_warmup_total": len(stuck),
         "throughput_ops_per_s": total / elapsed,
         "server_cpu_s": cpu_s,
         "server_cpu_share": cpu_s / elapsed,
@@ -535,6 +540,8 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         "rss_per_session_ratio": ratio.get("rss_per_session_MB"),
         "rss_per_session_le_reference": (ratio.get("rss_per_session_MB") or 99) <= 1.0,
         "errors": ours["errors_total"],
+        "warmup_errors": ours.get("warmup_errors_total", 0),
+        "stuck_in_warmup": ours.get("stuck_in_warmup_total", 0),
         "unfinished": ours["unfinished_total"],
         "loop_lag_p99_ms": ours["loop_lag_p99_ms"],
         "loop_lag_p99_lt_50ms": (ours["loop_lag_p99_ms"] or 99) < 50,
@@ -679,6 +686,8 @@ def print_level(kind: str, level: dict[str, Any]) -> None:
     print(
         f"N={level['agents']:5} {kind:10} {level['throughput_ops_per_s']:8.1f} ops/s "
         f"errors={level['errors_total']} unfinished={level['unfinished_total']} "
+        f"warm-up errors={level.get('warmup_errors_total', 0)} "
+        f"stuck={level.get('stuck_in_warmup_total', 0)} "
         f"warm={level['warmed_agents']} lag99={level['loop_lag_p99_ms'] or 0:.1f}ms "
         f"agents-lag99={level.get('agents_loop_lag_p99_ms') or 0:.1f}ms "
         f"rss={level['peak']['rss_MB']:.0f}MB/session={level['rss_per_session_MB']:.2f}MB "

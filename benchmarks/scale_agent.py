@@ -79,6 +79,12 @@ class AgentStats:
     # Operations cut off when the level's time ran out (seconds so far).
     unfinished: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in OPERATIONS})
     first_errors: list[str] = field(default_factory=list)
+    # Failures of operations that started before the window (the warm-up): not in
+    # the figures, but a failure all the same (first_errors names them).
+    warmup_errors: int = 0
+    # Operations that started before the window and were still under way when the
+    # level's time ran out: what each was waiting for.
+    stuck_in_warmup: list[str] = field(default_factory=list)
 
 
 class Agent:
@@ -103,6 +109,8 @@ class Agent:
         self.stats = AgentStats()
         # (operation, its start, recorded?) while one is under way.
         self.in_flight: tuple[str, float, bool] | None = None
+        # What the operation under way waits for, for its failure's message.
+        self.waiting_for = ""
 
     # -- set-up -------------------------------------------------------------
 
@@ -153,6 +161,7 @@ class Agent:
         pid = f"s{next(self._ids)}"
         closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._closed[pid] = closed
+        self.waiting_for = f"process/start of {pid}"
         await self._call(
             "process/start",
             {
@@ -164,9 +173,11 @@ class Agent:
                 "sandbox": self.spawn_box,
             },
         )
+        self.waiting_for = f"process/closed of {pid}"
         await closed
 
     async def poll(self) -> None:
+        self.waiting_for = f"process/read after {self._cursor}"
         result = await self._call(
             "process/read", {"processId": "long", "afterSeq": self._cursor, "maxBytes": 1024}
         )
@@ -176,21 +187,25 @@ class Agent:
 
     async def read_file(self) -> None:
         path = self.workspace / f"f{random.randrange(16)}.txt"
+        self.waiting_for = f"fs/readFile of {path.name}"
         result = await self._call("fs/readFile", {"path": _uri(path), "sandbox": self.box})
         if len(base64.b64decode(result["dataBase64"])) != FILE_SIZE:
             raise RuntimeError("short read")
 
     async def write_file(self) -> None:
         path = self.workspace / f"w{random.randrange(16)}.txt"
+        self.waiting_for = f"fs/writeFile of {path.name}"
         params = {"path": _uri(path), "dataBase64": self.payload, "sandbox": self.box}
         await self._call("fs/writeFile", params)
 
     async def patch10(self) -> None:
         for i in range(PATCH_FILES):
             path = _uri(self.workspace / f"src{i}.py")
+            self.waiting_for = f"fs/getMetadata of src{i}.py"
             meta = await self._call("fs/getMetadata", {"path": path, "sandbox": self.box})
             if not meta["isFile"]:
                 raise RuntimeError(f"{path} is not a file")
+            self.waiting_for = f"fs/readFile of src{i}.py"
             old = base64.b64decode(
                 (await self._call("fs/readFile", {"path": path, "sandbox": self.box}))["dataBase64"]
             )
@@ -203,12 +218,14 @@ class Agent:
             if new == old:
                 raise RuntimeError(f"{path}: the hunk's context is gone")
             params = {"path": path, "dataBase64": base64.b64encode(new).decode()}
+            self.waiting_for = f"fs/writeFile of src{i}.py"
             await self._call("fs/writeFile", {**params, "sandbox": self.box})
 
     async def tty(self) -> None:
         marker = f"ping-{next(self._ids)}".encode()
         self._tty_output.clear()
         chunk = base64.b64encode(marker + b"\n").decode()
+        self.waiting_for = f"process/write of {marker.decode()}"
         result = await self._call(
             "process/write",
             {"processId": "repl", "chunk": chunk, "writeId": marker.decode()},
@@ -216,6 +233,7 @@ class Agent:
         if result["status"] != "accepted":
             raise RuntimeError(f"process/write: {result['status']}")
         # The terminal's echo and cat's copy of the line.
+        self.waiting_for = f"the echo of {marker.decode()}"
         while self._tty_output.count(marker) < 2:
             self._tty_changed.clear()
             await self._tty_changed.wait()
@@ -249,8 +267,13 @@ class Agent:
             except Exception as exc:  # counted, and the agent goes on
                 if record:
                     self.stats.errors[name] += 1
-                    if len(self.stats.first_errors) < 3:
-                        self.stats.first_errors.append(f"{name}: {type(exc).__name__}: {exc}")
+                else:
+                    self.stats.warmup_errors += 1
+                if len(self.stats.first_errors) < 3:
+                    self.stats.first_errors.append(
+                        f"{name}{'' if record else ' (warm-up)'}: {type(exc).__name__}: "
+                        f"{exc} (waiting for {self.waiting_for})"
+                    )
                 continue
             finally:
                 self.in_flight = None
@@ -303,6 +326,10 @@ class Agent:
         name, start, record = self.in_flight
         if record:
             self.stats.unfinished[name].append(now - start)
+        else:
+            self.stats.stuck_in_warmup.append(
+                f"{name}: {now - start:.1f} s, waiting for {self.waiting_for}"
+            )
 
 
 class Window:

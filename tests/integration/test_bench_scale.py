@@ -44,6 +44,8 @@ def test_bench_scale_smoke_measures_every_operation_without_errors(tmp_path: Pat
             assert level["agents"] == int(n) and level["warmed_agents"] == int(n)
             assert level["unfinished_total"] == 0, (n, kind)
             assert level["errors_total"] == 0, (n, kind, level["first_errors"])
+            assert level["warmup_errors_total"] == 0, (n, kind, level["first_errors"])
+            assert level["stuck_in_warmup_total"] == 0, (n, kind, level["stuck_in_warmup"])
             for name in OPERATIONS:
                 op = level["operations"][name]
                 assert op["count"] >= int(n), (n, kind, name, op)

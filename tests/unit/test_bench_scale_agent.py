@@ -100,3 +100,57 @@ async def test_no_pause_once_the_window_is_open(tmp_path: Path) -> None:
     assert max(times) - min(times) < 0.4 * one_pass, sorted(times)
     # Inside the window the first pass is measured.
     assert all(set(counts.values()) == {1} for counts in recorded), recorded
+
+
+class FailingAgent(Agent):
+    """An agent whose ``poll`` fails and whose ``tty`` never ends (with ``hang``),
+    each saying what it waits for as the real operations do."""
+
+    hang = False
+
+    def operations(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        special: dict[str, Callable[[], Awaitable[None]]] = {
+            "poll": self._fail,
+            "tty": self._hang,
+        }
+        return [(name, special.get(name, self._step)) for name in OPERATIONS]
+
+    async def _step(self) -> None:
+        await asyncio.sleep(0)
+
+    async def _fail(self) -> None:
+        self.waiting_for = "process/read after 7"
+        raise RuntimeError("the long command ended")
+
+    async def _hang(self) -> None:
+        self.waiting_for = "the echo of ping-1"
+        if self.hang:
+            await asyncio.Event().wait()
+
+
+@pytest.mark.asyncio
+async def test_failures_and_stuck_operations_of_the_warm_up_are_counted_not_dropped(
+    tmp_path: Path,
+) -> None:
+    """An operation that started before the window is in no figure, but its failure
+    is counted (``warmup_errors``, named in ``first_errors``) and, when the level's
+    time runs out with it still under way, what it waited for is kept
+    (``stuck_in_warmup``): a hang in the warm-up was otherwise seen only as a
+    level that ran to its grace's end."""
+    agent = FailingAgent("ws://127.0.0.1:9", 0, tmp_path / "a0", tmp_path / "secret")
+    agent.hang = True
+    window = Window()  # never opened: the whole pass is warm-up
+    run = asyncio.ensure_future(agent.run(window, 0.0))
+    await asyncio.sleep(0.1)
+    agent.censor(time.perf_counter())
+    run.cancel()
+    await asyncio.gather(run, return_exceptions=True)
+    assert agent.stats.warmup_errors == 1
+    assert sum(agent.stats.errors.values()) == 0
+    assert agent.stats.first_errors == [
+        "poll (warm-up): RuntimeError: the long command ended (waiting for process/read after 7)"
+    ]
+    assert len(agent.stats.stuck_in_warmup) == 1
+    assert agent.stats.stuck_in_warmup[0].startswith("tty: ")
+    assert agent.stats.stuck_in_warmup[0].endswith("waiting for the echo of ping-1")
+    assert not any(agent.stats.unfinished.values())
