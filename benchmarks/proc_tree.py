@@ -1,5 +1,5 @@
 """The scale benchmark's RSS and fd sampler: a server's process tree read
-straight from /proc, in a thread of its own at the agents' lower priority.
+straight from /proc, in a thread of its own at a lower priority.
 
 Every 0.5 s the benchmark sums the RSS and the open fds of the server's own
 processes. At N = 1,000 that is ~2,000 processes with ~26,000 fds; through
@@ -9,7 +9,7 @@ the harness's process at normal priority, so in the same scheduling group as
 the server and with the same weight as its event loop: the measuring took CPU
 from what it measured. Here the tree is walked through each thread's
 ``children`` file (only the server's subtree is read), and the sampling thread
-runs at the agents' ``nice``.
+runs at ``nice`` 10 (benchmarks/scale.py ``SAMPLER_NICE``).
 """
 
 from __future__ import annotations

@@ -70,9 +70,11 @@ OUR_FLAGS = [
 ]
 PROBE_INTERVAL_S = 0.1
 SAMPLE_INTERVAL_S = 0.5
-# The agents' processes run this much nicer than the servers
-# (benchmarks/scale_crowd.py says why).
-AGENTS_NICE = 10
+# The agents' processes' nice value (benchmarks/scale_crowd.py says why 0).
+AGENTS_NICE = 0
+# The harness's own sampling threads (RSS, fds, PSS): below everyone, as they only
+# watch (benchmarks/proc_tree.py).
+SAMPLER_NICE = 10
 # Before each level the machine settles: the last level's processes (at N = 1,000,
 # the reference's thousand helpers and agents) can keep the CPUs busy for a minute
 # after it ends, and the next level would pay for them. At most --settle seconds (120;
@@ -141,9 +143,9 @@ def memory_now(pids: list[int]) -> dict[str, float]:
 
 
 async def memory_mid_window(pids: list[int], after: float) -> dict[str, float]:
-    """``memory_now`` ``after`` seconds into the window, read at the agents' priority."""
+    """``memory_now`` ``after`` seconds into the window, read at the samplers' priority."""
     await asyncio.sleep(after)
-    with niced_executor(AGENTS_NICE) as reader:
+    with niced_executor(SAMPLER_NICE) as reader:
         return await asyncio.get_running_loop().run_in_executor(reader, memory_now, pids)
 
 
@@ -187,9 +189,9 @@ async def sample_loop(
     pids: list[int], samples: list[dict[str, float]], stop: asyncio.Event
 ) -> None:
     loop = asyncio.get_running_loop()
-    # At the agents' priority, and spaced so that it takes at most a tenth of a
-    # CPU (benchmarks/proc_tree.py says why).
-    with niced_executor(AGENTS_NICE) as sampler:
+    # At a low priority, and spaced so that it takes at most a tenth of a CPU
+    # (benchmarks/proc_tree.py says why).
+    with niced_executor(SAMPLER_NICE) as sampler:
         while not stop.is_set():
             sample, spent = await loop.run_in_executor(sampler, _timed_sample, pids)
             samples.append(sample)

@@ -14,26 +14,29 @@ harness in lines:
 
 Why the agents are not in the harness's process: agents do not live on the
 machine that runs the server (that is what the server is for), but here they
-share its two CPUs. At N = 1,000 one process of agents is a whole CPU by
-itself, and its event loop, not the server, set the latencies it measured.
-So the agents run in ``shards`` processes, at a lower CPU priority (``nice``)
-than the servers, the same for both servers: the server is measured, not the
-load generator. The harness's own process (which starts the servers, samples
-them and runs the loop-lag probe) keeps its priority.
+share its two CPUs. At N = 1,000 one process of agents is a whole CPU by itself,
+and its event loop, not the server, set the latencies it measured. So the agents
+run in ``shards`` processes, at a nice value (``nice``) the same for both
+servers; the harness's own process (which starts the servers, samples them and
+runs the loop-lag probe) keeps its priority.
+
+Why nice 0 (benchmarks/scale.py ``AGENTS_NICE``): all the agents of a level at
+N = 1,000 take 0.12-0.17 of a CPU (both processes, /proc/PID/stat every 10 s),
+so their priority takes little from the server, while every latency they
+measure includes their own lateness. Measured at N = 1,000 (execserver alone,
+one level each, docs/scale.md): the agents' own loop lag p99 was 95-160 ms at
+nice 10, 40-62 at 5, 17-20 at 0, and the polls' p99 (an answer the server gives
+at once) followed it (91-187, 54-76, 34-44 ms), while the server's loop lag did
+not (70-130, 58-89, 55-80 ms). At nice 10 the polls measured the agents.
 
 Where the kernel shares CPU time between sessions before threads (autogroup,
-sched(7): on when the tasks are in no CPU cgroup of their own, as on this VM), a
-nice value orders only the threads of one session, and every sandboxed command
-and helper of a server leads a session of its own: the agents' nice value then
-ranked them below the harness and the server's own process (all in the
-harness's session), not below the server's helpers and commands, each a group
-of its own, one CPU share each. So each agents' process leads a
-session too (``Crowd.start``), and gives that session the same nice value
-(``lower_autogroup``). Measured at N = 1,000 (execserver alone, one level each,
-docs/scale.md): with the nice value alone, 134-160 operations/s and a loop lag
-p99 of 66-422 ms (three levels); with the session niced too, 129 and 56 ms (the
-agents, now below the servers' helpers and commands, send fewer requests); with
-autogroup off altogether, 195 and 34 ms.
+sched(7): on when the tasks are in no CPU cgroup of their own), a nice value
+orders only the threads of one session. So each agents' process leads a session
+too (``Crowd.start``) and gives that session the same nice value
+(``lower_autogroup``): with the agents below the servers (nice 10, earlier), the
+nice value alone ranked them only below the harness and the server's own
+process (all in the harness's session), not below the server's helpers and
+commands, each a session of its own (docs/scale.md has the figures).
 """
 
 from __future__ import annotations
@@ -149,7 +152,7 @@ async def _main() -> dict[str, Any]:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), sys.stdin)
     spec = json.loads(await _line(commands))
     grouped = False
-    if spec.get("nice"):
+    if spec.get("nice") is not None:
         os.nice(spec["nice"])
         # Off the loop: the kernel may ask for a retry 100 ms later (lower_autogroup).
         grouped = await asyncio.to_thread(lower_autogroup, spec["nice"])
