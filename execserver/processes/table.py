@@ -9,6 +9,7 @@ shutdown) kills every process tree of the session.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import time
@@ -137,60 +138,41 @@ class ProcessTable:
             if network is not None:
                 network.close()  # what the keeper did not take (all of it without one)
         supervisor = self._supervisor
+        launch: Callable[[], tuple[Spawned, float]]
+        cgroup: ProcessCgroup | None = None
+        abandon: Callable[[], None] | None = None
+        # In the spawn threads (--child-nice): a child takes the nice value of the
+        # thread that forks it (posix_spawn, exec-as and subprocess's pre-exec hook
+        # alike); and the loop runs on while a child waits for a CPU before its exec
+        # (posix_spawn releases the GIL; subprocess does not).
+        in_threads = supervisor.child_nice > 0
         if self._containment is None:
-            # In the spawn threads: the loop runs on while a child waits for a CPU
-            # before its exec (posix_spawn releases the GIL; subprocess does not),
-            # and a child takes those threads' lower priority (--child-nice).
-            if supervisor.spawns_wait() and (
+            launch = functools.partial(_timed_spawn, plan)
+            in_threads = supervisor.spawns_wait() and (
                 released_spawner() is not None or supervisor.child_nice > 0
-            ):
-                return await self._start_off_loop(
-                    process_id, plan, classify_denial, program, announce, lambda: _timed_spawn(plan)
-                )
-            spawned, took = _timed_spawn(plan)
-            supervisor.spawn_took(took)
-            tree = supervisor.track(spawned.pid, plan.env, sandbox_child=_child_of(plan))
+            )
         elif (group := self._shared_group()) is not None:
             containment = self._containment
-            assert containment is not None
             place = _fail_closed(plan, lambda: containment.group_placement(group))
-            if supervisor.child_nice > 0:
-                # In the spawn threads too, for their priority (exec-as and
-                # subprocess's child inherit the forking thread's nice value).
-                return await self._start_off_loop(
-                    process_id,
-                    plan,
-                    classify_denial,
-                    program,
-                    announce,
-                    lambda: _timed_spawn_placed(plan, place),
-                    abandon=place.close,
-                )
-            try:
-                spawned = spawn(plan, place)
-            finally:
-                place.close()
-            tree = supervisor.track(spawned.pid, plan.env, sandbox_child=_child_of(plan))
+            launch = functools.partial(_timed_spawn_placed, plan, place)
+            abandon = place.close
         else:
             cgroup = self._new_cgroup(plan)
-            if supervisor.child_nice > 0:
-                return await self._start_off_loop(
-                    process_id,
-                    plan,
-                    classify_denial,
-                    program,
-                    announce,
-                    lambda: _timed_spawn_into(plan, cgroup),
-                    cgroup=cgroup,
-                )
-            try:
-                with cgroup.placement() as place:
-                    spawned = spawn(plan, place)
-            except BaseException:
-                plan.close()
-                cgroup.remove()
-                raise
-            tree = supervisor.track(spawned.pid, plan.env, cgroup, sandbox_child=_child_of(plan))
+            launch = functools.partial(_timed_spawn_into, plan, cgroup)
+        if in_threads:
+            return await self._start_off_loop(
+                process_id,
+                plan,
+                classify_denial,
+                program,
+                announce,
+                launch,
+                cgroup=cgroup,
+                abandon=abandon,
+            )
+        spawned, took = launch()
+        supervisor.spawn_took(took)
+        tree = supervisor.track(spawned.pid, plan.env, cgroup, sandbox_child=_child_of(plan))
         proc = self._register(process_id, plan, spawned, tree, classify_denial, program)
         announce(proc)
         return proc
