@@ -114,12 +114,12 @@ async def server(
     cg = make_server_cgroup(f"bench-{kind}") if in_cgroup else "off"
     wrapper = [] if isinstance(cg, str) else cg.wrapper
     extra = OUR_FLAGS if kind == "execserver" else []
-    if kind == "execserver" and tree is not None:
-        env = {**os.environ, "PYTHONPATH": tree}
-        started = start_server(kind, extra=extra, env=env, cwd=tree, wrapper=wrapper)
-    else:
-        started = start_server(kind, extra=extra, wrapper=wrapper)
     try:
+        if kind == "execserver" and tree is not None:
+            env = {**os.environ, "PYTHONPATH": tree}
+            started = start_server(kind, extra=extra, env=env, cwd=tree, wrapper=wrapper)
+        else:
+            started = start_server(kind, extra=extra, wrapper=wrapper)
         async with started as running:
             yield running
     finally:
@@ -447,7 +447,7 @@ def summarise(
         }
     peak = {k: max(s[k] for s in samples) for k in samples[0]} if samples else idle
     first_errors = [e for a in stats for e in a["first_errors"]][:5]
-    stuck = [e for a in stats for e in a.get("stuck_in_warmup", [])]
+    stuck = [e for a in stats for e in a["stuck_in_warmup"]]
     return {
         "agents": len(stats),
         "window_s": elapsed,
@@ -458,7 +458,7 @@ def summarise(
         "unfinished_total": unfinished_total,
         "first_errors": first_errors,
         # Not in the figures (started before the window), failures all the same.
-        "warmup_errors_total": sum(a.get("warmup_errors", 0) for a in stats),
+        "warmup_errors_total": sum(a["warmup_errors"] for a in stats),
         "stuck_in_warmup": stuck[:5],
         "stuck_in_warmup_total": len(stuck),
         "throughput_ops_per_s": total / elapsed,
@@ -542,8 +542,8 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         "rss_per_session_ratio": ratio.get("rss_per_session_MB"),
         "rss_per_session_le_reference": (ratio.get("rss_per_session_MB") or 99) <= 1.0,
         "errors": ours["errors_total"],
-        "warmup_errors": ours.get("warmup_errors_total", 0),
-        "stuck_in_warmup": ours.get("stuck_in_warmup_total", 0),
+        "warmup_errors": ours["warmup_errors_total"],
+        "stuck_in_warmup": ours["stuck_in_warmup_total"],
         "unfinished": ours["unfinished_total"],
         "loop_lag_p99_ms": ours["loop_lag_p99_ms"],
         "loop_lag_p99_lt_50ms": (ours["loop_lag_p99_ms"] or 99) < 50,
@@ -688,8 +688,8 @@ def print_level(kind: str, level: dict[str, Any]) -> None:
     print(
         f"N={level['agents']:5} {kind:10} {level['throughput_ops_per_s']:8.1f} ops/s "
         f"errors={level['errors_total']} unfinished={level['unfinished_total']} "
-        f"warm-up errors={level.get('warmup_errors_total', 0)} "
-        f"stuck={level.get('stuck_in_warmup_total', 0)} "
+        f"warm-up errors={level['warmup_errors_total']} "
+        f"stuck={level['stuck_in_warmup_total']} "
         f"warm={level['warmed_agents']} lag99={level['loop_lag_p99_ms'] or 0:.1f}ms "
         f"agents-lag99={level.get('agents_loop_lag_p99_ms') or 0:.1f}ms "
         f"rss={level['peak']['rss_MB']:.0f}MB/session={level['rss_per_session_MB']:.2f}MB "

@@ -346,10 +346,11 @@ class ProcessCgroups:
 def _write_weights(directory: str | None, files: list[tuple[str, str, str]]) -> None:
     """The weight files (``_weight_files``); one the kernel refuses is skipped, as a
     weight is a preference, not a limit anyone asked to be enforced."""
+    if directory is None:
+        return
     for _, name, value in files:
-        if directory is not None:
-            with contextlib.suppress(OSError):
-                write_file(os.path.join(directory, name), value)
+        with contextlib.suppress(OSError):
+            write_file(os.path.join(directory, name), value)
 
 
 def _asked_by(limits: ProcessLimitsConfig, for_tenants: set[str]) -> str:

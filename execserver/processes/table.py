@@ -140,17 +140,15 @@ class ProcessTable:
         supervisor = self._supervisor
         launch: Callable[[], tuple[Spawned, float]]
         cgroup: ProcessCgroup | None = None
-        abandon: Callable[[], None] | None = None
-        # In the spawn threads (--child-nice): a child takes the nice value of the
-        # thread that forks it (posix_spawn, exec-as and subprocess's pre-exec hook
-        # alike); and the loop runs on while a child waits for a CPU before its exec
-        # (posix_spawn releases the GIL; subprocess does not).
+        abandon: Callable[[], object] | None = None
+        # In the spawn threads with --child-nice: a child takes the nice value of
+        # the thread that forks it (posix_spawn, exec-as and subprocess's pre-exec
+        # hook alike). And, for posix_spawn, whenever spawns wait for a CPU: it
+        # waits for the child's exec without the GIL while the loop runs on.
         in_threads = supervisor.child_nice > 0
         if self._containment is None:
             launch = functools.partial(_timed_spawn, plan)
-            in_threads = supervisor.spawns_wait() and (
-                released_spawner() is not None or supervisor.child_nice > 0
-            )
+            in_threads = in_threads or (supervisor.spawns_wait() and released_spawner() is not None)
         elif (group := self._shared_group()) is not None:
             containment = self._containment
             place = _fail_closed(plan, lambda: containment.group_placement(group))
@@ -159,6 +157,7 @@ class ProcessTable:
         else:
             cgroup = self._new_cgroup(plan)
             launch = functools.partial(_timed_spawn_into, plan, cgroup)
+            abandon = cgroup.remove
         if in_threads:
             return await self._start_off_loop(
                 process_id,
@@ -187,16 +186,16 @@ class ProcessTable:
         launch: Callable[[], tuple[Spawned, float]],
         *,
         cgroup: ProcessCgroup | None = None,
-        abandon: Callable[[], None] | None = None,
+        abandon: Callable[[], object] | None = None,
     ) -> ManagedProcess:
         """``start`` of a child in the supervisor's spawn threads (``launch`` runs
         there), once spawns wait for a CPU (``Supervisor.spawns_wait``) or with
         --child-nice: there posix_spawn (processes/released_spawn.py) waits for the
         child's exec without the GIL, the event loop runs meanwhile, and the child
         takes the threads' lower priority. The id counts as taken until then.
-        ``cgroup``: the child's own, tracked with it (``launch`` removes it when the
-        spawn fails); ``abandon``: releases what ``launch`` would have, when it never
-        runs (the daemon shutting down)."""
+        ``cgroup``: the child's own, tracked with it; ``abandon``: releases what
+        ``launch`` would have (a placement, a cgroup) when it never runs (the daemon
+        shutting down)."""
         loop = asyncio.get_running_loop()
         # The child, once it runs. The request registers it when it resumes, in the
         # step that queues its response, so that the response precedes the child's
@@ -233,8 +232,6 @@ class ProcessTable:
                 plan.close()
                 if abandon is not None:
                     abandon()
-                if cgroup is not None:
-                    cgroup.remove()
                 outcome.cancel()
                 finish()
                 return
