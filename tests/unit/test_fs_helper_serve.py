@@ -17,7 +17,7 @@ import pytest
 from execserver.fs.sandboxed.frames import Request, Response, frame, response_decoder
 from execserver.fs.sandboxed.msgpack_lite import DecodeError
 from execserver.fs.sandboxed.program import serve
-from execserver.fs.sandboxed.protocol import HEADER, OK
+from execserver.fs.sandboxed.protocol import HEADER, OK, READY_ID
 
 TIMEOUT_S = 10.0
 
@@ -32,6 +32,8 @@ class RunningHelper:
         self.threads_before = _thread._count()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
+        ready = self.receive()
+        assert (ready.id, ready.kind, ready.value) == (READY_ID, OK, None)
 
     def _serve(self) -> None:
         try:
@@ -76,6 +78,28 @@ def helper() -> Iterator[RunningHelper]:
         yield running
     finally:
         running.close()
+
+
+def test_the_first_frame_says_ready_before_a_request_is_read() -> None:
+    request_read, request_write = os.pipe()
+    response_read, response_write = os.pipe()
+    # Nothing is ever written to the request pipe: the frame cannot be an answer.
+    thread = threading.Thread(target=serve, args=(request_read, response_write), daemon=True)
+    thread.start()
+    try:
+        ready, _, _ = select.select([response_read], [], [], TIMEOUT_S)
+        assert ready, "no ready frame"
+        data = os.read(response_read, 64)
+        (size,) = HEADER.unpack(data[: HEADER.size])
+        first = response_decoder.decode(data[HEADER.size : HEADER.size + size])
+        assert (first.id, first.kind, first.value, first.message) == (READY_ID, OK, None, "")
+        assert len(data) == HEADER.size + size  # and nothing after it
+    finally:
+        os.close(request_write)
+        thread.join(TIMEOUT_S)
+        for fd in (request_read, response_read, response_write):
+            os.close(fd)
+    assert not thread.is_alive()
 
 
 def test_pipelined_requests_are_all_answered_by_id(tmp_path: Path, helper: RunningHelper) -> None:

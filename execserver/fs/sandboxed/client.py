@@ -27,7 +27,12 @@ from typing import Any
 from execserver.config import DEFAULT_GLOB_SCAN_LIMIT, SandboxConfig
 from execserver.containment import ProcessCgroups
 from execserver.fs.sandboxed import program
-from execserver.fs.sandboxed.helper import HelperDied, spawn_confined_helper
+from execserver.fs.sandboxed.helper import (
+    DEFAULT_START_TIMEOUT,
+    HelperDied,
+    HelperNotStarted,
+    spawn_confined_helper,
+)
 from execserver.fs.sandboxed.pool import HelperPool
 from execserver.kernel.fair_gate import FairGate
 from execserver.sandbox.backend import SandboxBackend
@@ -66,10 +71,13 @@ class SandboxedFs:
         max_helpers: int | None = None,
         concurrency: int | None = None,
         nice: int = 0,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
     ) -> None:
         self.backend = backend
         # Nice steps below the daemon for its helpers (execserver/priority.py).
         self.nice = nice
+        # How long a helper may take to come up (helper.py).
+        self.start_timeout = start_timeout
         # At most this many calls at once, daemon-wide, shared fairly between callers
         # (FairGate): past that, a call waits for a slot without taking loop time.
         self.gate = FairGate(concurrency or default_concurrency())
@@ -111,6 +119,7 @@ class SandboxedFs:
                 containment=self.containment,
                 max_helpers=self.max_helpers,
                 nice=self.nice,
+                start_timeout=self.start_timeout,
             )
         return self._pool
 
@@ -153,12 +162,14 @@ class SandboxedFs:
         """A confined helper for this call alone: it exits once the call is answered
         (the channel closes), and is killed if the caller goes first."""
         helper = await spawn_confined_helper(
-            policy, self.backend, module, self.containment, self.nice
+            policy, self.backend, module, self.containment, self.nice, self.start_timeout
         )
         try:
             return await helper.call(op, args)
         except HelperDied:
             pass  # gone before the call was sent (e.g. a refused plan): its failure below
+        except HelperNotStarted as exc:
+            raise RpcError.internal(str(exc)) from None
         except BaseException:
             helper.kill()  # cancelled: do not leave the helper (and what it started) behind
             raise

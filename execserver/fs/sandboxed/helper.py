@@ -11,6 +11,11 @@ in flight with the reference's text for a failed fs sandbox helper, -32603
 ``fs sandbox helper failed with status <status>: <stderr>``; the pool then
 starts a fresh one for the next call. Nothing ever falls back to running the
 operation outside the sandbox.
+
+A helper says it is ready before it reads anything (``protocol.py``), and no call
+is sent to it before then. One that has not said so within its start timeout is
+killed, its process tree logged first (``stall_report.py``), and its callers get
+``HelperNotStarted``: nothing ran, so the pool sends the call to a fresh helper.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import signal
 import time
 from typing import Any, Final
@@ -33,7 +39,8 @@ from execserver.fs.sandboxed.frames import (
     frame,
     response_decoder,
 )
-from execserver.fs.sandboxed.protocol import HEADER, OK, OS_ERROR, RPC_ERROR, STALE
+from execserver.fs.sandboxed.protocol import HEADER, OK, OS_ERROR, READY_ID, RPC_ERROR, STALE
+from execserver.fs.sandboxed.stall_report import process_tree_report
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.launch import (
     SpawnedHelper,
@@ -50,16 +57,24 @@ from execserver.sandbox.policy import ResolvedPolicy
 from execserver.wire.errors import RpcError, rpc_error_from_os_error
 
 __all__ = [
+    "DEFAULT_START_TIMEOUT",
     "FsHelper",
     "HelperDied",
+    "HelperNotStarted",
     "HelperStale",
     "exit_status_text",
     "spawn_confined_helper",
     "spawn_helper",
 ]
 
+_log = logging.getLogger(__name__)
+
 _STDERR_KEEP: Final = 4096
 _EXIT_GRACE: Final = 2.0
+# From a helper's process start to its ready frame. Under load (1,000 agents on
+# two CPUs, docs/scale.md) a start takes seconds at worst, and a few helpers once
+# never came up at all, holding their callers for good; past this one is given up.
+DEFAULT_START_TIMEOUT: Final = 30.0
 
 
 def exit_status_text(returncode: int) -> str:
@@ -78,13 +93,20 @@ class HelperDied(Exception):
     """Raised internally when a call is sent to a helper that is already gone."""
 
 
+class HelperNotStarted(Exception):
+    """Raised internally when the helper did not say it was ready within its start
+    timeout: it was killed before any call reached it, so a fresh one may run the call."""
+
+
 class HelperStale(Exception):
     """Raised internally when the helper found its mount view changed and did
     not answer the call: it must be retired and the call run in a fresh one."""
 
 
 class FsHelper:
-    def __init__(self, spawned: SpawnedHelper) -> None:
+    def __init__(
+        self, spawned: SpawnedHelper, start_timeout: float = DEFAULT_START_TIMEOUT
+    ) -> None:
         self.process = spawned.process
         self._resources = spawned.resources  # its cgroup, released once it has exited
         self._responses, self._requests = spawned.channel
@@ -104,6 +126,10 @@ class FsHelper:
         self.identity: object = None
         self.guard: object = None
         self._accepting = True  # False once retired: the pool starts another helper
+        loop = asyncio.get_running_loop()
+        # Set by the helper's ready frame; failed when it dies or does not start in time.
+        self._ready: asyncio.Future[None] = loop.create_future()
+        self._start_timer = loop.call_later(start_timeout, self._start_overdue, start_timeout)
         # Both end by themselves when the helper exits (EOF on its sockets).
         self._tasks = TaskSet(f"fs-helper-{self.process.pid}")
         self._stderr_task = self._tasks.spawn(self._collect_stderr(), name="stderr")
@@ -131,6 +157,9 @@ class FsHelper:
     # ---- calls ----------------------------------------------------------------
 
     async def call(self, op: str, args: dict[str, Any]) -> Any:
+        if not self._ready.done():
+            # Raises HelperNotStarted, or the helper's failure if it died first.
+            await asyncio.shield(self._ready)
         if self._failure is not None or not self._accepting:
             raise HelperDied
         request_id = next(self._ids)
@@ -164,6 +193,9 @@ class FsHelper:
                 header = await stdout.readexactly(HEADER.size)
                 (size,) = HEADER.unpack(header)
                 response = response_decoder.decode(await stdout.readexactly(size))
+                if response.id == READY_ID:
+                    self._started()
+                    continue
                 future = self._pending.get(response.id)
                 if future is not None and not future.done():
                     future.set_result(response)
@@ -173,6 +205,30 @@ class FsHelper:
             self._stderr += f"\nbad frame from fs helper: {exc}".encode()
             kill_helper(self.process)
         await self._died()
+
+    def _started(self) -> None:
+        self._start_timer.cancel()
+        if not self._ready.done():
+            self._ready.set_result(None)
+
+    def _start_overdue(self, timeout: float) -> None:
+        if self._ready.done():
+            return
+        _log.warning(
+            "fs sandbox helper %d did not start within %g s: killed, its calls go to a "
+            "fresh helper. Its processes:\n%s",
+            self.process.pid,
+            timeout,
+            process_tree_report(self.process.pid),
+        )
+        self._accepting = False
+        self._fail_start(HelperNotStarted(f"fs sandbox helper did not start within {timeout:g} s"))
+        self.kill()  # the reader then sees it exit and releases the rest
+
+    def _fail_start(self, exc: BaseException) -> None:
+        if not self._ready.done():
+            self._ready.set_exception(exc)
+            self._ready.exception()  # retrieved: a helper nobody waits for is no error
 
     async def _collect_stderr(self) -> None:
         while chunk := await self._errors.read(4096):
@@ -196,6 +252,8 @@ class FsHelper:
             f"fs sandbox helper failed with status "
             f"{exit_status_text(self.process.returncode)}: {detail}"
         )
+        self._start_timer.cancel()
+        self._fail_start(self._failure)
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(self._failure)
@@ -241,6 +299,7 @@ async def spawn_helper(
     runtime: HelperRuntime,
     containment: ProcessCgroups | None = None,
     nice: int = 0,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
 ) -> FsHelper | None:
     """Start a helper on the private ``runtime`` for ``policy``; None when the
     plan is not a bwrap plan (the caller then uses ``spawn_confined_helper``).
@@ -248,7 +307,7 @@ async def spawn_helper(
     plan = runtime_plan(policy, backend, runtime, contained=containment is not None)
     if plan is None:
         return None
-    return FsHelper(await spawn_helper_process(plan, containment, nice))
+    return FsHelper(await spawn_helper_process(plan, containment, nice), start_timeout)
 
 
 _VIEW = msgspec.json.Encoder()
@@ -260,6 +319,7 @@ async def spawn_confined_helper(
     module: str,
     containment: ProcessCgroups | None = None,
     nice: int = 0,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
 ) -> FsHelper:
     """Start ``python -m module confined <view>`` for ``policy``: the interpreter
     may read what it needs to start, and the program confines itself to the
@@ -270,7 +330,7 @@ async def spawn_confined_helper(
     plan = await off_loop(
         lambda: confined_plan(policy, backend, module, args, contained=contained), _close
     )
-    return FsHelper(await spawn_helper_process(plan, containment, nice))
+    return FsHelper(await spawn_helper_process(plan, containment, nice), start_timeout)
 
 
 def _close(plan: LaunchPlan) -> None:

@@ -32,6 +32,11 @@ needed (two thirds of the event loop's samples were helper starts; 9.9
 operations/s, against over 200 with 100 agents). A helper used at a steady
 rhythm now lives through it; one whose agent left goes after that allowance.
 Retiring closes the request pipe; calls already sent still complete.
+
+A helper that does not come up within its start timeout (``helper.py``) is
+retired like a dead one and the call goes to a fresh helper: no call was sent to
+it, so nothing ran twice. Past ``_ATTEMPTS`` such helpers the call fails with
+-32603 naming the timeout.
 """
 
 from __future__ import annotations
@@ -45,7 +50,14 @@ from execserver.aio.tasks import TaskSet
 from execserver.containment import ProcessCgroups
 from execserver.fs.sandboxed import program
 from execserver.fs.sandboxed.capacity import default_max_helpers
-from execserver.fs.sandboxed.helper import FsHelper, HelperDied, HelperStale, spawn_helper
+from execserver.fs.sandboxed.helper import (
+    DEFAULT_START_TIMEOUT,
+    FsHelper,
+    HelperDied,
+    HelperNotStarted,
+    HelperStale,
+    spawn_helper,
+)
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.identity import protected_identity, rules_identity
 from execserver.sandbox.fs_helper.runtime import helper_runtime, serves_policy
@@ -78,6 +90,7 @@ class HelperPool:
         module: str = program.__name__,
         containment: ProcessCgroups | None = None,
         nice: int = 0,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
     ) -> None:
         # None: as many as the memory allows (capacity.py).
         self.max_helpers = default_max_helpers() if max_helpers is None else max_helpers
@@ -85,6 +98,7 @@ class HelperPool:
         self._containment = containment
         # Nice steps below the daemon the helpers take (execserver/priority.py).
         self._nice = nice
+        self.start_timeout = start_timeout
         self.idle_seconds = idle_seconds
         self._runtime = helper_runtime(module)
         self._helpers: OrderedDict[ResolvedPolicy, FsHelper] = OrderedDict()
@@ -111,6 +125,7 @@ class HelperPool:
         """(True, result) when a persistent helper ran the call; (False, None)
         when none can serve this policy (the caller uses a confined helper).
         Errors of the operation, and the death of the helper, raise RpcError."""
+        failure = _UNSTABLE_MESSAGE
         for _attempt in range(_ATTEMPTS):
             helper = await self._helper_for(policy, backend)
             if helper is None:
@@ -120,6 +135,10 @@ class HelperPool:
             except HelperDied:
                 self._retire(policy, helper)
                 continue  # died before this call was sent: nothing ran, start a new one
+            except HelperNotStarted as exc:
+                self._retire(policy, helper)
+                failure = str(exc)
+                continue  # never came up, so it never read this call: start a new one
             except HelperStale:
                 # The helper saw one of its mounts go and did not answer (or, for
                 # a write, the host changed the view while it ran): a fresh helper
@@ -130,7 +149,7 @@ class HelperPool:
                 # The sandbox is up now (it answered): its synthetic mount points exist.
                 helper.guard = protected_identity(policy)
             return True, result
-        raise RpcError.internal(_UNSTABLE_MESSAGE)
+        raise RpcError.internal(failure)
 
     def _current(self, helper: FsHelper, policy: ResolvedPolicy) -> bool:
         """Whether ``helper`` may serve another call of ``policy``: still taking
@@ -162,7 +181,9 @@ class HelperPool:
             # here and the mounts makes the next call's comparison fail (a retire,
             # never a stale view served).
             identity = rules_identity(policy)
-            helper = await spawn_helper(policy, backend, runtime, self._containment, self._nice)
+            helper = await spawn_helper(
+                policy, backend, runtime, self._containment, self._nice, self.start_timeout
+            )
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: waiters re-raise it, nobody else must
@@ -186,8 +207,9 @@ class HelperPool:
     # ---- retiring -------------------------------------------------------------
 
     def _retire(self, key: ResolvedPolicy, helper: FsHelper) -> None:
-        if self._helpers.get(key) is helper:
-            del self._helpers[key]
+        if self._helpers.get(key) is not helper:
+            return  # retired already (every call that found it gone retires it)
+        del self._helpers[key]
         if self._closing.closed:  # a call that ended after the pool closed
             helper.kill()
             return

@@ -55,6 +55,7 @@ from execserver.fs.sandboxed.protocol import (
     MAX_FRAME,
     OK,
     OS_ERROR,
+    READY_ID,
     RPC_ERROR,
     STALE,
 )
@@ -232,7 +233,8 @@ def serve(
     operations: Operations = OPERATIONS,
     check: Check = _no_check,
 ) -> None:
-    """Answer requests until the daemon closes the pipe, on ``_WORKERS`` threads.
+    """Say it is ready, then answer requests until the daemon closes the pipe, on
+    ``_WORKERS`` threads.
 
     Each thread reads one request itself and runs it (leader/followers): no
     thread pool, so the helper does not import ``concurrent.futures`` (and
@@ -245,6 +247,8 @@ def serve(
     reader = _Reader(os.fdopen(in_fd, "rb", closefd=False))
     output = _Output(out_fd)
     seen = watch or MountWatch()
+    # Up, and reading from now on (protocol.py): the daemon sends nothing before this.
+    output.send(Response(READY_ID, OK))
 
     def answer(request: Request) -> Response:
         return run(request, operations, check)

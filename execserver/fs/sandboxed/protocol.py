@@ -18,6 +18,11 @@ URI can name them (``%FF``) — crosses as the msgpack extension ``FS_BYTES_EXT`
 holding its bytes (UTF-8 with surrogateescape), and is read back as the same
 str; a response's ``message`` is always UTF-8.
 
+The helper's first frame, before it reads any request, is the response
+``[READY_ID, OK, nil, 0, ""]``: it is up (its sandbox built, its runtime locked)
+and will read requests now. The daemon sends nothing before it, so a helper that
+does not come up has run nothing, and the call can go to a fresh one.
+
 Requests may be pipelined; responses carry the request id and can come back
 in any order (the helper runs requests on a few threads, so one slow or stuck
 operation does not hold up the others).
@@ -37,12 +42,25 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["FAILED", "FS_BYTES_EXT", "HEADER", "MAX_FRAME", "OK", "OS_ERROR", "RPC_ERROR", "STALE"]
+__all__ = [
+    "FAILED",
+    "FS_BYTES_EXT",
+    "HEADER",
+    "MAX_FRAME",
+    "OK",
+    "OS_ERROR",
+    "READY_ID",
+    "RPC_ERROR",
+    "STALE",
+]
 
 HEADER: Final = struct.Struct(">I")
 MAX_FRAME: Final = (1 << 32) - 1
 # The msgpack extension type of a str that is not UTF-8 (above).
 FS_BYTES_EXT: Final = 1
+
+# The id of the helper's first frame (above); the daemon's requests count from 1.
+READY_ID: Final = 0
 
 # Response kinds.
 OK: Final = 0
