@@ -16,6 +16,13 @@ A helper says it is ready before it reads anything (``protocol.py``), and no cal
 is sent to it before then. One that has not said so within its start timeout is
 killed, its process tree logged first (``stall_report.py``), and its callers get
 ``HelperNotStarted``: nothing ran, so the pool sends the call to a fresh helper.
+
+bwrap exits only once its child has, except when bwrap itself fails after it
+created the child and before it wrote the child's uid map: the child, blocked
+until then, is left behind for good, holding the helper's sockets, and the
+daemon would never see them close. So the helper's end is bwrap's exit, not
+only EOF: once bwrap has exited, its process group is killed (``kill_helper``),
+which ends such a child and, with it, the sockets.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from execserver.fs.sandboxed.frames import (
     response_decoder,
 )
 from execserver.fs.sandboxed.protocol import HEADER, OK, OS_ERROR, READY_ID, RPC_ERROR, STALE
-from execserver.fs.sandboxed.stall_report import process_tree_report
+from execserver.fs.sandboxed.stall_report import process_tree_report, socket_holders
 from execserver.sandbox.backend import SandboxBackend
 from execserver.sandbox.fs_helper.launch import (
     SpawnedHelper,
@@ -111,6 +118,7 @@ class FsHelper:
         self._resources = spawned.resources  # its cgroup, released once it has exited
         self._responses, self._requests = spawned.channel
         self._errors, self._errors_writer = spawned.errors
+        self._child_sockets = spawned.child_sockets
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Response]] = {}
         self._stderr = bytearray()
@@ -134,6 +142,7 @@ class FsHelper:
         self._tasks = TaskSet(f"fs-helper-{self.process.pid}")
         self._stderr_task = self._tasks.spawn(self._collect_stderr(), name="stderr")
         self._reader = self._tasks.spawn(self._read_responses(), name="responses")
+        self._tasks.spawn(self._end_with_bwrap(), name="exit")
 
     # ---- state ----------------------------------------------------------------
 
@@ -206,6 +215,26 @@ class FsHelper:
             kill_helper(self.process)
         await self._died()
 
+    async def _end_with_bwrap(self) -> None:
+        await self.process.wait()
+        # Harmless when the group is empty (the usual case: the helper exited first).
+        kill_helper(self.process)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._reader), _EXIT_GRACE)
+        except TimeoutError:
+            # Still open: a process outside the group holds the helper's end. Name
+            # it, then close the daemon's ends: the reader ends, and the helper with it.
+            holders = await asyncio.to_thread(socket_holders, self._child_sockets)
+            _log.warning(
+                "fs sandbox helper %d: bwrap exited (%s) and its process group was "
+                "killed, but its sockets are still open in: %s; closing them",
+                self.process.pid,
+                exit_status_text(self.process.returncode or 0),
+                ", ".join(holders) or "no process found",
+            )
+            self._requests.close()
+            self._errors_writer.close()
+
     def _started(self) -> None:
         self._start_timer.cancel()
         if not self._ready.done():
@@ -216,9 +245,10 @@ class FsHelper:
             return
         _log.warning(
             "fs sandbox helper %d did not start within %g s: killed, its calls go to a "
-            "fresh helper. Its processes:\n%s",
+            "fresh helper. Its stderr: %r. Its processes:\n%s",
             self.process.pid,
             timeout,
+            self._stderr.decode(errors="replace").strip(),
             process_tree_report(self.process.pid),
         )
         self._accepting = False
@@ -253,6 +283,12 @@ class FsHelper:
             f"{exit_status_text(self.process.returncode)}: {detail}"
         )
         self._start_timer.cancel()
+        if not self._ready.done() and self._accepting:  # not retired while it started
+            _log.warning(
+                "fs sandbox helper %d ended before it was ready: %s",
+                self.process.pid,
+                self._failure.message,
+            )
         self._fail_start(self._failure)
         for future in self._pending.values():
             if not future.done():

@@ -18,7 +18,7 @@ from typing import Final
 
 from execserver.processes.tree import child_pids
 
-__all__ = ["process_tree_report"]
+__all__ = ["group_members", "process_tree_report", "socket_holders"]
 
 # Enough to tell a bwrap waiting for its child from a helper blocked in the
 # kernel; bounded so that a runaway tree cannot flood the log.
@@ -48,6 +48,8 @@ def _thread_line(pid: int, tid: str) -> str:
 
 
 def _process_lines(pid: int) -> list[str]:
+    if not os.path.exists(f"/proc/{pid}"):
+        return [f"pid {pid}: gone"]
     comm = _read(f"/proc/{pid}/comm")
     lines = [f"pid {pid} ({comm}) {_state(_read(f'/proc/{pid}/stat'))}"]
     try:
@@ -63,11 +65,52 @@ def _process_lines(pid: int) -> list[str]:
     return lines
 
 
+def _pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid`` (a scan of /proc: seldom)."""
+    members = []
+    for pid in _pids():
+        stat = _read(f"/proc/{pid}/stat")
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            members.append(pid)
+    return members
+
+
+def socket_holders(inodes: tuple[int, ...]) -> list[str]:
+    """Every process with a descriptor on one of the sockets ``inodes``, as
+    ``pid (comm) fd N`` (a scan of every process's descriptors: seldom, and in a
+    worker thread)."""
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    found = []
+    for pid in _pids():
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target in wanted:
+                found.append(f"{pid} ({_read(f'/proc/{pid}/comm')}) fd {fd}")
+    return found
+
+
 def process_tree_report(root: int) -> str:
     """``root`` (a helper's bwrap) and the processes below it, one line each and
-    one per thread, breadth first, at most ``_MAX_PROCESSES`` of them."""
+    one per thread, breadth first, at most ``_MAX_PROCESSES`` of them. When
+    ``root`` is gone, the members of its process group in its place (bwrap's
+    child stays in it until the sandbox is set up)."""
     lines: list[str] = []
     queue = [root]
+    if not os.path.exists(f"/proc/{root}"):
+        queue = group_members(root)
+        lines.append(f"pid {root}: gone; {len(queue)} left in its process group")
     seen = 0
     while queue and seen < _MAX_PROCESSES:
         pid = queue.pop(0)

@@ -140,6 +140,9 @@ class SpawnedHelper:
     channel: tuple[asyncio.StreamReader, asyncio.StreamWriter]
     errors: tuple[asyncio.StreamReader, asyncio.StreamWriter]
     resources: AsyncExitStack
+    # The helper's ends of its two sockets (their inodes): what names a process
+    # still holding them when the helper should be gone.
+    child_sockets: tuple[int, int] = (0, 0)
 
 
 async def spawn_helper_process(
@@ -153,6 +156,10 @@ async def spawn_helper_process(
     # socket (ENXIO), so it can neither read nor inject frames; a pipe it could.
     channel, channel_child = socket.socketpair()
     errors, errors_child = socket.socketpair()
+    child_sockets = (
+        os.fstat(channel_child.fileno()).st_ino,
+        os.fstat(errors_child.fileno()).st_ino,
+    )
     resources = AsyncExitStack()
     try:
         try:
@@ -191,7 +198,7 @@ async def spawn_helper_process(
         errors.close()
         await resources.aclose()
         raise
-    return SpawnedHelper(process, streams, error_streams, resources)
+    return SpawnedHelper(process, streams, error_streams, resources, child_sockets)
 
 
 def kill_helper(process: asyncio.subprocess.Process) -> None:
