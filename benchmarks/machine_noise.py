@@ -29,7 +29,7 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
-__all__ = ["Snapshot", "blocked_tasks", "other_cpu", "page_fault_us", "snapshot"]
+__all__ = ["Snapshot", "other_cpu", "page_fault_us", "snapshot"]
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 # Groups below this share of one CPU are summed in the total but not named.
@@ -42,7 +42,6 @@ class Task:
     name: str
     parent: int
     ticks: int
-    state: str = "?"  # R, S, D, ... (proc(5))
 
 
 Snapshot = dict[int, Task]
@@ -63,7 +62,6 @@ def _read(pid: int) -> Task | None:
             name=name.decode(errors="replace").split("/", 1)[0],
             parent=int(fields[1]),
             ticks=int(fields[11]) + int(fields[12]),
-            state=fields[0].decode(errors="replace"),
         )
     except (IndexError, ValueError):
         return None
@@ -76,19 +74,6 @@ def snapshot() -> Snapshot:
         if entry.isdigit() and (task := _read(int(entry))) is not None:
             tasks[int(entry)] = task
     return tasks
-
-
-def blocked_tasks(tasks: Snapshot) -> int:
-    """How many processes of ``tasks`` are in uninterruptible sleep (state D).
-
-    After the reference's N = 1,000 level the CPUs were idle within a second, but
-    the load average stood at 730: its sandboxes were still being torn down, by
-    hundreds of tasks waiting in the kernel. The next level's sandboxes need the
-    same kernel locks (a mount namespace's teardown waits for an RCU grace period
-    under them): execserver's level that followed got no agent through its warm-up
-    in 120 s and a loop lag p99 of 411 ms. So a level waits for these to drain too
-    (benchmarks/scale.py ``settle``)."""
-    return sum(1 for task in tasks.values() if task.state == "D")
 
 
 def _subtrees(tasks: Snapshot, roots: Collection[int]) -> set[int]:

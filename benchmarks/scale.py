@@ -79,11 +79,8 @@ SAMPLER_NICE = 10
 # the reference's thousand helpers and agents) can keep the CPUs busy for a minute
 # after it ends, and the next level would pay for them. At most --settle seconds (120;
 # none with --smoke, whose levels are small and which runs on busy CI machines) until a
-# one-second sample finds the CPUs at most SETTLE_CPU_PERCENT busy, and at most
-# SETTLE_BLOCKED_TASKS processes waiting in the kernel (benchmarks/machine_noise.py
-# ``blocked_tasks`` says why).
+# one-second sample finds the CPUs at most SETTLE_CPU_PERCENT busy.
 SETTLE_CPU_PERCENT = 25.0
-SETTLE_BLOCKED_TASKS = 4
 # How long an operation under way when the window closes may still take. The
 # agents are out of step (benchmarks/scale_agent.py Agent._stagger), so an agent's
 # one whole pass inside the level can start up to a pass after the window opened;
@@ -592,20 +589,15 @@ async def side_figures(
 
 async def settle(most_s: float) -> dict[str, float]:
     """Wait for a quiet machine (see SETTLE_CPU_PERCENT), at most ``most_s`` seconds;
-    how long it took, and the CPU use and blocked processes of the last sample (in
-    the level's JSON)."""
+    how long it took, and the CPU use of the last sample (in the level's JSON)."""
     if most_s <= 0:
         return {"waited_s": 0.0}
     start = time.perf_counter()
     while True:
         busy = await asyncio.to_thread(psutil.cpu_percent, 1.0)
-        blocked = await asyncio.to_thread(
-            lambda: machine_noise.blocked_tasks(machine_noise.snapshot())
-        )
         waited = time.perf_counter() - start
-        quiet = busy <= SETTLE_CPU_PERCENT and blocked <= SETTLE_BLOCKED_TASKS
-        if quiet or waited >= most_s:
-            return {"waited_s": round(waited, 1), "cpu_percent": busy, "blocked_tasks": blocked}
+        if busy <= SETTLE_CPU_PERCENT or waited >= most_s:
+            return {"waited_s": round(waited, 1), "cpu_percent": busy}
 
 
 def _load() -> dict[str, Any]:

@@ -8,14 +8,13 @@ from __future__ import annotations
 import mmap
 import os
 import resource
-import signal
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 
-from benchmarks.machine_noise import Task, blocked_tasks, other_cpu, page_fault_us, snapshot
+from benchmarks.machine_noise import other_cpu, page_fault_us, snapshot
 
 
 def _spinning() -> tuple[subprocess.Popen[bytes], str]:
@@ -83,27 +82,3 @@ def test_a_page_faults_cost_is_what_touching_fresh_pages_took() -> None:
     assert faults >= 3 * (8 << 20) // mmap.PAGESIZE
     # Above Python's loop alone, below a millisecond a page.
     assert 0.05 < cost < 1000.0
-
-
-def test_blocked_tasks_counts_uninterruptible_sleep_only() -> None:
-    sleeping = subprocess.Popen(["sleep", "60"])
-    stopped = subprocess.Popen(["sleep", "60"])
-    try:
-        os.kill(stopped.pid, signal.SIGSTOP)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            tasks = snapshot()
-            if tasks[stopped.pid].state == "T" and tasks[sleeping.pid].state == "S":
-                break
-            time.sleep(0.01)
-        # What /proc says, read as it is: neither a sleep nor a stopped process waits
-        # in the kernel.
-        assert (tasks[sleeping.pid].state, tasks[stopped.pid].state) == ("S", "T")
-        mine = {pid: tasks[pid] for pid in (sleeping.pid, stopped.pid)}
-        assert blocked_tasks(mine) == 0
-        mine[1] = Task(name="umount", parent=0, ticks=0, state="D")
-        assert blocked_tasks(mine) == 1
-    finally:
-        for child in (sleeping, stopped):
-            child.kill()
-            child.wait()
