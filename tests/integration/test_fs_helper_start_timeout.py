@@ -81,6 +81,8 @@ async def test_a_helper_that_never_starts_is_replaced_and_the_call_served(
         assert (served, data) == (True, b"served")
         assert time.monotonic() - started >= 3.0  # the first helper was waited for, then killed
         assert list((tmp_path / TOKEN_DIR).glob("token-*")) == []  # it took the token
+        # Logged once its processes were looked at (in a thread), before it was killed.
+        assert await wait_until(lambda: len(stalled_reports(caplog)) == 1, timeout=10)
         (report,) = stalled_reports(caplog)
         assert "did not start within 3 s" in report
         # Its tree, from bwrap down to the stalled program, with where each thread sleeps.
@@ -108,7 +110,8 @@ async def test_helpers_that_never_start_fail_the_call_with_the_timeout(
             INTERNAL_ERROR,
             "fs sandbox helper did not start within 1 s",
         )
-        assert len(stalled_reports(caplog)) == 3  # one fresh helper per attempt
+        # One fresh helper per attempt, each reported.
+        assert await wait_until(lambda: len(stalled_reports(caplog)) == 3, timeout=10)
         assert pool.live() == []
         # Tokens gone: the next call's helper comes up.
         served, data = await pool.call(policy, host_backend(), "read_file", {"path": str(target)})
@@ -135,7 +138,7 @@ async def test_a_one_call_helper_that_never_starts_fails_the_call(
             INTERNAL_ERROR,
             "fs sandbox helper did not start within 1 s",
         )
-        assert len(stalled_reports(caplog)) == 1
+        assert await wait_until(lambda: len(stalled_reports(caplog)) == 1, timeout=10)
         assert await wait_until(lambda: helpers_of_this_test() == [], timeout=10)
         assert await fs.call(ctx, "read_file", {"path": str(target)}) == b"served"
     finally:

@@ -243,17 +243,26 @@ class FsHelper:
     def _start_overdue(self, timeout: float) -> None:
         if self._ready.done():
             return
-        _log.warning(
-            "fs sandbox helper %d did not start within %g s: killed, its calls go to a "
-            "fresh helper. Its stderr: %r. Its processes:\n%s",
-            self.process.pid,
-            timeout,
-            self._stderr.decode(errors="replace").strip(),
-            process_tree_report(self.process.pid),
-        )
         self._accepting = False
+        # Its callers go to a fresh helper now; this one is killed once its
+        # processes have been looked at (in a thread: when bwrap is gone, that
+        # means a scan of /proc).
         self._fail_start(HelperNotStarted(f"fs sandbox helper did not start within {timeout:g} s"))
-        self.kill()  # the reader then sees it exit and releases the rest
+        self._tasks.spawn(self._report_and_kill(timeout), name="overdue")
+
+    async def _report_and_kill(self, timeout: float) -> None:
+        try:
+            report = await asyncio.to_thread(process_tree_report, self.process.pid)
+            _log.warning(
+                "fs sandbox helper %d did not start within %g s: killed, its calls go to "
+                "a fresh helper. Its stderr: %r. Its processes:\n%s",
+                self.process.pid,
+                timeout,
+                self._stderr.decode(errors="replace").strip(),
+                report,
+            )
+        finally:
+            self.kill()  # the reader then sees it exit and releases the rest
 
     def _fail_start(self, exc: BaseException) -> None:
         if not self._ready.done():
