@@ -1,5 +1,7 @@
-"""benchmarks/scale.py ``targets``: the N = 1,000 verdicts read from a report, and
-which of the reference's p99s rest on too few samples to be a 99th percentile."""
+"""benchmarks/scale.py ``targets`` (here, not in tests/unit: the harness imports the bench
+stack, matplotlib included, which the fresh-clone check does not install): the N = 1,000
+verdicts read from a report, and which of the reference's p99s rest on too few samples
+to be a 99th percentile."""
 
 from __future__ import annotations
 
