@@ -44,6 +44,9 @@ class Spawned:
     # (fd, stream) of every output the daemon reads: stdout+stderr, or the pty master.
     outputs: list[tuple[int, str]]
     pty_master: int | None
+    # The child's start (clock ticks since boot, /proc/PID/stat), when read where it
+    # was spawned (a spawn thread: ProcessTable); None: the supervisor reads it.
+    start: int | None = None
 
 
 def _daemon_home() -> str:

@@ -203,22 +203,27 @@ class Supervisor:
         env: dict[str, str],
         cgroup: ProcessCgroup | None = None,
         sandbox_child: Callable[[], int | None] | None = None,
+        start: int | None = None,
     ) -> ProcessTree:
         """``sandbox_child``: for a sandboxed root, what names the sandbox's own
-        child once bwrap has said it (``PlanResources.child_pid``)."""
-        info = read_stat(pid)
+        child once bwrap has said it (``PlanResources.child_pid``). ``start``: the
+        root's start time when already read (``Spawned.start``); else it is read
+        here."""
+        if start is None:
+            info = read_stat(pid)
+            start = info.start if info is not None else None
         entries = frozenset(f"{k}={v}".encode(errors="surrogateescape") for k, v in env.items())
         tree = ProcessTree(
             pid,
-            info.start if info is not None else 0,
+            start if start is not None else 0,
             entries,
             cgroup=cgroup,
             sandbox_child=sandbox_child,
         )
         self._trees.add(tree)
         self._roots[pid] += 1
-        if self._guard is not None and info is not None:
-            self._guard.started(pid, info.start)
+        if self._guard is not None and start is not None:
+            self._guard.started(pid, start)
         self._schedule()
         return tree
 

@@ -28,7 +28,7 @@ from execserver.processes.launch import Spawned, spawn
 from execserver.processes.managed import DenialClassifier, ManagedProcess
 from execserver.processes.released_spawn import released_spawner
 from execserver.processes.supervisor import Supervisor
-from execserver.processes.tree import ProcessTree
+from execserver.processes.tree import ProcessTree, read_stat
 from execserver.sandbox.plan import LaunchPlan
 from execserver.wire.errors import RpcError
 
@@ -219,7 +219,11 @@ class ProcessTable:
         def adopt(spawned: Spawned) -> ManagedProcess:
             try:
                 tree = self._supervisor.track(
-                    spawned.pid, plan.env, cgroup, sandbox_child=_child_of(plan)
+                    spawned.pid,
+                    plan.env,
+                    cgroup,
+                    sandbox_child=_child_of(plan),
+                    start=spawned.start,
                 )
                 proc = self._register(process_id, plan, spawned, tree, classify_denial, program)
                 on_started(proc)
@@ -251,7 +255,7 @@ class ProcessTable:
                 return
             outcome.set_result(spawned)
 
-        spawning = loop.run_in_executor(self._supervisor.spawner, launch)
+        spawning = loop.run_in_executor(self._supervisor.spawner, _then_read_start, launch)
         spawning.add_done_callback(started)
         try:
             spawned = await outcome
@@ -506,6 +510,19 @@ def _timed_spawn_into(plan: LaunchPlan, cgroup: ProcessCgroup) -> tuple[Spawned,
         plan.close()
         cgroup.remove()
         raise
+
+
+def _then_read_start(launch: Callable[[], tuple[Spawned, float]]) -> tuple[Spawned, float]:
+    """``launch``, then the child's start time, both in a spawn thread. Right after
+    its exec a child may still hold its exec lock, which a read of its /proc stat
+    waits for (the kernel's ``do_task_stat``); a child below the loop's priority on
+    a busy machine takes a while to get the CPU and let it go. Read on the loop
+    (``Supervisor.track``), that stopped every session: 110 times in 15 s at 1,000
+    agents, for up to 51 ms (docs/scale.md, "What stops the loop")."""
+    spawned, took = launch()
+    info = read_stat(spawned.pid)
+    spawned.start = info.start if info is not None else None
+    return spawned, took
 
 
 def _nothing(proc: ManagedProcess) -> None:

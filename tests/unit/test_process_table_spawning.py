@@ -1,12 +1,14 @@
 """ProcessTable.start with the spawn in a thread (the event loop runs meanwhile):
 the id stays taken while its child starts, and a session closed meanwhile still
 kills that child, and a child started meanwhile is not taken for another tree's
-escapee."""
+escapee, and the child's /proc stat is read in the thread too."""
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -16,6 +18,7 @@ import uvloop
 
 from execserver.processes.supervisor import Supervisor
 from execserver.processes.table import ProcessTable
+from execserver.processes.tree import read_stat
 from execserver.sandbox.plan import LaunchPlan
 from execserver.wire.errors import RpcError
 from tests.support.procinfo import wait_until
@@ -141,6 +144,45 @@ async def test_a_child_started_while_a_start_is_under_way_is_not_taken_for_an_es
         newborn.wait()
         newborn.stdout.close()
         await second
+
+
+# /proc stat files opened while a test watches, with the thread that opened each.
+# (An audit hook cannot be removed: it stays for the process, idle unless watching.)
+_stat_opens: list[tuple[str, threading.Thread]] | None = None
+
+
+def _watch_stat_opens(event: str, args: tuple[object, ...]) -> None:
+    if _stat_opens is None or event != "open":
+        return
+    path = args[0]
+    if isinstance(path, str) and path.startswith("/proc/") and path.endswith("/stat"):
+        _stat_opens.append((path, threading.current_thread()))
+
+
+sys.addaudithook(_watch_stat_opens)
+
+
+async def test_a_child_spawned_in_a_thread_has_its_start_read_there_not_on_the_loop(
+    table: tuple[ProcessTable, Supervisor],
+) -> None:
+    """Right after its exec a child may still hold its exec lock, which a read of
+    its /proc stat waits for (on a busy machine, until the child gets a CPU): that
+    read goes with the spawn into the thread, never on the event loop's."""
+    global _stat_opens
+    processes, _ = table
+    loop_thread = threading.current_thread()
+    _stat_opens = []
+    try:
+        proc = await processes.start("watched", plan("sleep 30"), None)
+        opens = list(_stat_opens)
+    finally:
+        _stat_opens = None
+    pid = proc.pid
+    own = [thread for path, thread in opens if path == f"/proc/{pid}/stat"]
+    assert own, "the child's start was not read at all"
+    assert loop_thread not in own, "the child's /proc stat was read on the event loop"
+    info = read_stat(pid)
+    assert info is not None and proc.tree.root_start == info.start
 
 
 def test_spawns_move_to_threads_while_they_wait_for_a_cpu_and_back_when_they_do_not() -> None:
