@@ -32,7 +32,7 @@ from execserver.processes.tree import (
     kill_trees,
     read_own_children_table,
     read_proc_table,
-    read_stat,
+    read_start,
     read_tracked_table,
     reap_orphans,
     reap_stray_zombies,
@@ -210,8 +210,7 @@ class Supervisor:
         root's start time when already read (``Spawned.start``); else it is read
         here."""
         if start is None:
-            info = read_stat(pid)
-            start = info.start if info is not None else None
+            start = read_start(pid)
         entries = frozenset(f"{k}={v}".encode(errors="surrogateescape") for k, v in env.items())
         tree = ProcessTree(
             pid,

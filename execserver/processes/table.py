@@ -28,7 +28,7 @@ from execserver.processes.launch import Spawned, spawn
 from execserver.processes.managed import DenialClassifier, ManagedProcess
 from execserver.processes.released_spawn import released_spawner
 from execserver.processes.supervisor import Supervisor
-from execserver.processes.tree import ProcessTree, read_stat
+from execserver.processes.tree import ProcessTree, read_start
 from execserver.sandbox.plan import LaunchPlan
 from execserver.wire.errors import RpcError
 
@@ -520,8 +520,7 @@ def _then_read_start(launch: Callable[[], tuple[Spawned, float]]) -> tuple[Spawn
     (``Supervisor.track``), that stopped every session: 110 times in 15 s at 1,000
     agents, for up to 51 ms (docs/scale.md, "What stops the loop")."""
     spawned, took = launch()
-    info = read_stat(spawned.pid)
-    spawned.start = info.start if info is not None else None
+    spawned.start = read_start(spawned.pid)
     return spawned, took
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "read_descendant_table",
     "read_own_children_table",
     "read_proc_table",
+    "read_start",
     "read_stat",
     "read_tracked_table",
     "reap_orphans",
@@ -114,6 +115,12 @@ def read_stat(pid: int) -> ProcInfo | None:
     return ProcInfo(
         fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
     )
+
+
+def read_start(pid: int) -> int | None:
+    """``pid``'s start (``ProcInfo.start``), or None when it is gone."""
+    info = read_stat(pid)
+    return info.start if info is not None else None
 
 
 class ProcTable(dict[int, ProcInfo]):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from execserver.processes.tree import child_pids
+from execserver.processes.tree import child_pids, read_proc_table
 
 __all__ = ["group_members", "process_tree_report", "socket_holders"]
 
@@ -71,13 +71,9 @@ def _pids() -> list[int]:
 
 def group_members(pgid: int) -> list[int]:
     """The live processes of process group ``pgid`` (a scan of /proc: seldom)."""
-    members = []
-    for pid in _pids():
-        stat = _read(f"/proc/{pid}/stat")
-        fields = stat.rpartition(")")[2].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            members.append(pid)
-    return members
+    return sorted(
+        pid for pid, info in read_proc_table().items() if info.pgid == pgid and info.state != "Z"
+    )
 
 
 def socket_holders(inodes: tuple[int, ...]) -> list[str]:

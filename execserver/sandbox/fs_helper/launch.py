@@ -142,7 +142,7 @@ class SpawnedHelper:
     resources: AsyncExitStack
     # The helper's ends of its two sockets (their inodes): what names a process
     # still holding them when the helper should be gone.
-    child_sockets: tuple[int, int] = (0, 0)
+    child_sockets: tuple[int, int]
 
 
 async def spawn_helper_process(
